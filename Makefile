@@ -1,0 +1,35 @@
+# fedforest: `make demo` (main job on the bundled dataset), `make test`, `make bench`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+MPIEXEC = $(VENV)/bin/mpiexec
+DEMO    = build/demo
+
+.PHONY: venv demo test bench experiments clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) -m fedforest demo-data --out $(DEMO)
+	$(MPIEXEC) -n 3 $(PY) -m fedforest train --config $(DEMO)/job.toml --overwrite
+	$(MPIEXEC) -n 3 $(PY) -m fedforest predict --config $(DEMO)/job.toml \
+		--data $(DEMO)/test-party1.csv $(DEMO)/test-party2.csv
+	$(PY) -m fedforest demo-report --dir $(DEMO)
+
+test: venv
+	$(PY) -m pytest -q
+
+bench: venv
+	$(PY) experiments/bench_vertical.py
+
+experiments: venv
+	$(PY) experiments/lossless_vs_sklearn.py
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,136 @@
+"""Command line: ``python -m fedforest <command>``.
+
+MPI commands (start with ``mpiexec -n K+1``): ``train``, ``predict``.
+Local commands: ``evaluate``, ``split``, ``demo-data``, ``demo-report``.
+"""
+import argparse
+import sys
+
+from .config import ALL_KEYS, parse_flag_value, resolve
+from .errors import InputError
+
+BOOL_KEYS = [k for k, v in ALL_KEYS.items() if isinstance(v, bool)]
+
+
+def _add_job_flags(p):
+    p.add_argument("--config", help="TOML job file ([job] and [forest] tables)")
+    for key in ALL_KEYS:
+        flag = "--" + key.replace("_", "-")
+        if key == "data":
+            p.add_argument(flag, nargs="+", default=argparse.SUPPRESS, metavar="FILE",
+                           help="data file of each party, in rank order")
+        elif key in BOOL_KEYS:
+            p.add_argument(flag, nargs="?", const=True, type=parse_flag_value,
+                           default=argparse.SUPPRESS, metavar="BOOL")
+        else:
+            p.add_argument(flag, type=parse_flag_value, default=argparse.SUPPRESS, metavar="VALUE")
+
+
+def _flags(args):
+    return {k: v for k, v in vars(args).items() if k in ALL_KEYS}
+
+
+def _mpi_command(args, master_fn, party_fn):
+    from .transport.base import Comm
+    from .transport.mpi import world_transport
+    from .transport.runner import run_master, run_rank
+    comm = Comm(world_transport())
+    flags = _flags(args)
+    verbose = bool(flags.get("verbose", False))
+
+    def load():
+        cfg = resolve(args.config, flags)
+        if comm.rank != 0:
+            cfg.values["progress"] = cfg.progress = False
+            cfg.values["quiet"] = True
+        return cfg
+
+    if comm.rank == 0:
+        run_master(comm, lambda c: master_fn(c, load()), verbose=verbose)
+    else:
+        run_rank(comm, None, lambda c: party_fn(c, load()))
+    return 0
+
+
+def cmd_train(args):
+    from .vertical import master_train, party_train
+    return _mpi_command(args, master_train, party_train)
+
+
+def cmd_predict(args):
+    from .vertical import master_predict, party_predict
+    return _mpi_command(args, master_predict, party_predict)
+
+
+def cmd_evaluate(args):
+    from .evaluate import evaluate_files, format_metrics
+    metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task)
+    print(format_metrics(metrics))
+    return 0
+
+
+def cmd_split(args):
+    from .data.split import split_file
+    paths = split_file(args.input, args.parties, args.id_column, args.label_column, args.out,
+                       label_party=args.label_party, test_size=args.test_size, seed=args.seed)
+    for p in paths:
+        print(p)
+    return 0
+
+
+def cmd_demo_data(args):
+    from .demo import make_demo
+    print(make_demo(args.out))
+    return 0
+
+
+def cmd_demo_report(args):
+    from .demo import report
+    print(report(args.dir))
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a vertical Federated Forest (under mpiexec)")
+    _add_job_flags(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("predict", help="predict with a trained forest (under mpiexec)")
+    _add_job_flags(p)
+    p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("evaluate", help="metrics of a predictions file against true labels")
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--truth", required=True, help="file with the ID and label columns")
+    p.add_argument("--id-column", default="id")
+    p.add_argument("--label-column", required=True)
+    p.add_argument("--task", choices=["classification", "regression"], default=None,
+                   help="default: guessed from the predictions file (proba_ columns)")
+    p.set_defaults(func=cmd_evaluate)
+    p = sub.add_parser("split", help="split one table into per-party files by columns")
+    p.add_argument("--input", required=True)
+    p.add_argument("--parties", type=int, required=True)
+    p.add_argument("--id-column", default="id", help="created (row numbers) if the input lacks it")
+    p.add_argument("--label-column", required=True)
+    p.add_argument("--label-party", type=int, default=1)
+    p.add_argument("--test-size", type=float, default=0.0, help="also write test files with this share of rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_split)
+    p = sub.add_parser("demo-data", help="write the bundled demo job (breast cancer, 2 parties)")
+    p.add_argument("--out", default="build/demo")
+    p.set_defaults(func=cmd_demo_data)
+    p = sub.add_parser("demo-report", help="compare the demo's federated predictions with scikit-learn")
+    p.add_argument("--dir", default="build/demo")
+    p.set_defaults(func=cmd_demo_report)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

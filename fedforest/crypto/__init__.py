@@ -1,0 +1,1 @@
+"""Cryptography: authenticated channels, key agreement, keyed ID hashing."""

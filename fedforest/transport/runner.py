@@ -1,0 +1,50 @@
+"""Running one rank of a job with failure handling shared by all transports."""
+import sys
+import traceback
+
+from ..errors import InputError, RemoteError
+from .base import JobAborted
+
+
+def run_rank(comm, master_fn, party_fn, results=None):
+    """Party side: run ``party_fn``; on failure report to the master and wait to be stopped."""
+    try:
+        out = party_fn(comm)
+        if results is not None:
+            results[comm.rank] = out
+        return out
+    except JobAborted:
+        return None
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the master
+        try:
+            comm.report_error(exc)
+        except JobAborted:
+            return None
+        comm.wait_for_stop()
+        return None
+
+
+def describe_failure(exc, verbose=False):
+    """What the master prints when the job fails."""
+    if isinstance(exc, RemoteError):
+        if exc.exc_type == "InputError" and not verbose:
+            return f"error on rank {exc.rank}: {exc.remote_message}"
+        return f"error on rank {exc.rank}: {exc.exc_type}: {exc.remote_message}\n" \
+               f"--- traceback from rank {exc.rank} ---\n{exc.remote_traceback}"
+    if isinstance(exc, InputError) and not verbose:
+        return f"error: {exc}"
+    return "error on rank 0 (master):\n" + "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def run_master(comm, master_fn, verbose=False):
+    """Master side under MPI: run ``master_fn``; on failure print the cause and
+    stop every rank with a non-zero exit code."""
+    try:
+        return master_fn(comm)
+    except BaseException as exc:  # noqa: BLE001
+        code = 2 if isinstance(exc, InputError) or (
+            isinstance(exc, RemoteError) and exc.exc_type == "InputError") else 1
+        print(describe_failure(exc, verbose), file=sys.stderr, flush=True)
+        comm.raw.abort(code)
+        raise SystemExit(code)

@@ -1,0 +1,45 @@
+"""Quantile binning of feature columns for histogram split search."""
+import numpy as np
+
+from .kernels import MAX_BINS, MISSING_BIN
+
+
+def column_thresholds(col, max_bins):
+    """Upper bin edges of one column: midpoints between distinct values, or
+    between quantiles when the column has more than ``max_bins`` distinct values.
+    NaN values are ignored (they get the missing bin)."""
+    col = col[~np.isnan(col)]
+    if col.size == 0:
+        return np.empty(0)
+    distinct = np.unique(col)
+    if distinct.size <= max_bins:
+        return (distinct[:-1] + distinct[1:]) / 2.0
+    q = np.percentile(col, np.linspace(0, 100, max_bins + 1)[1:-1], method="midpoint")
+    return np.unique(q)
+
+
+def fit_bins(X, max_bins):
+    """Bin edges of every column of ``X`` as a padded (n_features, MAX_BINS) array
+    (``inf`` beyond the last edge) and the number of non-missing bins per column."""
+    if not 2 <= max_bins <= MAX_BINS:
+        raise ValueError(f"max_bins must be in [2, {MAX_BINS}]")
+    n_feat = X.shape[1]
+    edges = np.full((n_feat, MAX_BINS), np.inf)
+    n_bins = np.ones(n_feat, dtype=np.int32)
+    for f in range(n_feat):
+        t = column_thresholds(X[:, f], max_bins)
+        edges[f, : t.size] = t
+        n_bins[f] = t.size + 1
+    return edges, n_bins
+
+
+def transform_bins(X, edges, n_bins):
+    """Bin codes (uint8, column-major); NaN gets ``MISSING_BIN``.  A value ``x``
+    lands in bin ``b`` with ``edges[b-1] < x <= edges[b]``."""
+    out = np.empty(X.shape, dtype=np.uint8, order="F")
+    for f in range(X.shape[1]):
+        col = X[:, f]
+        codes = np.searchsorted(edges[f, : n_bins[f] - 1], col, side="left")
+        codes[np.isnan(col)] = MISSING_BIN
+        out[:, f] = codes
+    return out

@@ -1,0 +1,67 @@
+"""Label statistics: the seam between label privacy modes and split search.
+
+The split kernels only see per-row statistics ``(ycls, yw)`` produced by a
+label-statistics object for each tree (see :mod:`fedforest.tree.kernels`).
+:class:`PlainLabels` computes them from labels held in the clear; a private
+mode replaces it by an object with the same ``tree_stats`` method whose
+statistics are encrypted, together with a split finder that evaluates
+encrypted histograms on the key holder.
+"""
+import numpy as np
+
+
+class PlainLabels:
+    """Labels in the clear (``label_privacy = "plain"``).
+
+    ``y`` holds class codes 0..C-1 (classification) or float targets
+    (regression).
+    """
+
+    def __init__(self, y, is_classification, n_classes):
+        self.is_classification = bool(is_classification)
+        self.n_classes = int(n_classes)
+        if self.is_classification:
+            self.y = np.ascontiguousarray(y, dtype=np.int32)
+        else:
+            self.y = np.ascontiguousarray(y, dtype=np.float64)
+
+    @property
+    def n_stats(self):
+        return self.n_classes if self.is_classification else 3
+
+    def tree_stats(self, counts, class_weight):
+        """Per-row statistics of one tree from its bootstrap counts and the
+        per-class weights (an empty array means no class weighting)."""
+        w = counts.astype(np.float64)
+        if self.is_classification:
+            if class_weight.size:
+                w = w * class_weight[self.y]
+            return self.y, w.reshape(-1, 1)
+        y = self.y
+        return np.zeros(y.shape[0], dtype=np.int32), np.column_stack((w, w * y, w * y * y))
+
+
+def class_weight_vector(class_weight, y, counts, n_classes, classes):
+    """Per-class weight multipliers of one tree, as scikit-learn's forests apply them.
+    Returns an empty array when no class weighting is requested."""
+    if class_weight is None:
+        return np.empty(0)
+    if isinstance(class_weight, dict):
+        vec = np.ones(n_classes)
+        for k, c in enumerate(classes):
+            key = c.item() if hasattr(c, "item") else c
+            if key in class_weight:
+                vec[k] = float(class_weight[key])
+            elif str(key) in class_weight:
+                vec[k] = float(class_weight[str(key)])
+        return vec
+    if class_weight == "balanced":
+        freq = np.bincount(y, minlength=n_classes).astype(np.float64)
+        n = y.shape[0]
+    else:  # balanced_subsample: frequencies within the bootstrap sample
+        freq = np.bincount(y, weights=counts, minlength=n_classes)
+        n = counts.sum()
+    vec = np.zeros(n_classes)
+    nz = freq > 0
+    vec[nz] = n / (np.count_nonzero(nz) * freq[nz])
+    return vec

@@ -1,0 +1,527 @@
+"""Vertical Federated Forest: the master's and the parties' policies.
+
+Rank 0 is the master; ranks 1..K are parties that share rows (matched by ID)
+and hold different columns; exactly one party holds the label column.  See
+docs/protocol.md for the message sequence and the threat model.
+"""
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from . import model_io
+from .crypto.channel import SecureChannel
+from .crypto.ids import hash_ids
+from .crypto.keys import KeyPair, pair_keys, random_secret
+from .data.io import check_ids, encode_features, read_table
+from .errors import InputError
+from .forest import encode_labels
+from .params import CLASSIFICATION, validate
+from .tree.builder import PartySplitter, SplitSettings, TreeGrower, tree_seeds
+from .tree.labels import PlainLabels
+from .tree.predict import leaf_positions, leaves_of, party_leaf_sets, prepare_X
+from .tree import kernels as K
+
+MASTER = 0
+
+
+def _log(cfg, text):
+    if cfg.values.get("quiet"):
+        return
+    print(text, flush=True)
+
+
+def _expect(msg, op):
+    if msg.get("op") != op:
+        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
+    return msg
+
+
+def _check_world(comm, cfg):
+    if comm.size - 1 != cfg.n_parties:
+        raise InputError("n_parties", f"the config names {cfg.n_parties} parties but the job has "
+                                      f"{comm.size} ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+
+
+def _party_what(rank):
+    return f"party {rank}"
+
+
+# ---------------------------------------------------------------------------
+# Party data
+# ---------------------------------------------------------------------------
+class PartyTable:
+    """One party's rows: IDs, encoded features and (for the label party) labels."""
+
+    def __init__(self, cfg, rank, source, columns=None, categories=None, label_column=None):
+        what = _party_what(rank)
+        df = source if not isinstance(source, str) else read_table(source, cfg.id_column, what)
+        if source is not df:
+            df = df.copy()
+        if cfg.id_column not in df.columns:
+            raise InputError(what, f"the data has no ID column {cfg.id_column!r}")
+        if df.shape[0] == 0:
+            raise InputError(what, "the data has no rows")
+        self.ids = check_ids(df[cfg.id_column], what)
+        label = label_column if label_column in df.columns else None
+        self.has_label = label is not None
+        self.y = df[label].to_numpy() if label else None
+        present = [c for c in df.columns if c not in (cfg.id_column, label)]
+        if columns is None:
+            self.columns = [str(c) for c in present]
+        else:
+            missing = [c for c in columns if c not in df.columns]
+            extra = [c for c in present if c not in columns]
+            if missing or extra:
+                raise InputError(what, f"column set differs from the model's: missing {missing}, "
+                                       f"unexpected {extra}")
+            self.columns = list(columns)
+        if not self.columns and not self.has_label:
+            raise InputError(what, "holds neither feature columns nor the label: nothing to contribute")
+        self.X, self.categories, self.n_unseen = encode_features(df, self.columns, what, categories)
+
+    def fingerprint(self):
+        h = hashlib.sha256()
+        h.update(json.dumps(self.columns).encode())
+        h.update(np.ascontiguousarray(self.X).tobytes())
+        h.update("\x00".join(self.ids).encode())
+        if self.y is not None:
+            h.update(np.asarray(self.y).astype(str).tobytes())
+        return h.hexdigest()
+
+
+def _label_array(y, task, what):
+    """Labels as a buffer-friendly array (text labels as unicode)."""
+    y = np.asarray(y)
+    if y.dtype.kind == "O":
+        missing = pd.isna(y)
+        if missing.any():
+            raise InputError(what, f"{int(missing.sum())} rows have no label")
+        if task == CLASSIFICATION:
+            return y.astype(str)
+        try:
+            return y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InputError(what, "regression labels must be numeric") from None
+    return y
+
+
+# ---------------------------------------------------------------------------
+# ID alignment (shared by training and prediction)
+# ---------------------------------------------------------------------------
+def _master_align(comm, cfg, n_rows_by_party):
+    """Parties agree on a secret the master cannot read, send keyed hashes of
+    their IDs; the master intersects and sends each party its aligned order."""
+    parties = comm.clients
+    pubs = {r: m["public"] for r, m in comm.exchange({r: {"op": "group_public"} for r in parties}).items()}
+    first = parties[0]
+    others = parties[1:]
+    comm.send(first, {"op": "group_lead", "peers": others,
+                      **{f"pub{r}": pubs[r] for r in others}})
+    sealed = comm.recv(first)
+    for r in others:
+        comm.send(r, {"op": "group_member", "lead_public": pubs[first], "sealed": sealed[f"sealed{r}"]})
+    digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": "hash_ids"} for r in parties}).items()}
+    index = {}
+    for r in parties:
+        keys = [d.tobytes() for d in digests[r]]
+        index[r] = dict(zip(keys, range(len(keys))))
+    order = [k for k in (d.tobytes() for d in digests[first]) if all(k in index[r] for r in others)]
+    if not order:
+        raise InputError("ID alignment", "no ID is shared by all parties")
+    positions = {r: np.fromiter((index[r][k] for k in order), dtype=np.int64, count=len(order))
+                 for r in parties}
+    comm.scatter({r: {"op": "align", "positions": positions[r]} for r in parties})
+    lost = {r: n_rows_by_party[r] - len(order) for r in parties}
+    _log(cfg, f"ID alignment: {len(order)} rows shared by all parties; rows dropped per party: "
+         + ", ".join(f"party {r}: {lost[r]}" for r in parties))
+    return len(order), lost
+
+
+def _party_align(comm, rank, ids):
+    kp = KeyPair()
+    _expect(comm.recv(MASTER), "group_public")
+    comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
+    msg = comm.recv(MASTER)
+    if msg["op"] == "group_lead":
+        secret = random_secret()
+        out = {}
+        for r in msg["peers"]:
+            key, _ = pair_keys(kp, msg[f"pub{r}"].tobytes(), rank, r, b"group")
+            out[f"sealed{r}"] = np.frombuffer(SecureChannel(rank, r, key, key).seal(secret), dtype=np.uint8)
+        comm.send(MASTER, out)
+    else:
+        _expect(msg, "group_member")
+        # the lead sealed with its send key, which is this party's receive key
+        _, recv_key = pair_keys(kp, msg["lead_public"].tobytes(), rank, 1, b"group")
+        secret = SecureChannel(rank, 1, recv_key, recv_key).open(msg["sealed"].tobytes())
+    _expect(comm.recv(MASTER), "hash_ids")
+    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
+    return _expect(comm.recv(MASTER), "align")["positions"]
+
+
+# ---------------------------------------------------------------------------
+# Remote parties for the tree grower
+# ---------------------------------------------------------------------------
+class RemoteParties:
+    """The parties of an MPI (or in-process) job, as seen by the tree grower."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def exchange(self, msgs):
+        replies = self.comm.exchange({p + 1: m for p, m in enumerate(msgs) if m is not None})
+        return [replies.get(p + 1) for p in range(len(msgs))]
+
+    def broadcast(self, msgs):
+        self.comm.scatter({p + 1: m for p, m in enumerate(msgs)})
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+def _job_id(params, cfg, infos):
+    doc = {"params": params.to_dict(), "task": cfg.task, "n_parties": cfg.n_parties,
+           "parties": [infos[r]["fingerprint"] for r in sorted(infos)],
+           "master_full_model": bool(cfg.master_full_model)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _check_model_dir(folder, job_id, resume, overwrite, what):
+    """How many finished trees to keep (0 = start fresh); refuses a model of another job."""
+    existing = model_io.existing_model(folder)
+    if existing is None:
+        if resume:
+            raise InputError(what, f"--resume given but {folder!r} holds no checkpoint")
+        return 0
+    if existing.get("job_id") != job_id:
+        if overwrite:
+            return 0
+        raise InputError(what, f"{folder!r} holds a model from another job (job id "
+                               f"{existing.get('job_id')}, this job is {job_id}); use another "
+                               "model_dir or pass --overwrite")
+    if resume:
+        return int(existing.get("n_trees", 0))
+    if overwrite:
+        return 0
+    raise InputError(what, f"{folder!r} already holds a model of this job; pass --resume to "
+                           "continue it or --overwrite to start again")
+
+
+def master_train(comm, cfg):
+    """Master side of training; returns a summary dict."""
+    t_start = time.perf_counter()
+    params = validate(cfg.forest_params(), cfg.task)
+    cfg.check_job("train")
+    _check_world(comm, cfg)
+    comm.handshake()
+    infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column} for r in comm.clients})
+    holders = [r for r in comm.clients if infos[r]["has_label"]]
+    if len(holders) != 1:
+        where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
+        raise InputError("label_column", f"{cfg.label_column!r} must be held by exactly one party, "
+                                         f"found on {where}")
+    feature_counts = [infos[r]["n_features"] for r in comm.clients]
+    if sum(feature_counts) == 0:
+        raise InputError("data", "no party holds any feature column")
+    random_state = params.random_state
+    if random_state is None:
+        random_state = int(np.random.SeedSequence().entropy % (2 ** 63))
+        params.random_state = random_state
+    job_id = _job_id(params, cfg, infos)
+    my_dir = model_io.party_dir(cfg.model_dir, 0)
+    dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id} for r in comm.clients})
+    done = [_check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
+    done += [dirs[r]["n_trees"] for r in comm.clients]
+    start = min(done)
+    n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    label_party = holders[0]
+    y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
+    codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
+    is_clf = cfg.task == CLASSIFICATION
+    n_classes = classes.size if is_clf else 1
+    settings = SplitSettings(params, n_rows, is_clf, n_classes)
+    settings.reveal_splits = bool(cfg.master_full_model)
+    labels = PlainLabels(codes, is_clf, n_classes)
+    # validation is complete: from here on work starts and files get written
+    comm.bcast({"op": "setup", "y": codes, "n_classes": n_classes, "settings": settings,
+                "start": start, "job_id": job_id, "params": params.to_dict(), "task": cfg.task})
+    manifest = {
+        "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "task": cfg.task,
+        "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
+        "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
+        "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
+    }
+    if start == 0:
+        model_io.clear(my_dir)
+    grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
+                        y_codes=codes if is_clf else None, classes=classes)
+    seeds = tree_seeds(random_state, params.n_estimators)
+    rounds0, t_trees = comm.rounds, time.perf_counter()
+    if start:
+        _log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
+    bar = tqdm(total=params.n_estimators, initial=start, desc="training trees", unit="tree",
+               disable=not cfg.progress, leave=True)
+    for t in range(start, params.n_estimators):
+        tree = grower.grow(seeds[t])
+        model_io.write_tree(my_dir, t, tree)
+        model_io.write_manifest(my_dir, dict(manifest, n_trees=t + 1,
+                                             complete=t + 1 == params.n_estimators))
+        bar.update(1)
+    bar.close()
+    train_seconds = time.perf_counter() - t_trees
+    acks = comm.exchange({r: {"op": "done"} for r in comm.clients})
+    n_built = params.n_estimators - start
+    party_bytes = sum(a["bytes_sent"] for a in acks.values())
+    summary = {
+        "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
+        "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
+        "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
+        "bytes_total": comm.bytes_sent + party_bytes, "job_id": job_id,
+        "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
+    }
+    _log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
+              f"({summary['rounds_per_tree']:.1f} rounds per tree)")
+    _log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
+                                            for r, d in summary["model_dirs"].items()))
+    return summary
+
+
+def _crash_point(rank):
+    """Fault injection for tests: FEDFOREST_FAULT_CRASH=<rank>:<trees> makes that
+    party fail right after checkpointing that many trees."""
+    spec = os.environ.get("FEDFOREST_FAULT_CRASH")
+    if not spec:
+        return None
+    r, n = (int(x) for x in spec.split(":"))
+    return n if r == rank else None
+
+
+def party_train(comm, cfg):
+    """Party side of training."""
+    rank = comm.rank
+    validate(cfg.forest_params(), cfg.task)
+    cfg.check_job("train")
+    _check_world(comm, cfg)
+    comm.handshake()
+    msg = _expect(comm.recv(MASTER), "load")
+    table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
+    comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
+                       "has_label": table.has_label, "fingerprint": table.fingerprint()})
+    msg = _expect(comm.recv(MASTER), "check_dir")
+    folder = model_io.party_dir(cfg.model_dir, rank)
+    n_done = _check_model_dir(folder, msg["job_id"], cfg.resume, cfg.overwrite,
+                              f"party {rank} model_dir")
+    comm.send(MASTER, {"n_trees": n_done})
+    positions = _party_align(comm, rank, table.ids)
+    X = table.X[positions]
+    msg = comm.recv(MASTER)
+    if msg["op"] == "send_labels":
+        comm.send(MASTER, {"y": _label_array(table.y[positions], cfg.task,
+                                             f"label column {cfg.label_column!r}")})
+        msg = comm.recv(MASTER)
+    setup = _expect(msg, "setup")
+    settings = setup["settings"]
+    labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
+    splitter = PartySplitter(X, settings, labels)
+    manifest = {
+        "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
+        "task": setup["task"], "params": setup["params"], "columns": table.columns,
+        "categories": table.categories, "has_label": table.has_label,
+        "label_column": cfg.label_column if table.has_label else None,
+        "id_column": cfg.id_column, "split_method": settings.split_method,
+        "n_estimators": setup["params"]["n_estimators"],
+    }
+    start = setup["start"]
+    if start == 0:
+        model_io.clear(folder)
+    crash_after = _crash_point(rank)
+    t = start
+    while True:
+        msg = comm.recv(MASTER)
+        op = msg["op"]
+        if op == "done":
+            comm.send(MASTER, {"bytes_sent": comm.bytes_sent, "model_dir": folder})
+            return folder
+        reply = splitter.handle(msg)
+        if reply is not None:
+            comm.send(MASTER, reply)
+        if op == "finish":
+            model_io.write_tree(folder, t, splitter.trees.pop())
+            t += 1
+            model_io.write_manifest(folder, dict(manifest, n_trees=t,
+                                                 complete=t == manifest["n_estimators"]))
+            if crash_after is not None and t == crash_after:
+                raise RuntimeError(f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)")
+
+
+# ---------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------
+def _load_party_model(cfg, rank):
+    folder = model_io.party_dir(cfg.model_dir, rank)
+    what = f"party {rank} model" if rank else "master model"
+    m = model_io.read_manifest(folder, what)
+    role = "master" if rank == 0 else "party"
+    if m.get("role") != role or m.get("rank") != rank:
+        raise InputError(what, f"{folder!r} holds the model of {m.get('role')} rank {m.get('rank')}, "
+                               f"not of {role} rank {rank}")
+    if not m.get("complete"):
+        raise InputError(what, f"{folder!r} holds an unfinished training checkpoint "
+                               f"({m.get('n_trees')} of {m.get('n_estimators')} trees); resume training first")
+    return folder, m, model_io.read_trees(folder, m["n_trees"], what)
+
+
+def master_predict(comm, cfg):
+    """Master side of prediction; returns a summary with the predictions."""
+    cfg.check_job("predict")
+    _check_world(comm, cfg)
+    folder, manifest, trees = _load_party_model(cfg, 0)
+    if manifest["n_parties"] != cfg.n_parties:
+        raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
+                                          f"this job has {cfg.n_parties}")
+    comm.handshake()
+    infos = comm.exchange({r: {"op": "load"} for r in comm.clients})
+    for r in comm.clients:
+        if infos[r]["job_id"] != manifest["job_id"]:
+            raise InputError(f"party {r} model", f"belongs to job {infos[r]['job_id']}, the master's "
+                                                 f"model to job {manifest['job_id']}")
+        if infos[r]["n_trees"] != manifest["n_trees"]:
+            raise InputError(f"party {r} model", f"has {infos[r]['n_trees']} trees, the master's "
+                                                 f"{manifest['n_trees']}")
+        if infos[r]["n_unseen"]:
+            _log(cfg, f"party {r}: {infos[r]['n_unseen']} values of text columns were not seen in "
+                      "training and are treated as missing")
+    n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    rounds0 = comm.rounds
+    t0 = time.perf_counter()
+    if cfg.predict_method == "oneshot":
+        values = _predict_oneshot(comm, cfg, trees, n_rows)
+    else:
+        values = _predict_classical(comm, cfg, trees, n_rows)
+    seconds = time.perf_counter() - t0
+    predict_rounds = comm.rounds - rounds0
+    values /= len(trees)
+    is_clf = manifest["task"] == CLASSIFICATION
+    msg = {"op": "result"}
+    if is_clf:
+        classes = np.array(manifest["classes"])
+        msg.update(prediction=classes[np.argmax(values, axis=1)], proba=values,
+                   classes=[str(c) for c in classes])
+    else:
+        msg.update(prediction=values[:, 0])
+    out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
+    comm.exchange({r: {"op": "done"} for r in comm.clients})
+    _log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
+              f"({cfg.predict_method}, {predict_rounds} rounds); predictions written by party "
+              f"{cfg.result_party} to {out['path']}")
+    return {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
+            "values": values, "prediction": msg["prediction"], "output": out["path"]}
+
+
+def _predict_oneshot(comm, cfg, trees, n_rows):
+    """Algorithm 4: one collective round for the whole forest."""
+    replies = comm.exchange({r: {"op": "leaf_sets"} for r in comm.clients})
+    leaf_lists = [leaves_of(t) for t in trees]
+    per_party = []
+    for r in comm.clients:
+        rep = replies[r]
+        nw = (n_rows + 63) // 64
+        explicit, words = rep["explicit"], rep["words"].reshape(-1, nw)
+        sets, eo, wo = [], 0, 0
+        for leaves in leaf_lists:
+            e = explicit[eo: eo + leaves.size]
+            k = int(e.sum())
+            sets.append((e, words[wo: wo + k]))
+            eo += leaves.size
+            wo += k
+        per_party.append(sets)
+    width = trees[0]["value"].shape[1]
+    values = np.zeros((n_rows, width))
+    for i in tqdm(range(len(trees)), desc="combining leaf sets", unit="tree", disable=not cfg.progress):
+        pos = leaf_positions(n_rows, per_party, i, leaf_lists[i].size)
+        values += trees[i]["value"][leaf_lists[i][pos]]
+    return values
+
+
+def _predict_classical(comm, cfg, trees, n_rows):
+    """Node-by-node prediction: one round trip to the owning party per split node."""
+    comm.bcast({"op": "classical"})
+    width = trees[0]["value"].shape[1]
+    values = np.zeros((n_rows, width))
+    for i, t in enumerate(tqdm(trees, desc="classical prediction", unit="tree", disable=not cfg.progress)):
+        stack = [(0, np.arange(n_rows, dtype=np.int64))]
+        while stack:
+            node, rows = stack.pop()
+            if t["children_left"][node] < 0:
+                values[rows] += t["value"][node]
+                continue
+            if rows.size == 0:
+                continue
+            owner = int(t["owner"][node]) + 1
+            rep = comm.exchange({owner: {"op": "route", "tree": i, "node": node, "rows": rows}})[owner]
+            left = np.unpackbits(rep["bits"], count=rows.size).astype(bool)
+            stack.append((int(t["children_right"][node]), rows[~left]))
+            stack.append((int(t["children_left"][node]), rows[left]))
+    comm.bcast({"op": "end_classical"})
+    return values
+
+
+def party_predict(comm, cfg):
+    rank = comm.rank
+    cfg.check_job("predict")
+    _check_world(comm, cfg)
+    folder, manifest, trees = _load_party_model(cfg, rank)
+    comm.handshake()
+    _expect(comm.recv(MASTER), "load")
+    table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
+                       categories=manifest["categories"], label_column=manifest.get("label_column"))
+    comm.send(MASTER, {"job_id": manifest["job_id"], "n_trees": manifest["n_trees"],
+                       "n_rows": len(table.ids), "n_unseen": table.n_unseen})
+    positions = _party_align(comm, rank, table.ids)
+    X = table.X[positions]
+    ids = table.ids[positions]
+    method = manifest["split_method"]
+    while True:
+        msg = comm.recv(MASTER)
+        op = msg["op"]
+        if op == "leaf_sets":
+            sets = party_leaf_sets(X, trees, method)
+            explicit = np.concatenate([e for e, _ in sets])
+            words = np.concatenate([w for _, w in sets]) if sets else np.empty((0,), np.uint64)
+            comm.send(MASTER, {"explicit": explicit, "words": words.reshape(-1)})
+        elif op == "classical":
+            Xp = prepare_X(X, method)
+            while True:
+                m = comm.recv(MASTER)
+                if m["op"] == "end_classical":
+                    break
+                t = trees[m["tree"]]
+                node = m["node"]
+                f = int(t["feature"][node])
+                rows = m["rows"]
+                bits = K.goes_left(Xp[:, f], rows.astype(np.int32), 0, rows.size,
+                                   float(t["threshold"][node]), int(t["missing_left"][node]))
+                comm.send(MASTER, {"bits": np.packbits(bits)})
+        elif op == "result":
+            path = _write_predictions(cfg, ids, msg, manifest)
+            comm.send(MASTER, {"path": path})
+        elif op == "done":
+            comm.send(MASTER, {})
+            return None
+        else:
+            raise RuntimeError(f"protocol error: unexpected {op!r}")
+
+
+def _write_predictions(cfg, ids, msg, manifest):
+    df = pd.DataFrame({cfg.id_column: ids, "prediction": msg["prediction"]})
+    if "proba" in msg:
+        for k, c in enumerate(msg["classes"]):
+            df[f"proba_{c}"] = msg["proba"][:, k]
+    path = os.path.abspath(cfg.output)
+    model_io._atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
+    return path
