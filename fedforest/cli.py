@@ -42,7 +42,7 @@ def _mpi_command(args, master_fn, party_fn):
         cfg = resolve(args.config, flags)
         if comm.rank != 0:
             cfg.values["progress"] = cfg.progress = False
-            cfg.values["quiet"] = True
+            cfg.values["quiet"] = cfg.quiet = True
         return cfg
 
     if comm.rank == 0:

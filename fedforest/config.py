@@ -32,6 +32,7 @@ JOB_KEYS = {
     "predict_method": "oneshot",  # "oneshot" (one round) or "classical" (node by node)
     "progress": True,
     "verbose": False,
+    "quiet": False,               # no progress or summary lines
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}
 SECTIONS = {"job": JOB_KEYS, "forest": FOREST_KEYS}
