@@ -33,6 +33,7 @@ JOB_KEYS = {
     "progress": True,
     "verbose": False,
     "quiet": False,               # no progress or summary lines
+    "summary_json": None,         # the master writes its run summary (timings, rounds, bytes) here
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}
 SECTIONS = {"job": JOB_KEYS, "forest": FOREST_KEYS}

@@ -35,6 +35,15 @@ def _log(cfg, text):
     print(text, flush=True)
 
 
+def _write_summary(cfg, summary):
+    """Machine-readable run summary (arrays left out) when ``summary_json`` is set."""
+    if not cfg.summary_json:
+        return
+    doc = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
+    data = json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
+    model_io._atomic_write(os.path.abspath(cfg.summary_json), lambda fh: fh.write(data))
+
+
 def _expect(msg, op):
     if msg.get("op") != op:
         raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
@@ -281,13 +290,15 @@ def master_train(comm, cfg):
         "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
         "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
         "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
-        "bytes_total": comm.bytes_sent + party_bytes, "job_id": job_id,
+        "bytes_total": comm.bytes_sent + party_bytes,
+        "bytes_per_tree": (comm.bytes_sent + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
     }
     _log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
               f"({summary['rounds_per_tree']:.1f} rounds per tree)")
     _log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
                                             for r, d in summary["model_dirs"].items()))
+    _write_summary(cfg, summary)
     return summary
 
 
@@ -419,8 +430,11 @@ def master_predict(comm, cfg):
     _log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
               f"({cfg.predict_method}, {predict_rounds} rounds); predictions written by party "
               f"{cfg.result_party} to {out['path']}")
-    return {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
-            "values": values, "prediction": msg["prediction"], "output": out["path"]}
+    summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
+               "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
+               "output": out["path"]}
+    _write_summary(cfg, summary)
+    return summary
 
 
 def _predict_oneshot(comm, cfg, trees, n_rows):
