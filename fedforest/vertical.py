@@ -270,7 +270,7 @@ def master_train(comm, cfg):
     grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
                         y_codes=codes if is_clf else None, classes=classes)
     seeds = tree_seeds(random_state, params.n_estimators)
-    rounds0, t_trees = comm.rounds, time.perf_counter()
+    rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
         _log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = tqdm(total=params.n_estimators, initial=start, desc="training trees", unit="tree",
@@ -283,15 +283,15 @@ def master_train(comm, cfg):
         bar.update(1)
     bar.close()
     train_seconds = time.perf_counter() - t_trees
+    tree_bytes = comm.bytes_sent - bytes0
     acks = comm.exchange({r: {"op": "done"} for r in comm.clients})
     n_built = params.n_estimators - start
-    party_bytes = sum(a["bytes_sent"] for a in acks.values())
+    party_bytes = sum(a["tree_bytes_sent"] for a in acks.values())
     summary = {
         "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
         "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
         "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
-        "bytes_total": comm.bytes_sent + party_bytes,
-        "bytes_per_tree": (comm.bytes_sent + party_bytes) / max(n_built, 1), "job_id": job_id,
+        "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
     }
     _log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
@@ -352,11 +352,12 @@ def party_train(comm, cfg):
         model_io.clear(folder)
     crash_after = _crash_point(rank)
     t = start
+    bytes0 = comm.bytes_sent
     while True:
         msg = comm.recv(MASTER)
         op = msg["op"]
         if op == "done":
-            comm.send(MASTER, {"bytes_sent": comm.bytes_sent, "model_dir": folder})
+            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
         reply = splitter.handle(msg)
         if reply is not None:

@@ -1,0 +1,79 @@
+"""Shared helpers for the vertical-forest tests."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+
+from fedforest import model_io
+from fedforest.tree.builder import merge_partials
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_BIN = os.path.dirname(sys.executable)
+MPIEXEC = os.path.join(VENV_BIN, "mpiexec")
+TREE_KEYS = ("children_left", "children_right", "feature", "threshold", "missing_left", "value")
+
+
+def party_frames(X, y, groups, label_party=0, ids=None, label="y"):
+    """One DataFrame per party: id + its columns (+ the label on ``label_party``)."""
+    ids = [f"row-{i:05d}" for i in range(X.shape[0])] if ids is None else ids
+    frames = []
+    for p, cols in enumerate(groups):
+        d = pd.DataFrame({f"f{c}": X[:, c] for c in cols})
+        d.insert(0, "id", ids)
+        if p == label_party:
+            d[label] = y
+        frames.append(d)
+    return frames
+
+
+def complete_trees(model_dir, n_parties, offsets):
+    """The complete trees as the union of the master's and parties' saved partial trees."""
+    mdir = model_io.party_dir(model_dir, 0)
+    n = model_io.read_manifest(mdir)["n_trees"]
+    master = model_io.read_trees(mdir, n)
+    parts = [model_io.read_trees(model_io.party_dir(model_dir, r), n) for r in range(1, n_parties + 1)]
+    return [merge_partials(master[t], [p[t] for p in parts], offsets) for t in range(n)]
+
+
+def assert_same_trees(trees, reference):
+    assert len(trees) == len(reference)
+    for t, (a, b) in enumerate(zip(trees, reference)):
+        for k in TREE_KEYS:
+            assert np.array_equal(a[k], b[k], equal_nan=True), f"tree {t}: {k} differs"
+
+
+def random_groups(n_features, n_parties, rng):
+    """A random split of the columns into ``n_parties`` non-empty groups (random order inside)."""
+    perm = rng.permutation(n_features)
+    cuts = np.sort(rng.choice(np.arange(1, n_features), n_parties - 1, replace=False))
+    return [list(g) for g in np.split(perm, cuts)]
+
+
+def mpirun(n_ranks, args, timeout=240, env=None, cwd=ROOT):
+    """Run ``python -m fedforest <args>`` under the wheel's mpiexec; returns CompletedProcess."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    cmd = [MPIEXEC, "-n", str(n_ranks), sys.executable, "-m", "fedforest"] + list(args)
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def write_job(folder, frames, task, n_estimators=4, fmt="csv", extra=""):
+    """Party files + a job TOML in ``folder``; returns the TOML path."""
+    paths = []
+    for p, f in enumerate(frames, start=1):
+        path = os.path.join(folder, f"party{p}.{fmt}")
+        if fmt == "csv":
+            f.to_csv(path, index=False)
+        elif fmt == "parquet":
+            f.to_parquet(path)
+        elif fmt == "npz":
+            np.savez(path, **{c: (f[c].to_numpy().astype(str) if pd.api.types.is_string_dtype(f[c])
+                                  else f[c].to_numpy()) for c in f.columns})
+        paths.append(os.path.basename(path))
+    toml = os.path.join(folder, "job.toml")
+    with open(toml, "w") as fh:
+        fh.write(f'[job]\ntask = "{task}"\ndata = {paths!r}\nlabel_column = "y"\n'
+                 f'model_dir = "model"\nprogress = false\n{extra}\n'
+                 f'[forest]\nn_estimators = {n_estimators}\nrandom_state = 7\n'.replace("'", '"'))
+    return toml
