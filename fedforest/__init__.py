@@ -7,7 +7,14 @@ in one process.
 __version__ = "0.1.0"
 
 from .errors import ChannelError, FedForestError, InputError, RemoteError  # noqa: E402
-from .forest import ForestClassifier, ForestRegressor  # noqa: E402
 
 __all__ = ["ForestClassifier", "ForestRegressor", "FedForestError", "InputError",
            "ChannelError", "RemoteError", "__version__"]
+
+
+def __getattr__(name):
+    # the estimators import scikit-learn, which MPI ranks do not need: load on first use
+    if name in ("ForestClassifier", "ForestRegressor"):
+        from . import forest
+        return getattr(forest, name)
+    raise AttributeError(f"module 'fedforest' has no attribute {name!r}")

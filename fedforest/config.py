@@ -66,7 +66,7 @@ def load_toml(path):
         else:
             raise _unknown(key, "config")
     base = os.path.dirname(os.path.abspath(path))
-    for k in ("data", "model_dir", "output"):
+    for k in ("data", "model_dir", "output", "summary_json"):
         if k in flat:
             flat[k] = _relative_to(flat[k], base)
     return flat

@@ -19,7 +19,7 @@ from .crypto.ids import hash_ids
 from .crypto.keys import KeyPair, pair_keys, random_secret
 from .data.io import check_ids, encode_features, read_table
 from .errors import InputError
-from .forest import encode_labels
+from .data.validation import encode_labels
 from .params import CLASSIFICATION, validate
 from .tree.builder import PartySplitter, SplitSettings, TreeGrower, tree_seeds
 from .tree.labels import PlainLabels

@@ -1,0 +1,46 @@
+"""Validation of feature matrices and labels (shared by every estimator and mode)."""
+import numpy as np
+
+from ..errors import InputError
+from ..params import REGRESSION
+
+
+def check_features(X, what="X"):
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(what, f"must be numeric ({exc})") from None
+    if X.ndim != 2:
+        raise InputError(what, f"must be a 2-D array, got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise InputError(what, "has no rows")
+    if np.isinf(X).any():
+        raise InputError(what, "contains infinite values (NaN is allowed and means missing)")
+    return X
+
+
+def encode_labels(y, task, what="y"):
+    """Validated labels: ``(codes_or_values, classes)``; classes is None for regression."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise InputError(what, f"must be 1-D, got shape {y.shape}")
+    if task == REGRESSION:
+        try:
+            yf = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InputError(what, "must be numeric for regression") from None
+        if not np.isfinite(yf).all():
+            raise InputError(what, f"contains {int((~np.isfinite(yf)).sum())} NaN or infinite labels")
+        return yf, None
+    if y.dtype.kind in "fc":
+        if not np.isfinite(y).all():
+            raise InputError(what, f"contains {int((~np.isfinite(y)).sum())} NaN or infinite labels")
+    elif y.dtype.kind == "O":
+        bad = [v for v in y if v is None or (isinstance(v, float) and not np.isfinite(v))]
+        if bad:
+            raise InputError(what, f"contains {len(bad)} missing labels")
+        y = y.astype(str)
+    classes, codes = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise InputError(what, f"has only one class ({classes[0]!r}); classification needs at least two")
+    return codes.astype(np.int32), classes
