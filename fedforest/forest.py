@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from .data.validation import check_features, encode_labels
 from .errors import InputError
-from .params import CLASSIFICATION, ForestParams, validate
+from .params import CLASSIFICATION, REGRESSION, ForestParams, validate
 from .tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
 from .tree.labels import PlainLabels
 from .tree.predict import mean_leaf_values
