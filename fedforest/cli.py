@@ -91,13 +91,13 @@ def cmd_demo_report(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train a vertical Federated Forest (under mpiexec)")
+    p = sub.add_parser("train", allow_abbrev=False, help="train a vertical Federated Forest (under mpiexec)")
     _add_job_flags(p)
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("predict", help="predict with a trained forest (under mpiexec)")
+    p = sub.add_parser("predict", allow_abbrev=False, help="predict with a trained forest (under mpiexec)")
     _add_job_flags(p)
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("evaluate", help="metrics of a predictions file against true labels")

@@ -41,6 +41,9 @@ ALL_KEYS = {**JOB_KEYS, **FOREST_KEYS}
 
 
 def _unknown(key, where):
+    for section, keys in SECTIONS.items():
+        if key in keys:
+            return InputError(where, f"key {key!r} belongs in the [{section}] table")
     near = difflib.get_close_matches(key, list(ALL_KEYS) + list(SECTIONS), n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     return InputError(where, f"unknown key {key!r}{hint}")

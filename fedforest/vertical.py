@@ -237,16 +237,17 @@ def master_train(comm, cfg):
     feature_counts = [infos[r]["n_features"] for r in comm.clients]
     if sum(feature_counts) == 0:
         raise InputError("data", "no party holds any feature column")
-    random_state = params.random_state
-    if random_state is None:
-        random_state = int(np.random.SeedSequence().entropy % (2 ** 63))
-        params.random_state = random_state
     job_id = _job_id(params, cfg, infos)
     my_dir = model_io.party_dir(cfg.model_dir, 0)
     dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id} for r in comm.clients})
     done = [_check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
     done += [dirs[r]["n_trees"] for r in comm.clients]
     start = min(done)
+    # without a fixed random_state a seed is drawn once and kept in the checkpoint
+    random_state = params.random_state
+    if random_state is None:
+        random_state = (model_io.read_manifest(my_dir)["random_state_used"] if start
+                        else int(np.random.SeedSequence().entropy % (2 ** 63)))
     n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
     label_party = holders[0]
     y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
@@ -264,6 +265,7 @@ def master_train(comm, cfg):
         "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
         "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
+        "random_state_used": random_state,
     }
     if start == 0:
         model_io.clear(my_dir)

@@ -82,7 +82,8 @@ def encode_features(df, columns, what, categories=None):
             values = col.to_numpy(dtype=np.float64, na_value=np.nan)
             if np.isinf(values).any():
                 raise InputError(what, f"column {name!r} contains infinite values")
-            if name in categories:
+            if name in categories and not np.isnan(values).all():
+                # (an all-empty column reads as numeric: it is simply all missing)
                 raise InputError(what, f"column {name!r} was text in training and is numeric now")
         elif kind == "b":
             values = col.to_numpy(dtype=np.float64)
@@ -97,7 +98,7 @@ def encode_features(df, columns, what, categories=None):
                 raise InputError(what, f"column {name!r} was numeric in training and is text now")
             lookup = {c: float(i) for i, c in enumerate(categories[name])}
             mapped = col.map(lambda v: np.nan if v is None else lookup.get(v, -1.0))
-            values = mapped.to_numpy(dtype=np.float64)
+            values = mapped.to_numpy(dtype=np.float64, copy=True)
             unseen = values == -1.0
             n_unseen += int(unseen.sum())
             values[unseen] = np.nan

@@ -42,5 +42,5 @@ def encode_labels(y, task, what="y"):
         y = y.astype(str)
     classes, codes = np.unique(y, return_inverse=True)
     if classes.size < 2:
-        raise InputError(what, f"has only one class ({classes[0]!r}); classification needs at least two")
+        raise InputError(what, f"has only one class ({classes[0].item()!r}); classification needs at least two")
     return codes.astype(np.int32), classes

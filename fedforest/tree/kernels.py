@@ -70,6 +70,21 @@ def _add_row(acc, r, ycls, yw, is_clf, sign):
 
 
 @njit(cache=True)
+def _accumulate(acc, rows, s, e, ycls, yw, is_clf):
+    """Add the statistics of ``rows[s:e]`` to ``acc`` (in row order)."""
+    if is_clf:
+        for i in range(s, e):
+            r = rows[i]
+            acc[ycls[r]] += yw[r, 0]
+    else:
+        for i in range(s, e):
+            r = rows[i]
+            acc[0] += yw[r, 0]
+            acc[1] += yw[r, 1]
+            acc[2] += yw[r, 2]
+
+
+@njit(cache=True)
 def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     """Per-node label statistics, weight, impurity and distinct-row count."""
     n_nodes = starts.shape[0]
@@ -77,11 +92,13 @@ def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     w = np.zeros(n_nodes)
     imp = np.zeros(n_nodes)
     count = np.zeros(n_nodes, dtype=np.int64)
+    acc = np.zeros(S)
     for j in range(n_nodes):
-        for i in range(starts[j], ends[j]):
-            _add_row(stats[j], rows[i], ycls, yw, is_clf, 1.0)
-        w[j] = _weight(stats[j], is_clf)
-        imp[j] = impurity(stats[j], w[j], crit)
+        acc[:] = 0.0
+        _accumulate(acc, rows, starts[j], ends[j], ycls, yw, is_clf)
+        stats[j, :] = acc
+        w[j] = _weight(acc, is_clf)
+        imp[j] = impurity(acc, w[j], crit)
         count[j] = ends[j] - starts[j]
     return stats, w, imp, count
 
@@ -134,19 +151,28 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
         if e - s < 2 * min_samples_leaf or e - s < 2:
             continue
         node[:] = 0.0
-        for i in range(s, e):
-            _add_row(node, rows[i], ycls, yw, is_clf, 1.0)
+        _accumulate(node, rows, s, e, ycls, yw, is_clf)
         w_node = _weight(node, is_clf)
         imp_node = impurity(node, w_node, crit)
         for f in range(n_feat):
             if fmask[j, f] == 0:
                 continue
             nb = n_bins[f]
-            for i in range(s, e):
-                r = rows[i]
-                b = Xb[r, f]
-                cnt[b] += 1
-                _add_row(hist[b], r, ycls, yw, is_clf, 1.0)
+            col = Xb[:, f]
+            if is_clf:
+                for i in range(s, e):
+                    r = rows[i]
+                    b = col[r]
+                    cnt[b] += 1
+                    hist[b, ycls[r]] += yw[r, 0]
+            else:
+                for i in range(s, e):
+                    r = rows[i]
+                    b = col[r]
+                    cnt[b] += 1
+                    hist[b, 0] += yw[r, 0]
+                    hist[b, 1] += yw[r, 1]
+                    hist[b, 2] += yw[r, 2]
             n_miss = cnt[MISSING_BIN]
             tot[:] = 0.0
             for b in range(nb):
@@ -200,9 +226,11 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                         best_ml[j] = 1
             # reset only the bins this node touched
             for i in range(s, e):
-                b = Xb[rows[i], f]
-                cnt[b] = 0
-                hist[b, :] = 0.0
+                b = col[rows[i]]
+                if cnt[b] != 0:
+                    cnt[b] = 0
+                    for k in range(S):
+                        hist[b, k] = 0.0
     return best_gain, best_feat, best_bin, best_ml
 
 
@@ -237,8 +265,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
         if n < 2 * min_samples_leaf or n < 2:
             continue
         node[:] = 0.0
-        for i in range(s, e):
-            _add_row(node, rows[i], ycls, yw, is_clf, 1.0)
+        _accumulate(node, rows, s, e, ycls, yw, is_clf)
         w_node = _weight(node, is_clf)
         imp_node = impurity(node, w_node, crit)
         vals = np.empty(n, dtype=np.float64)
