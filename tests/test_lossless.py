@@ -93,3 +93,22 @@ def test_rows_are_aligned_by_id_not_by_position(tmp_path):
     assert s["rows_lost"] == {1: 0, 2: 15}
     est = ForestClassifier(n_estimators=4, random_state=1).fit(X[keep], y[keep])
     assert_same_trees(complete_trees(str(tmp_path / "m"), 2, [0, 4, 9]), est.estimators_)
+
+
+def test_master_full_model_holds_the_complete_trees(tmp_path):
+    from fedforest import model_io
+    X, y = _data("classification", 3, 2, nan_share=0.0)
+    groups = [[2, 0, 1], [3, 4], [8, 7, 6, 5]]
+    frames = party_frames(X, y, groups, label_party=2)
+    md = str(tmp_path / "m")
+    run_vertical("train", frames, task="classification", label_column="y", model_dir=md,
+                 n_estimators=3, random_state=4, master_full_model=True)
+    master = model_io.read_trees(model_io.party_dir(md, 0), 3)
+    union = complete_trees(md, 3, [0, 3, 5, 9])
+    for m, u in zip(master, union):
+        for k in ("feature", "threshold", "missing_left"):
+            assert np.array_equal(m[k], u[k], equal_nan=True)
+    # without the flag the master stores no split details
+    run_vertical("train", frames, task="classification", label_column="y", model_dir=md,
+                 n_estimators=3, random_state=4, overwrite=True)
+    assert "threshold" not in model_io.read_trees(model_io.party_dir(md, 0), 1)[0]
