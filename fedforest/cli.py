@@ -10,6 +10,9 @@ from .config import ALL_KEYS, parse_flag_value, resolve
 from .errors import InputError
 
 BOOL_KEYS = [k for k, v in ALL_KEYS.items() if isinstance(v, bool)]
+# values that are names or paths: never read as numbers (a column may be called "7")
+TEXT_KEYS = ("task", "id_column", "label_column", "model_dir", "output", "summary_json",
+             "label_privacy", "predict_method", "criterion", "split_method", "feature_sampling")
 
 
 def _add_job_flags(p):
@@ -19,6 +22,8 @@ def _add_job_flags(p):
         if key == "data":
             p.add_argument(flag, nargs="+", default=argparse.SUPPRESS, metavar="FILE",
                            help="data file of each party, in rank order")
+        elif key in TEXT_KEYS:
+            p.add_argument(flag, type=str, default=argparse.SUPPRESS, metavar="VALUE")
         elif key in BOOL_KEYS:
             p.add_argument(flag, nargs="?", const=True, type=parse_flag_value,
                            default=argparse.SUPPRESS, metavar="BOOL")
@@ -36,17 +41,18 @@ def _mpi_command(args, master_fn, party_fn):
     from .transport.runner import run_master, run_rank
     comm = Comm(world_transport())
     flags = _flags(args)
-    verbose = bool(flags.get("verbose", False))
+    state = {"verbose": bool(flags.get("verbose", False))}
 
     def load():
         cfg = resolve(args.config, flags)
+        state["verbose"] = bool(cfg.verbose)
         if comm.rank != 0:
             cfg.values["progress"] = cfg.progress = False
             cfg.values["quiet"] = cfg.quiet = True
         return cfg
 
     if comm.rank == 0:
-        run_master(comm, lambda c: master_fn(c, load()), verbose=verbose)
+        run_master(comm, lambda c: master_fn(c, load()), verbose=lambda: state["verbose"])
     else:
         run_rank(comm, None, lambda c: party_fn(c, load()))
     return 0

@@ -7,6 +7,7 @@ docs/protocol.md for the message sequence and the threat model.
 import hashlib
 import json
 import os
+import secrets
 import time
 
 import numpy as np
@@ -30,9 +31,17 @@ MASTER = 0
 
 
 def _log(cfg, text):
-    if cfg.values.get("quiet"):
+    if cfg.quiet:
         return
     print(text, flush=True)
+
+
+def _bar(cfg, **kw):
+    return tqdm(disable=not cfg.progress or cfg.quiet, **kw)
+
+
+def _rounds(n):
+    return f"{n} round" + ("" if n == 1 else "s")
 
 
 def _write_summary(cfg, summary):
@@ -133,7 +142,8 @@ def _master_align(comm, cfg, n_rows_by_party):
                       **{f"pub{r}": pubs[r] for r in others}})
     sealed = comm.recv(first)
     for r in others:
-        comm.send(r, {"op": "group_member", "lead_public": pubs[first], "sealed": sealed[f"sealed{r}"]})
+        comm.send(r, {"op": "group_member", "lead": first, "lead_public": pubs[first],
+                      "sealed": sealed[f"sealed{r}"]})
     digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": "hash_ids"} for r in parties}).items()}
     index = {}
     for r in parties:
@@ -166,8 +176,9 @@ def _party_align(comm, rank, ids):
     else:
         _expect(msg, "group_member")
         # the lead sealed with its send key, which is this party's receive key
-        _, recv_key = pair_keys(kp, msg["lead_public"].tobytes(), rank, 1, b"group")
-        secret = SecureChannel(rank, 1, recv_key, recv_key).open(msg["sealed"].tobytes())
+        lead = msg["lead"]
+        _, recv_key = pair_keys(kp, msg["lead_public"].tobytes(), rank, lead, b"group")
+        secret = SecureChannel(rank, lead, recv_key, recv_key).open(msg["sealed"].tobytes())
     _expect(comm.recv(MASTER), "hash_ids")
     comm.send(MASTER, {"digests": hash_ids(ids, secret)})
     return _expect(comm.recv(MASTER), "align")["positions"]
@@ -243,11 +254,14 @@ def master_train(comm, cfg):
     done = [_check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
     done += [dirs[r]["n_trees"] for r in comm.clients]
     start = min(done)
-    # without a fixed random_state a seed is drawn once and kept in the checkpoint
+    # a run id tells models of different runs apart (kept when resuming); without a
+    # fixed random_state the seed is drawn once and kept in the checkpoint too
+    previous = model_io.read_manifest(my_dir) if start else {}
+    run_id = previous.get("run_id") or secrets.token_hex(16)
     random_state = params.random_state
     if random_state is None:
-        random_state = (model_io.read_manifest(my_dir)["random_state_used"] if start
-                        else int(np.random.SeedSequence().entropy % (2 ** 63)))
+        random_state = previous["random_state_used"] if start else \
+            int(np.random.SeedSequence().entropy % (2 ** 63))
     n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
     label_party = holders[0]
     y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
@@ -259,9 +273,10 @@ def master_train(comm, cfg):
     labels = PlainLabels(codes, is_clf, n_classes)
     # validation is complete: from here on work starts and files get written
     comm.bcast({"op": "setup", "y": codes, "n_classes": n_classes, "settings": settings,
-                "start": start, "job_id": job_id, "params": params.to_dict(), "task": cfg.task})
+                "start": start, "job_id": job_id, "run_id": run_id, "params": params.to_dict(), "task": cfg.task})
     manifest = {
-        "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "task": cfg.task,
+        "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "run_id": run_id,
+        "task": cfg.task,
         "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
         "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
@@ -275,8 +290,7 @@ def master_train(comm, cfg):
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
         _log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
-    bar = tqdm(total=params.n_estimators, initial=start, desc="training trees", unit="tree",
-               disable=not cfg.progress, leave=True)
+    bar = _bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
     for t in range(start, params.n_estimators):
         tree = grower.grow(seeds[t])
         model_io.write_tree(my_dir, t, tree)
@@ -343,6 +357,7 @@ def party_train(comm, cfg):
     splitter = PartySplitter(X, settings, labels)
     manifest = {
         "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
+        "run_id": setup["run_id"],
         "task": setup["task"], "params": setup["params"], "columns": table.columns,
         "categories": table.categories, "has_label": table.has_label,
         "label_column": cfg.label_column if table.has_label else None,
@@ -404,6 +419,9 @@ def master_predict(comm, cfg):
         if infos[r]["job_id"] != manifest["job_id"]:
             raise InputError(f"party {r} model", f"belongs to job {infos[r]['job_id']}, the master's "
                                                  f"model to job {manifest['job_id']}")
+        if infos[r]["run_id"] != manifest.get("run_id"):
+            raise InputError(f"party {r} model", f"comes from another training run (run id "
+                                                 f"{infos[r]['run_id']}, the master's {manifest.get('run_id')})")
         if infos[r]["n_trees"] != manifest["n_trees"]:
             raise InputError(f"party {r} model", f"has {infos[r]['n_trees']} trees, the master's "
                                                  f"{manifest['n_trees']}")
@@ -431,7 +449,7 @@ def master_predict(comm, cfg):
     out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
     comm.exchange({r: {"op": "done"} for r in comm.clients})
     _log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
-              f"({cfg.predict_method}, {predict_rounds} rounds); predictions written by party "
+              f"({cfg.predict_method}, {_rounds(predict_rounds)}); predictions written by party "
               f"{cfg.result_party} to {out['path']}")
     summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
                "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
@@ -459,7 +477,7 @@ def _predict_oneshot(comm, cfg, trees, n_rows):
         per_party.append(sets)
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
-    for i in tqdm(range(len(trees)), desc="combining leaf sets", unit="tree", disable=not cfg.progress):
+    for i in _bar(cfg, iterable=range(len(trees)), desc="combining leaf sets", unit="tree"):
         pos = leaf_positions(n_rows, per_party, i, leaf_lists[i].size)
         values += trees[i]["value"][leaf_lists[i][pos]]
     return values
@@ -470,7 +488,7 @@ def _predict_classical(comm, cfg, trees, n_rows):
     comm.bcast({"op": "classical"})
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
-    for i, t in enumerate(tqdm(trees, desc="classical prediction", unit="tree", disable=not cfg.progress)):
+    for i, t in enumerate(_bar(cfg, iterable=trees, desc="classical prediction", unit="tree")):
         stack = [(0, np.arange(n_rows, dtype=np.int64))]
         while stack:
             node, rows = stack.pop()
@@ -497,7 +515,8 @@ def party_predict(comm, cfg):
     _expect(comm.recv(MASTER), "load")
     table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
                        categories=manifest["categories"], label_column=manifest.get("label_column"))
-    comm.send(MASTER, {"job_id": manifest["job_id"], "n_trees": manifest["n_trees"],
+    comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
+                       "n_trees": manifest["n_trees"],
                        "n_rows": len(table.ids), "n_unseen": table.n_unseen})
     positions = _party_align(comm, rank, table.ids)
     X = table.X[positions]

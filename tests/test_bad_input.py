@@ -779,3 +779,30 @@ def test_mpi_unknown_toml_key_is_refused(tmp_path):
     assert code != 0, output
     assert "unknown key 'max_dept'" in output and "max_depth" in output, output
     assert not (tmp_path / "model").exists(), "model dir created despite the error"
+
+
+def test_predict_refuses_party_models_from_another_run(tmp_path):
+    """Two runs of the same job (no fixed seed): mixing their party folders is refused,
+    whatever the prediction method."""
+    import shutil
+    from fedforest.local import run_vertical as _run
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4))
+    y = (X[:, 0] + X[:, 2] > 0).astype(int)
+    frames = []
+    for p, cols in enumerate([[0, 1], [2, 3]]):
+        d = pd.DataFrame({f"f{c}": X[:, c] for c in cols})
+        d.insert(0, "id", [f"r{i}" for i in range(80)])
+        if p == 0:
+            d["y"] = y
+        frames.append(d)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for md in (a, b):
+        _run("train", frames, task="classification", label_column="y", model_dir=md, n_estimators=3)
+    shutil.rmtree(os.path.join(a, "party-2"))
+    shutil.copytree(os.path.join(b, "party-2"), os.path.join(a, "party-2"))
+    for method in ("oneshot", "classical"):
+        out = tmp_path / f"p-{method}.csv"
+        with pytest.raises(InputError, match="party 2 model: comes from another training run"):
+            _run("predict", frames, model_dir=a, predict_method=method, output=str(out))
+        assert not out.exists()

@@ -56,7 +56,7 @@ def test_mpi_train_and_predict_equal_centralized(tmp_path, n_parties):
     out = _check(mpirun(n_parties + 1, ["predict", "--config", job, "--data", *paths,
                                         "--output", str(tmp_path / "pred.csv"),
                                         "--summary-json", str(tmp_path / "pred.json")]))
-    assert "(oneshot, 1 rounds)" in out
+    assert "(oneshot, 1 round)" in out
     pred = pd.read_csv(tmp_path / "pred.csv")
     ref = pd.DataFrame({"id": test[0]["id"], "ref": est.predict(Xt[:, order])})
     merged = pred.merge(ref, on="id")

@@ -11,6 +11,7 @@ Failures: an exception on a party is sent to the master on a separate tag
 it raises :class:`~fedforest.errors.RemoteError` naming the rank, with the
 remote traceback, instead of hanging.  The runner then stops every rank.
 """
+import json
 import os
 import pickle
 import struct
@@ -184,18 +185,19 @@ class Comm:
         data = self.raw.recv_bytes(src, TAG_ERROR)
         ch = self.error_channels.get(src)
         try:
-            payload = pickle.loads(ch.open(data) if ch else data)
-        except ChannelError:
+            # JSON, not pickle: a report may arrive before the channel keys exist
+            payload = json.loads(bytes(ch.open(data) if ch else data).decode("utf-8"))
+        except (ChannelError, ValueError):
             payload = {"type": "ChannelError", "message": "error report failed authentication",
                        "traceback": ""}
         raise RemoteError(src, payload["type"], payload["message"], payload["traceback"])
 
     def report_error(self, exc):
         """Party: send an exception to the master (sealed when a channel exists)."""
-        payload = pickle.dumps({
+        payload = json.dumps({
             "type": type(exc).__name__, "message": str(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        })
+        }).encode("utf-8")
         ch = self.error_channels.get(MASTER)
         data = ch.seal(payload) if ch else payload
         self.raw.send_bytes(MASTER, data, TAG_ERROR)

@@ -24,10 +24,13 @@ def run_rank(comm, master_fn, party_fn, results=None):
         return None
 
 
+INPUT_ERRORS = ("InputError", "PartialTreeMismatch")
+
+
 def describe_failure(exc, verbose=False):
     """What the master prints when the job fails."""
     if isinstance(exc, RemoteError):
-        if exc.exc_type == "InputError" and not verbose:
+        if exc.exc_type in INPUT_ERRORS and not verbose:
             return f"error on rank {exc.rank}: {exc.remote_message}"
         return f"error on rank {exc.rank}: {exc.exc_type}: {exc.remote_message}\n" \
                f"--- traceback from rank {exc.rank} ---\n{exc.remote_traceback}"
@@ -37,14 +40,14 @@ def describe_failure(exc, verbose=False):
         traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-def run_master(comm, master_fn, verbose=False):
-    """Master side under MPI: run ``master_fn``; on failure print the cause and
-    stop every rank with a non-zero exit code."""
+def run_master(comm, master_fn, verbose=lambda: False):
+    """Master side under MPI: run ``master_fn``; on failure print the cause (with
+    tracebacks when ``verbose()``) and stop every rank with a non-zero exit code."""
     try:
         return master_fn(comm)
     except BaseException as exc:  # noqa: BLE001
         code = 2 if isinstance(exc, InputError) or (
-            isinstance(exc, RemoteError) and exc.exc_type == "InputError") else 1
-        print(describe_failure(exc, verbose), file=sys.stderr, flush=True)
+            isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
+        print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
         comm.raw.abort(code)
         raise SystemExit(code)

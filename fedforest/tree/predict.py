@@ -3,6 +3,7 @@
 import numpy as np
 
 from . import kernels as K
+from ..errors import InputError
 
 
 def prepare_X(X, split_method):
@@ -39,8 +40,8 @@ def party_leaf_sets(X_local, partial_trees, split_method):
     return out
 
 
-class ProposititionViolation(RuntimeError):
-    pass
+class PartialTreeMismatch(InputError):
+    """The parties' partial trees do not belong to one model (Proposition 1 fails)."""
 
 
 def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
@@ -55,7 +56,7 @@ def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
                                    len(leaf_sets_by_party), n_leaves)
     if n_rows and pos.min() < 0:
         bad = int(np.count_nonzero(pos < 0))
-        raise ProposititionViolation(
-            f"tree {tree_index}: {bad} rows did not land in exactly one leaf; the parties' "
-            "partial trees do not belong to the same model")
+        raise PartialTreeMismatch(
+            "prediction", f"tree {tree_index}: {bad} rows did not land in exactly one leaf; "
+            "the parties' partial trees do not belong to the same model")
     return pos

@@ -1,0 +1,690 @@
+"""Numba kernels of fedforest.tree.kernels and quantile binning, checked against
+brute-force numpy/Python references written independently below."""
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+from fedforest.forest import ForestClassifier
+from fedforest.tree import kernels as K
+from fedforest.tree.binning import fit_bins, transform_bins
+
+MISSING = 255
+TOL = dict(rtol=1e-9, atol=1e-12)
+# name -> (crit code, n_classes); n_classes 0 means regression
+TASKS = {"gini2": (0, 2), "gini4": (0, 4), "entropy2": (1, 2), "entropy4": (1, 4), "mse": (2, 0)}
+
+
+# --------------------------------------------------------------------------- references
+class Problem:
+    """Labels, bootstrap weights and the kernels' (ycls, yw) statistics for one task."""
+
+    def __init__(self, rng, n, task, y=None, w=None):
+        self.crit, self.C = TASKS[task]
+        self.is_clf = self.C > 0
+        self.w = rng.integers(0, 4, n).astype(float) if w is None else np.asarray(w, float)
+        if self.is_clf:
+            self.y = rng.integers(0, self.C, n) if y is None else np.asarray(y)
+            self.ycls = self.y.astype(np.int32)
+            self.yw = np.ascontiguousarray(self.w.reshape(-1, 1))
+            self.S = self.C
+        else:
+            self.y = np.round(rng.normal(size=n), 2) if y is None else np.asarray(y, float)
+            self.ycls = np.zeros(n, dtype=np.int32)
+            self.yw = np.column_stack((self.w, self.w * self.y, self.w * self.y ** 2))
+            self.S = 3
+        self.w_total = float(self.w.sum())
+
+    def impurity(self, idx):
+        """Impurity of the rows ``idx`` computed from raw labels and weights."""
+        y, w = self.y[idx], self.w[idx]
+        W = w.sum()
+        if W <= 0:
+            return 0.0
+        if not self.is_clf:
+            mean = np.dot(w, y) / W
+            return float(np.dot(w, (y - mean) ** 2) / W)
+        p = np.bincount(y, weights=w, minlength=self.C) / W
+        if self.crit == 0:
+            return float(1.0 - np.sum(p * p))
+        p = p[p > 0]
+        return float(-np.sum(p * np.log2(p)))
+
+    def gain(self, idx, left, msl, mwl):
+        """Weighted impurity decrease of splitting rows ``idx`` by boolean ``left``."""
+        li, ri = idx[left], idx[~left]
+        wl, wr, W = self.w[li].sum(), self.w[ri].sum(), self.w[idx].sum()
+        if li.size < msl or ri.size < msl or wl <= 0 or wr <= 0 or wl < mwl or wr < mwl:
+            return -np.inf
+        return W / self.w_total * (self.impurity(idx) - wl / W * self.impurity(li)
+                                   - wr / W * self.impurity(ri))
+
+    def kernel_args(self):
+        return self.ycls, self.yw, self.is_clf, self.S, self.crit
+
+
+def make_segments(rng, w, n_big=3):
+    """Rows grouped by node: tiny nodes (1, 0 and 3 rows) then ``n_big`` nodes of
+    at least 8 rows; the middle large node is left out of the listed (open) nodes."""
+    inbag = rng.permutation(np.flatnonzero(w > 0))
+    n = inbag.size
+    big = 8 + rng.multinomial(n - 4 - 8 * n_big, np.ones(n_big) / n_big)
+    sizes = [1, 0, 3] + big.tolist()
+    bounds = np.r_[0, np.cumsum(sizes)]
+    rows = np.concatenate([np.sort(inbag[bounds[k]:bounds[k + 1]]) for k in range(len(sizes))])
+    listed = [k for k in range(len(sizes)) if k != 3 + n_big // 2]
+    starts = bounds[listed].astype(np.int64)
+    ends = bounds[np.array(listed) + 1].astype(np.int64)
+    return rows.astype(np.int32), starts, ends
+
+
+def hist_matrix(rng, n, n_bins, miss_rate):
+    Xb = np.empty((n, len(n_bins)), dtype=np.uint8, order="F")
+    for f, (nb, q) in enumerate(zip(n_bins, miss_rate)):
+        Xb[:, f] = rng.integers(0, nb, n)
+        Xb[rng.random(n) < q, f] = MISSING
+    return Xb
+
+
+def hist_left(xb, b, ml):
+    """Rows going left for histogram split (bin b, missing_left ml)."""
+    x = xb.astype(int)
+    miss = x == MISSING
+    return (~miss & (x <= b)) | (miss & (ml == 1))
+
+
+def hist_candidates(xb, nb):
+    """Every threshold bin (including 'none left') and both missing directions."""
+    return [hist_left(xb, b, ml) for b in range(-1, nb) for ml in (0, 1)]
+
+
+def exact_left(x, thr, ml):
+    miss = np.isnan(x)
+    return (~miss & (x <= thr)) | (miss & (ml == 1))
+
+
+def exact_thresholds(x):
+    """scikit-learn's thresholds: midpoints of consecutive distinct values more
+    than 1e-7 apart (lower value if the midpoint rounds to the upper one), plus
+    +inf when missing values are present."""
+    v = np.unique(x[~np.isnan(x)])
+    out = []
+    for a, b in zip(v[:-1], v[1:]):
+        if b <= a + 1e-7:
+            continue
+        t = a / 2.0 + b / 2.0
+        out.append(a if (t == b or np.isinf(t)) else t)
+    if np.isnan(x).any() and v.size:
+        out.append(np.inf)
+    return out
+
+
+def exact_candidates(x):
+    return [exact_left(x, t, ml) for t in exact_thresholds(x) for ml in (0, 1)]
+
+
+def check_best_splits(out, prob, rows, starts, ends, fmask, column, candidates, left_of,
+                      split_ok, msl, mwl):
+    """Kernel's best gain equals the brute-force maximum and its chosen split
+    achieves that gain; ``column(f, idx)`` gives the node's values of feature f."""
+    gain, feat, split, ml = out
+    assert gain.shape == feat.shape == split.shape == ml.shape == starts.shape
+    n_checked = 0
+    for j in range(starts.size):
+        idx = rows[starts[j]:ends[j]]
+        ref = max([prob.gain(idx, left, msl, mwl) for f in np.flatnonzero(fmask[j])
+                   for left in candidates(column(f, idx), f)], default=-np.inf)
+        if ref == -np.inf:
+            assert feat[j] == -1 and gain[j] == -np.inf, j
+            continue
+        n_checked += 1
+        f = feat[j]
+        assert 0 <= f < fmask.shape[1] and fmask[j, f] == 1, j
+        assert split_ok(column(f, idx), f, split[j]), (j, f, split[j])
+        assert ml[j] in (0, 1)
+        assert np.isclose(gain[j], ref, **TOL), (j, gain[j], ref)
+        x = column(f, idx)
+        left = left_of(x, split[j], ml[j])
+        assert np.isclose(prob.gain(idx, left, msl, mwl), gain[j], **TOL), j
+        no_missing = not np.any(x == MISSING) if x.dtype == np.uint8 else not np.isnan(x).any()
+        n_left = int(left.sum())
+        if no_missing and 2 * n_left != idx.size:
+            # unseen missing values follow the larger child, as in scikit-learn
+            assert ml[j] == (2 * n_left > idx.size), j
+    return n_checked
+
+
+SEARCH_SETTINGS = [(1, 0.0), (3, 0.0), (1, 5.0)]   # (min_samples_leaf, min_weight_leaf)
+
+
+# --------------------------------------------------------------------------- impurity / statistics
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("absent_class", [False, True])
+def test_impurity(task, absent_class):
+    rng = np.random.default_rng([list(TASKS).index(task), absent_class])
+    prob = Problem(rng, 50, task)
+    if absent_class and prob.is_clf:
+        prob.y[prob.y == 1] = 0
+        prob.ycls = prob.y.astype(np.int32)
+    idx = np.arange(50)
+    if prob.is_clf:
+        stats = np.bincount(prob.y, weights=prob.w, minlength=prob.C).astype(float)
+    else:
+        stats = prob.yw.sum(axis=0)
+    got = K.impurity(stats, float(prob.w.sum()), prob.crit)
+    assert np.isfinite(got) and np.isclose(got, prob.impurity(idx), **TOL)
+    assert K.impurity(np.zeros(prob.S), 0.0, prob.crit) == 0.0
+
+
+def test_impurity_known_values():
+    assert np.isclose(K.impurity(np.array([1.0, 1.0]), 2.0, K.GINI), 0.5)
+    assert np.isclose(K.impurity(np.array([1.0, 1.0, 1.0, 1.0]), 4.0, K.ENTROPY), 2.0)
+    assert K.impurity(np.array([3.0, 0.0]), 3.0, K.ENTROPY) == 0.0
+    # y = (1, 3) with weights (1, 1): variance 1
+    assert np.isclose(K.impurity(np.array([2.0, 4.0, 10.0]), 2.0, K.SQUARED_ERROR), 1.0)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_node_statistics(task):
+    rng = np.random.default_rng([1, list(TASKS).index(task)])
+    prob = Problem(rng, 90, task)
+    rows, starts, ends = make_segments(rng, prob.w)
+    stats, w, imp, count = K.node_statistics(rows, starts, ends, *prob.kernel_args())
+    assert stats.shape == (starts.size, prob.S)
+    for j in range(starts.size):
+        idx = rows[starts[j]:ends[j]]
+        yi, wi = prob.y[idx], prob.w[idx]
+        if prob.is_clf:
+            ref = np.bincount(yi, weights=wi, minlength=prob.C)
+        else:
+            ref = np.array([wi.sum(), (wi * yi).sum(), (wi * yi * yi).sum()])
+        assert np.allclose(stats[j], ref, **TOL)
+        assert np.isclose(w[j], wi.sum(), **TOL)
+        assert np.isclose(imp[j], prob.impurity(idx), **TOL)
+        assert count[j] == idx.size
+
+
+# --------------------------------------------------------------------------- split search
+HIST_BINS = np.array([4, 2, 6, 1, 3, 8], dtype=np.int32)
+HIST_MISS = [0.0, 0.3, 0.1, 0.4, 0.0, 0.2]
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("msl,mwl", SEARCH_SETTINGS)
+def test_best_splits_hist_brute_force(task, msl, mwl):
+    rng = np.random.default_rng([2, list(TASKS).index(task), msl, int(mwl)])
+    n = 100
+    prob = Problem(rng, n, task)
+    Xb = hist_matrix(rng, n, HIST_BINS, HIST_MISS)
+    rows, starts, ends = make_segments(rng, prob.w)
+    fmask = (rng.random((starts.size, Xb.shape[1])) < 0.7).astype(np.uint8)
+    fmask[3] = 1  # the first large node may use every feature
+    out = K.best_splits_hist(Xb, HIST_BINS, rows, starts, ends, fmask, *prob.kernel_args(),
+                             prob.w_total, msl, mwl)
+    n_checked = check_best_splits(
+        out, prob, rows, starts, ends, fmask,
+        column=lambda f, idx: Xb[idx, f],
+        candidates=lambda x, f: hist_candidates(x, HIST_BINS[f]),
+        left_of=hist_left,
+        split_ok=lambda x, f, b: 0 <= b < HIST_BINS[f],
+        msl=msl, mwl=mwl)
+    assert n_checked >= 2
+
+
+def exact_matrix(rng, n):
+    X = np.column_stack([
+        np.round(rng.normal(size=n), 1),                              # many ties
+        np.where(rng.random(n) < 0.2, np.nan, rng.normal(size=n)),    # continuous + NaN
+        np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 4, n)),  # 4 values + NaN
+        np.where(rng.random(n) < 0.4, np.nan, 1.5),                   # constant + NaN
+        rng.normal(size=n) * 1e3,                                     # continuous
+        np.full(n, np.nan),                                           # all missing
+    ])
+    return np.asfortranarray(X.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("msl,mwl", SEARCH_SETTINGS)
+def test_best_splits_exact_brute_force(task, msl, mwl):
+    rng = np.random.default_rng([3, list(TASKS).index(task), msl, int(mwl)])
+    n = 100
+    prob = Problem(rng, n, task)
+    X = exact_matrix(rng, n)
+    rows, starts, ends = make_segments(rng, prob.w)
+    fmask = (rng.random((starts.size, X.shape[1])) < 0.7).astype(np.uint8)
+    fmask[3] = 1
+    out = K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+                              prob.w_total, msl, mwl)
+    n_checked = check_best_splits(
+        out, prob, rows, starts, ends, fmask,
+        column=lambda f, idx: X[idx, f],
+        candidates=lambda x, f: exact_candidates(x),
+        left_of=exact_left,
+        split_ok=lambda x, f, t: t in exact_thresholds(x),
+        msl=msl, mwl=mwl)
+    assert n_checked >= 2
+
+
+def _search(mode, x_cols, n_bins, prob, fmask):
+    """Run one kernel over a single node holding every row."""
+    rows = np.arange(len(prob.y), dtype=np.int32)
+    starts, ends = np.array([0], dtype=np.int64), np.array([rows.size], dtype=np.int64)
+    fmask = np.ascontiguousarray(np.atleast_2d(fmask), dtype=np.uint8)
+    if mode == "hist":
+        Xb = np.asfortranarray(np.column_stack(x_cols).astype(np.uint8))
+        out = K.best_splits_hist(Xb, np.asarray(n_bins, dtype=np.int32), rows, starts, ends,
+                                 fmask, *prob.kernel_args(), prob.w_total, 1, 0.0)
+    else:
+        X = np.asfortranarray(np.column_stack(x_cols).astype(np.float64))
+        out = K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+                                  prob.w_total, 1, 0.0)
+    return [o[0] for o in out]
+
+
+@pytest.mark.parametrize("mode", ["hist", "exact"])
+@pytest.mark.parametrize("task", ["gini2", "entropy2", "mse"])
+def test_ties_go_to_lowest_feature_then_lowest_threshold(mode, task):
+    x = np.arange(6)
+    y = np.array([1, 0, 0, 0, 0, 1])
+    prob = Problem(None, 6, task, y=y, w=np.ones(6))
+    idx = np.arange(6)
+    # thresholds after 0 and after 4 are mirror images with the same (best) gain
+    assert np.isclose(prob.gain(idx, x <= 0, 1, 0), prob.gain(idx, x <= 4, 1, 0), **TOL)
+    assert all(prob.gain(idx, x <= b, 1, 0) < prob.gain(idx, x <= 0, 1, 0) for b in (1, 2, 3))
+    low = 0 if mode == "hist" else 0.5
+    for fmask, want_f in (([1, 1], 0), ([0, 1], 1), ([1, 0], 0)):
+        g, f, split, ml = _search(mode, [x, x], [6, 6], prob, fmask)
+        assert (f, split, ml) == (want_f, low, 0)
+        assert np.isclose(g, prob.gain(idx, x <= 0, 1, 0), **TOL)
+    g, f, _, _ = _search(mode, [x, x], [6, 6], prob, [0, 0])
+    assert f == -1 and g == -np.inf
+
+
+@pytest.mark.parametrize("mode", ["hist", "exact"])
+@pytest.mark.parametrize("y,x0,want", [
+    # missing rows resemble the right child
+    ([0, 0, 1, 1, 1, 1], [0, 0, 1, 1, np.nan, np.nan], ("low", 0)),
+    # missing rows resemble the left child
+    ([0, 0, 1, 1, 0, 0], [0, 0, 1, 1, np.nan, np.nan], ("low", 1)),
+    # only "non-missing left, missing right" separates the classes
+    ([0, 0, 0, 0, 1, 1], [0, 0, 0, 0, np.nan, np.nan], ("all", 0)),
+])
+def test_missing_value_directions(mode, y, x0, want):
+    prob = Problem(None, 6, "gini2", y=np.array(y), w=np.array([1, 2, 1, 3, 1, 2]))
+    x = np.array(x0, dtype=float)
+    col = np.where(np.isnan(x), MISSING, x).astype(np.uint8) if mode == "hist" else x
+    g, f, split, ml = _search(mode, [col], [3], prob, [1])
+    expected_split = {("hist", "low"): 0, ("hist", "all"): 2,     # n_bins - 1
+                      ("exact", "low"): 0.5, ("exact", "all"): np.inf}[mode, want[0]]
+    assert (f, split, ml) == (0, expected_split, want[1])
+    # a perfect split removes all the node's impurity
+    assert np.isclose(g, prob.impurity(np.arange(6)), **TOL)
+
+
+def test_exact_threshold_is_float32_midpoint():
+    x32 = np.array([0.1, 0.2, 0.7, 0.9], dtype=np.float32)
+    prob = Problem(None, 4, "gini2", y=np.array([0, 0, 1, 1]), w=np.ones(4))
+    _, f, thr, _ = _search("exact", [x32.astype(np.float64)], None, prob, [1])
+    assert f == 0 and thr == float(x32[1]) / 2 + float(x32[2]) / 2
+    assert thr != 0.45  # computed from the float32 values, not their decimal literals
+
+
+def test_exact_values_closer_than_feature_threshold_are_not_split():
+    prob = Problem(None, 4, "gini2", y=np.array([0, 1, 1, 0]), w=np.ones(4))
+    close = np.array([0.0, 5e-8, 5e-8, 0.0])
+    g, f, _, _ = _search("exact", [close], None, prob, [1])
+    assert f == -1 and g == -np.inf
+    apart = np.array([0.0, 2e-7, 2e-7, 0.0])
+    _, f, thr, _ = _search("exact", [apart], None, prob, [1])
+    assert f == 0 and thr == 1e-7
+
+
+def test_exact_midpoint_falls_back_to_lower_value():
+    v0 = np.nextafter(2.0 ** 31, np.inf)   # odd last mantissa bit
+    v1 = np.nextafter(v0, np.inf)          # adjacent, even: the midpoint rounds up to v1
+    assert v0 / 2 + v1 / 2 == v1 and v1 - v0 > 1e-7
+    prob = Problem(None, 4, "gini2", y=np.array([0, 0, 1, 1]), w=np.ones(4))
+    _, f, thr, _ = _search("exact", [np.array([v0, v0, v1, v1])], None, prob, [1])
+    assert f == 0 and thr == v0
+
+
+@pytest.mark.parametrize("criterion,n_classes,with_nan", [
+    ("gini", 2, False), ("entropy", 4, False), ("gini", 3, True),
+    ("squared_error", 0, False), ("squared_error", 0, True)])
+def test_exact_root_split_matches_sklearn(criterion, n_classes, with_nan):
+    rng = np.random.default_rng([4, n_classes, with_nan])
+    n, d = 80, 4
+    X32 = rng.normal(size=(n, d)).astype(np.float32)      # distinct values
+    if with_nan:
+        X32[rng.random((n, d)) < 0.15] = np.nan
+    counts = rng.integers(0, 4, n)                        # bootstrap counts as weights
+    w = counts.astype(float)
+    if n_classes:
+        y = rng.integers(0, n_classes, n)
+        est = DecisionTreeClassifier(criterion=criterion, max_depth=1, random_state=0)
+        ycls, yw, S = y.astype(np.int32), w.reshape(-1, 1), n_classes
+    else:
+        y = rng.normal(size=n)
+        est = DecisionTreeRegressor(criterion=criterion, max_depth=1, random_state=0)
+        ycls, yw, S = np.zeros(n, dtype=np.int32), np.column_stack((w, w * y, w * y * y)), 3
+    t = est.fit(X32, y, sample_weight=w).tree_
+    l, r = t.children_left[0], t.children_right[0]
+    wn = t.weighted_n_node_samples
+    sk_gain = t.impurity[0] - (wn[l] * t.impurity[l] + wn[r] * t.impurity[r]) / wn[0]
+
+    rows = np.flatnonzero(counts).astype(np.int32)
+    crit = {"gini": K.GINI, "entropy": K.ENTROPY, "squared_error": K.SQUARED_ERROR}[criterion]
+    g, f, thr, ml = [o[0] for o in K.best_splits_exact(
+        np.asfortranarray(X32.astype(np.float64)), rows, np.array([0]), np.array([rows.size]),
+        np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, w.sum(), 1, 0.0)]
+    assert sk_gain > 0 and np.isclose(g, sk_gain, rtol=1e-7, atol=1e-12)
+    assert f == t.feature[0] and thr == t.threshold[0]
+    if with_nan:
+        assert ml == t.missing_go_to_left[0]
+
+
+# --------------------------------------------------------------------------- partition
+@pytest.mark.parametrize("thr,ml", [(0.3, 0), (0.3, 1), (-np.inf, 1), (np.inf, 0)])
+def test_goes_left(thr, ml):
+    rng = np.random.default_rng(5)
+    x = np.round(rng.normal(size=40), 1)
+    x[rng.random(40) < 0.25] = np.nan
+    x[:3] = 0.3                               # values equal to the threshold go left
+    rows = rng.permutation(40).astype(np.int32)
+    start, end = 7, 33
+    got = K.goes_left(x, rows, start, end, thr, ml)
+    v = x[rows[start:end]]
+    ref = [ml if np.isnan(a) else int(a <= thr) for a in v]
+    assert got.dtype == np.uint8 and got.tolist() == ref
+
+
+def test_apply_partition_is_stable_and_only_touches_listed_segments():
+    rng = np.random.default_rng(6)
+    sizes = [7, 0, 12, 1, 20, 9]
+    bounds = np.r_[0, np.cumsum(sizes)]
+    perm = rng.permutation(bounds[-1])
+    rows = np.concatenate([np.sort(perm[bounds[k]:bounds[k + 1]])
+                           for k in range(len(sizes))]).astype(np.int32)
+    listed = [4, 0, 1, 2, 5]                  # out of position order; segment 3 stays closed
+    seg_bits = [rng.integers(0, 2, sizes[k]).astype(np.uint8) for k in listed]
+    seg_bits[0][:] = 1                        # a segment sending everything left
+    expected = rows.copy()
+    for k, b in zip(listed, seg_bits):
+        seg = rows[bounds[k]:bounds[k + 1]]
+        expected[bounds[k]:bounds[k + 1]] = np.concatenate((seg[b == 1], seg[b == 0]))
+    got = rows.copy()
+    n_left = K.apply_partition(got, bounds[listed].astype(np.int64),
+                               bounds[np.array(listed) + 1].astype(np.int64),
+                               np.concatenate(seg_bits))
+    assert got.tolist() == expected.tolist()
+    assert n_left.tolist() == [int(b.sum()) for b in seg_bits]
+
+
+# --------------------------------------------------------------------------- prediction
+def ref_leaf(tree, x):
+    """Leaf reached by one row, walking the tree in plain Python."""
+    node = 0
+    while tree["children_left"][node] >= 0:
+        v = x[tree["feature"][node]]
+        left = tree["missing_left"][node] == 1 if np.isnan(v) else v <= tree["threshold"][node]
+        node = tree["children_left"][node] if left else tree["children_right"][node]
+    return node
+
+
+def forest_data(n, seed):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(n, 6)), 2)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    score = np.nan_to_num(X[:, 0] + X[:, 3] - X[:, 5]) + rng.normal(scale=0.7, size=n)
+    return X, np.digitize(score, [-0.6, 0.6])
+
+
+_TREES = {}
+
+
+def forest_tree(n, split_method="hist", seed=0):
+    """One complete tree grown by fedforest on n rows, and its data as the tree compares it."""
+    key = (n, split_method, seed)
+    if key not in _TREES:
+        X, y = forest_data(n, seed)
+        forest = ForestClassifier(n_estimators=1, max_features=None, random_state=seed,
+                                  split_method=split_method).fit(X, y)
+        if split_method == "exact":
+            X = X.astype(np.float32).astype(np.float64)
+        _TREES[key] = forest.estimators_[0], np.ascontiguousarray(X)
+    return _TREES[key]
+
+
+def apply(tree, X):
+    return K.apply_tree(X, tree["children_left"], tree["children_right"], tree["feature"],
+                        tree["threshold"], tree["missing_left"])
+
+
+@pytest.mark.parametrize("split_method", ["hist", "exact"])
+def test_apply_tree_matches_python_walk(split_method):
+    tree, X = forest_tree(150, split_method)
+    assert (tree["children_left"] >= 0).sum() >= 5
+    X_new, _ = forest_data(90, seed=7)         # unseen rows, with NaN
+    X_new = np.ascontiguousarray(X_new.astype(np.float32).astype(np.float64))
+    for data in (X, X_new):
+        leaf = apply(tree, data)
+        assert leaf.tolist() == [ref_leaf(tree, row) for row in data]
+        assert np.all(tree["children_left"][leaf] < 0)
+
+
+def test_apply_tree_matches_sklearn_apply():
+    rng = np.random.default_rng(8)
+    X32 = rng.normal(size=(200, 4)).astype(np.float32)
+    X32[rng.random(X32.shape) < 0.15] = np.nan
+    y = (np.nan_to_num(X32[:, 0]) + np.nan_to_num(X32[:, 1], nan=1.0) > 0).astype(int)
+    y[rng.random(200) < 0.1] ^= 1
+    t = DecisionTreeClassifier(max_depth=6, random_state=0).fit(X32, y).tree_
+    assert t.missing_go_to_left[t.children_left >= 0].any()
+    leaf = K.apply_tree(np.ascontiguousarray(X32.astype(np.float64)),
+                        t.children_left.astype(np.int32), t.children_right.astype(np.int32),
+                        t.feature.astype(np.int32), t.threshold.astype(np.float64),
+                        t.missing_go_to_left.astype(np.uint8))
+    assert leaf.tolist() == t.apply(X32).tolist()
+
+
+def partial_tree(tree, cols):
+    """A party's view of a complete tree: local feature index and threshold at the
+    splits on its columns ``cols``, -1 at other splits, -2 at leaves."""
+    internal = tree["children_left"] >= 0
+    own = internal & np.isin(tree["feature"], cols)
+    local = {g: i for i, g in enumerate(cols)}
+    feature = np.where(internal, -1, -2).astype(np.int32)
+    feature[own] = [local[g] for g in tree["feature"][own]]
+    return {"children_left": tree["children_left"], "children_right": tree["children_right"],
+            "feature": feature, "threshold": np.where(own, tree["threshold"], np.nan),
+            "missing_left": np.where(own, tree["missing_left"], 0).astype(np.uint8), "own": own}
+
+
+def ref_party_leaf_rows(tree, X, own, leaf):
+    """Rows that can reach ``leaf`` when splits not in ``own`` send rows both ways;
+    also whether any ancestor split is owned."""
+    parent = {}
+    for node in np.flatnonzero(tree["children_left"] >= 0):
+        parent[tree["children_left"][node]] = (node, True)
+        parent[tree["children_right"][node]] = (node, False)
+    ok = np.ones(X.shape[0], dtype=bool)
+    explicit, node = False, leaf
+    while node in parent:
+        p, is_left = parent[node]
+        if own[p]:
+            explicit = True
+            x = X[:, tree["feature"][p]]
+            went_left = np.where(np.isnan(x), tree["missing_left"][p] == 1, x <= tree["threshold"][p])
+            ok &= went_left == is_left
+        node = p
+    return explicit, ok
+
+
+def unpack_words(words, n):
+    """Bit i % 64 of word i // 64 -> row i; keeps the padding bits after row n-1."""
+    shifts = np.arange(64, dtype=np.uint64)
+    bits = (words[:, :, None] >> shifts) & np.uint64(1)
+    return bits.reshape(words.shape[0], words.shape[1] * 64).astype(bool)
+
+
+def run_parties(tree, X, party_cols):
+    leaves = np.flatnonzero(tree["children_left"] < 0).astype(np.int32)
+    partials, results = [], []
+    for cols in party_cols:
+        pt = partial_tree(tree, cols)
+        partials.append(pt)
+        results.append(K.partial_leaf_bitmaps(
+            np.ascontiguousarray(X[:, cols]), pt["children_left"], pt["children_right"],
+            pt["feature"], pt["threshold"], pt["missing_left"], leaves))
+    return leaves, partials, results
+
+
+def check_party_bitmaps(tree, X, leaves, partials, results):
+    n = X.shape[0]
+    nw = (n + 63) // 64
+    for pt, (explicit, words) in zip(partials, results):
+        assert explicit.shape == leaves.shape and words.shape == (int(explicit.sum()), nw)
+        unpacked = unpack_words(words, n)
+        e = 0
+        for k, leaf in enumerate(leaves):
+            ref_explicit, ref_rows = ref_party_leaf_rows(tree, X, pt["own"], leaf)
+            assert explicit[k] == ref_explicit, (k, leaf)
+            if ref_explicit:
+                assert np.array_equal(unpacked[e, :n], ref_rows), (k, leaf)
+                assert not unpacked[e, n:].any()      # no row beyond the last one
+                e += 1
+
+
+def intersect(n, leaves, results):
+    explicit = np.stack([r[0] for r in results])
+    words = [r[1] for r in results]
+    offsets = np.cumsum([0] + [w.shape[0] for w in words[:-1]]).astype(np.int64)
+    return K.intersect_leaf_bitmaps(n, explicit, np.concatenate(words), offsets,
+                                    len(results), leaves.size)
+
+
+PARTY_SPLITS = {2: [[0, 1, 2], [3, 4, 5]], 3: [[0, 3], [4, 1], [2, 5]]}
+
+
+@pytest.mark.parametrize("n_rows", [37, 128, 131])
+@pytest.mark.parametrize("n_parties", [2, 3])
+def test_partial_leaf_bitmaps_and_intersection_recover_apply_tree(n_rows, n_parties):
+    tree, X = forest_tree(160)
+    X_pred = np.ascontiguousarray(forest_data(n_rows, seed=n_rows)[0])
+    leaves, partials, results = run_parties(tree, X_pred, PARTY_SPLITS[n_parties])
+    assert all(pt["own"].any() for pt in partials)
+    check_party_bitmaps(tree, X_pred, leaves, partials, results)
+    pos = intersect(n_rows, leaves, results)
+    assert pos.min() >= 0
+    assert leaves[pos].tolist() == apply(tree, X_pred).tolist()
+
+
+def small_tree():
+    """node 0 on f0 -> (1, 2); 1 on f1 -> (3, 4); 2 leaf; 3 on f0 -> (5, 6); 4 on f2 -> (7, 8)."""
+    return {"children_left": np.array([1, 3, -1, 5, 7, -1, -1, -1, -1], dtype=np.int32),
+            "children_right": np.array([2, 4, -1, 6, 8, -1, -1, -1, -1], dtype=np.int32),
+            "feature": np.array([0, 1, -2, 0, 2, -2, -2, -2, -2], dtype=np.int32),
+            "threshold": np.array([0.0, 0.5, np.nan, -1.0, 0.0, np.nan, np.nan, np.nan, np.nan]),
+            "missing_left": np.array([1, 0, 0, 0, 1, 0, 0, 0, 0], dtype=np.uint8)}
+
+
+@pytest.mark.parametrize("n_rows", [1, 64, 70])
+def test_partial_leaf_bitmaps_small_tree(n_rows):
+    tree = small_tree()
+    X = np.round(np.random.default_rng(n_rows).normal(size=(n_rows, 4)), 1)
+    X[::5, 0] = np.nan
+    X[1::4, 2] = np.nan
+    # party 0 owns the splits on f0, party 1 on f1 and f2, party 2 (f3) none
+    leaves, partials, results = run_parties(tree, X, [[0], [2, 1], [3]])
+    assert results[0][0].tolist() == [1, 1, 1, 1, 1]    # every leaf is under the root
+    assert results[1][0].tolist() == [0, 1, 1, 1, 1]    # leaf 2 has no f1/f2 ancestor
+    assert results[2][0].tolist() == [0, 0, 0, 0, 0] and results[2][1].shape[0] == 0
+    check_party_bitmaps(tree, X, leaves, partials, results)
+    pos = intersect(n_rows, leaves, results)
+    assert leaves[pos].tolist() == apply(tree, X).tolist()
+
+
+def pack_rows(bits):
+    """(k, nw * 64) booleans -> (k, nw) uint64 words, row i in bit i % 64 of word i // 64."""
+    k, m = bits.shape
+    shifted = bits.reshape(k, m // 64, 64).astype(np.uint64) << np.arange(64, dtype=np.uint64)
+    return np.bitwise_or.reduce(shifted, axis=2)
+
+
+@pytest.mark.parametrize("n_rows", [50, 64, 200])
+@pytest.mark.parametrize("free_leaf", [False, True])
+def test_intersect_leaf_bitmaps_brute_force(n_rows, free_leaf):
+    rng = np.random.default_rng([n_rows, free_leaf])
+    n_parties, n_leaves = 3, 5
+    nw = (n_rows + 63) // 64
+    explicit = (rng.random((n_parties, n_leaves)) < 0.6).astype(np.uint8)
+    explicit[:, 1] = 1
+    explicit[:, 0] = 0 if free_leaf else 1   # a leaf no party constrains holds every row
+    member = np.ones((n_leaves, nw * 64), dtype=bool)
+    words = []
+    for p in range(n_parties):
+        bits = rng.random((int(explicit[p].sum()), nw * 64)) < 0.6   # padding bits random too
+        member[explicit[p] == 1] &= bits
+        words.append(pack_rows(bits))
+    offsets = np.cumsum([0] + [w.shape[0] for w in words[:-1]]).astype(np.int64)
+    got = K.intersect_leaf_bitmaps(n_rows, explicit, np.concatenate(words), offsets,
+                                   n_parties, n_leaves)
+    member = member[:, :n_rows]
+    ref = np.where(member.sum(axis=0) == 1, member.argmax(axis=0), -1)
+    assert got.tolist() == ref.tolist()
+    assert (ref >= 0).any() and (ref < 0).any()
+
+
+# --------------------------------------------------------------------------- binning
+def binning_matrix(n, seed):
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([
+        rng.integers(0, 10, n).astype(float),      # 10 distinct values
+        rng.normal(size=n),                        # n distinct values
+        np.full(n, np.nan),                        # all missing
+        np.full(n, 3.25),                          # constant
+        rng.choice([-1.0, 4.0], n),                # two values
+    ])
+    X[rng.random(X.shape) < 0.1] = np.nan
+    return X
+
+
+@pytest.mark.parametrize("max_bins", [2, 7, 10, 255])
+def test_bins_hold_values_between_consecutive_edges(max_bins):
+    X = binning_matrix(300, max_bins)
+    edges, n_bins = fit_bins(X, max_bins)
+    codes = transform_bins(X, edges, n_bins)
+    assert edges.shape == (5, K.MAX_BINS) and codes.dtype == np.uint8 and codes.shape == X.shape
+    for f in range(X.shape[1]):
+        col = X[:, f]
+        distinct = np.unique(col[~np.isnan(col)])
+        e = edges[f, : n_bins[f] - 1]
+        assert 1 <= n_bins[f] <= min(max_bins, max(distinct.size, 1))
+        assert np.all(np.isfinite(e)) and np.all(np.diff(e) > 0)
+        assert np.all(edges[f, n_bins[f] - 1:] == np.inf)
+        ref = [MISSING if np.isnan(v) else int(np.sum(e < v)) for v in col]   # e[b-1] < v <= e[b]
+        assert codes[:, f].tolist() == ref
+        # a value equal to an edge belongs to the bin that edge closes
+        at_edges = transform_bins(np.tile(e[:, None], (1, 5)), edges, n_bins)[:, f]
+        assert at_edges.tolist() == list(range(e.size))
+        if distinct.size <= max_bins:
+            # every distinct value gets its own bin, separated at midpoints
+            assert np.array_equal(e, (distinct[:-1] + distinct[1:]) / 2)
+            own = transform_bins(np.tile(distinct[:, None], (1, 5)), edges, n_bins)[:, f]
+            assert own.tolist() == list(range(distinct.size))
+    assert np.all(codes[np.isnan(X)] == MISSING) and np.all(codes[~np.isnan(X)] < MISSING)
+
+
+@pytest.mark.parametrize("max_bins", [7, 255])
+def test_quantile_bins_are_balanced(max_bins):
+    n = 40 * max_bins
+    X = np.random.default_rng(9).normal(size=(n, 1)) * 100
+    edges, n_bins = fit_bins(X, max_bins)
+    counts = np.bincount(transform_bins(X, edges, n_bins)[:, 0], minlength=n_bins[0])
+    assert n_bins[0] == max_bins and counts.size == max_bins    # codes never reach 255
+    assert counts.min() >= 0.9 * n / max_bins and counts.max() <= 1.1 * n / max_bins
+
+
+@pytest.mark.parametrize("max_bins", [0, 1, 256])
+def test_fit_bins_rejects_max_bins_out_of_range(max_bins):
+    with pytest.raises(ValueError):
+        fit_bins(np.zeros((3, 1)), max_bins)
