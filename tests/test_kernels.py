@@ -688,3 +688,22 @@ def test_quantile_bins_are_balanced(max_bins):
 def test_fit_bins_rejects_max_bins_out_of_range(max_bins):
     with pytest.raises(ValueError):
         fit_bins(np.zeros((3, 1)), max_bins)
+
+
+@pytest.mark.parametrize("pair", [(np.nextafter(1.0, 0.0), 1.0), (1e308, 1.5e308), (-1.5e308, -1e308)])
+def test_adjacent_or_huge_distinct_values_get_their_own_bins(pair):
+    X = np.array([[pair[0]], [pair[1]]])
+    edges, n_bins = fit_bins(X, 255)
+    assert n_bins[0] == 2 and np.isfinite(edges[0, 0])
+    assert transform_bins(X, edges, n_bins)[:, 0].tolist() == [0, 1]
+
+
+def test_missing_values_follow_the_right_child_on_a_size_tie_like_sklearn():
+    from sklearn.tree import DecisionTreeClassifier
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    y = np.array([0, 0, 1, 1])
+    ref = DecisionTreeClassifier(max_depth=1).fit(X, y).tree_
+    est = ForestClassifier(n_estimators=1, bootstrap=False, max_features=None, max_depth=1,
+                           split_method="exact").fit(X, y).estimators_[0]
+    assert est["threshold"][0] == ref.threshold[0]
+    assert est["missing_left"][0] == ref.missing_go_to_left[0] == 0

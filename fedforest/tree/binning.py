@@ -13,9 +13,20 @@ def column_thresholds(col, max_bins):
         return np.empty(0)
     distinct = np.unique(col)
     if distinct.size <= max_bins:
-        return (distinct[:-1] + distinct[1:]) / 2.0
+        return _midpoints(distinct)
     q = np.percentile(col, np.linspace(0, 100, max_bins + 1)[1:-1], method="midpoint")
     return np.unique(q)
+
+
+def _midpoints(values):
+    """Edges between consecutive sorted distinct values, each strictly below the
+    upper value (as the exact splitter does: the lower value when the midpoint
+    rounds up to the upper one or overflows)."""
+    lo, hi = values[:-1], values[1:]
+    mid = lo / 2.0 + hi / 2.0
+    bad = (mid >= hi) | ~np.isfinite(mid)
+    mid[bad] = lo[bad]
+    return mid
 
 
 def fit_bins(X, max_bins):

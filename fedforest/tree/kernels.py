@@ -12,6 +12,8 @@ stay in Python.  Conventions shared by every kernel:
 * ``crit``: 0 = gini, 1 = entropy, 2 = squared error.
 * Gains are the weighted impurity decrease of scikit-learn,
   ``w_node / w_total * (imp - w_l / w_node * imp_l - w_r / w_node * imp_r)``.
+  When a node saw no missing values, missing values later follow the larger
+  child (right on a tie), as in scikit-learn.
   Candidates are scanned in increasing feature then threshold order and only a
   strictly larger gain replaces the best one, so ties resolve to the lowest
   feature index and the lowest threshold.
@@ -200,7 +202,7 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                         best_gain[j] = g
                         best_feat[j] = f
                         best_bin[j] = b
-                        best_ml[j] = 1 if cl >= cr else 0
+                        best_ml[j] = 1 if cl > cr else 0
                 else:
                     # missing values go right
                     for k in range(S):
@@ -316,7 +318,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                         best_gain[j] = g
                         best_feat[j] = f
                         best_thr[j] = thr
-                        best_ml[j] = 1 if cl >= cr else 0
+                        best_ml[j] = 1 if cl > cr else 0
                     continue
                 for k in range(S):
                     rm[k] = right[k] + miss[k]
