@@ -22,7 +22,7 @@ class _BaseForest(BaseEstimator):
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
                  bootstrap=True, max_samples=None, random_state=None, class_weight=None,
-                 split_method="hist", max_bins=255, feature_sampling="tree"):
+                 split_method="hist", max_bins=255, feature_sampling="node"):
         self.n_estimators = n_estimators
         self.criterion = criterion
         self.max_depth = max_depth
@@ -93,7 +93,7 @@ class ForestRegressor(RegressorMixin, _BaseForest):
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
                  bootstrap=True, max_samples=None, random_state=None,
-                 split_method="hist", max_bins=255, feature_sampling="tree"):
+                 split_method="hist", max_bins=255, feature_sampling="node"):
         super().__init__(n_estimators, criterion=criterion, max_depth=max_depth,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
                          min_impurity_decrease=min_impurity_decrease, max_features=max_features,

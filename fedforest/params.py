@@ -29,7 +29,7 @@ class ForestParams:
     class_weight: object = None
     split_method: str = "hist"       # "hist" (quantile bins) or "exact"
     max_bins: int = 255
-    feature_sampling: str = "tree"   # "tree": one feature subset per tree; "node": per node
+    feature_sampling: str = "node"   # "node": a subset per node (as scikit-learn); "tree": per tree (the paper)
 
     @classmethod
     def names(cls):
