@@ -22,9 +22,11 @@ from .data.io import check_ids, encode_features, read_table
 from .errors import InputError
 from .data.validation import encode_labels
 from .params import CLASSIFICATION, validate
+from .tree import builder, predict
 from .tree.builder import PartySplitter, SplitSettings, TreeGrower, tree_seeds
 from .tree.labels import PlainLabels
-from .tree.predict import leaf_positions, leaves_of, party_leaf_sets, prepare_X
+from .tree.predict import (leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, prepare_X,
+                           unpack_leaf_sets)
 from .tree import kernels as K
 
 MASTER = 0
@@ -284,6 +286,7 @@ def master_train(comm, cfg):
     }
     if start == 0:
         model_io.clear(my_dir)
+    builder.warm_up(params.split_method, is_clf)
     grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
                         y_codes=codes if is_clf else None, classes=classes)
     seeds = tree_seeds(random_state, params.n_estimators)
@@ -355,6 +358,7 @@ def party_train(comm, cfg):
     settings = setup["settings"]
     labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
     splitter = PartySplitter(X, settings, labels)
+    builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
         "run_id": setup["run_id"],
@@ -429,6 +433,8 @@ def master_predict(comm, cfg):
             _log(cfg, f"party {r}: {infos[r]['n_unseen']} values of text columns were not seen in "
                       "training and are treated as missing")
     n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    predict.warm_up()
+    comm.exchange({r: {"op": "ready"} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
     t0 = time.perf_counter()
     if cfg.predict_method == "oneshot":
@@ -462,19 +468,7 @@ def _predict_oneshot(comm, cfg, trees, n_rows):
     """Algorithm 4: one collective round for the whole forest."""
     replies = comm.exchange({r: {"op": "leaf_sets"} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
-    per_party = []
-    for r in comm.clients:
-        rep = replies[r]
-        nw = (n_rows + 63) // 64
-        explicit, words = rep["explicit"], rep["words"].reshape(-1, nw)
-        sets, eo, wo = [], 0, 0
-        for leaves in leaf_lists:
-            e = explicit[eo: eo + leaves.size]
-            k = int(e.sum())
-            sets.append((e, words[wo: wo + k]))
-            eo += leaves.size
-            wo += k
-        per_party.append(sets)
+    per_party = [unpack_leaf_sets(replies[r], trees, n_rows) for r in comm.clients]
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
     for i in _bar(cfg, iterable=range(len(trees)), desc="combining leaf sets", unit="tree"):
@@ -522,14 +516,14 @@ def party_predict(comm, cfg):
     X = table.X[positions]
     ids = table.ids[positions]
     method = manifest["split_method"]
+    predict.warm_up()
     while True:
         msg = comm.recv(MASTER)
         op = msg["op"]
-        if op == "leaf_sets":
-            sets = party_leaf_sets(X, trees, method)
-            explicit = np.concatenate([e for e, _ in sets])
-            words = np.concatenate([w for _, w in sets]) if sets else np.empty((0,), np.uint64)
-            comm.send(MASTER, {"explicit": explicit, "words": words.reshape(-1)})
+        if op == "ready":
+            comm.send(MASTER, {})
+        elif op == "leaf_sets":
+            comm.send(MASTER, pack_leaf_sets(party_leaf_sets(X, trees, method)))
         elif op == "classical":
             Xp = prepare_X(X, method)
             while True:

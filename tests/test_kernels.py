@@ -541,25 +541,34 @@ def run_parties(tree, X, party_cols):
 def check_party_bitmaps(tree, X, leaves, partials, results):
     n = X.shape[0]
     nw = (n + 63) // 64
-    for pt, (explicit, words) in zip(partials, results):
-        assert explicit.shape == leaves.shape and words.shape == (int(explicit.sum()), nw)
+    for pt, (set_of_leaf, words) in zip(partials, results):
+        explicit = set_of_leaf >= 0
+        assert set_of_leaf.shape == leaves.shape and words.shape[1] == nw
+        # each stored set is used by some leaf, and sets are numbered in leaf order
+        used = set_of_leaf[explicit]
+        assert sorted(set(used.tolist())) == list(range(words.shape[0]))
+        assert np.all(np.diff(np.unique(used, return_index=True)[1]) > 0)
         unpacked = unpack_words(words, n)
-        e = 0
         for k, leaf in enumerate(leaves):
             ref_explicit, ref_rows = ref_party_leaf_rows(tree, X, pt["own"], leaf)
             assert explicit[k] == ref_explicit, (k, leaf)
             if ref_explicit:
+                e = set_of_leaf[k]
                 assert np.array_equal(unpacked[e, :n], ref_rows), (k, leaf)
                 assert not unpacked[e, n:].any()      # no row beyond the last one
-                e += 1
+
+
+def word_rows(set_of_leaf_per_party, words):
+    """(n_parties, n_leaves) rows into the stacked words, -1 for "all rows"."""
+    offsets = np.cumsum([0] + [w.shape[0] for w in words[:-1]])
+    return np.stack([np.where(s >= 0, s.astype(np.int64) + o, -1)
+                     for s, o in zip(set_of_leaf_per_party, offsets)]).astype(np.int64)
 
 
 def intersect(n, leaves, results):
-    explicit = np.stack([r[0] for r in results])
     words = [r[1] for r in results]
-    offsets = np.cumsum([0] + [w.shape[0] for w in words[:-1]]).astype(np.int64)
-    return K.intersect_leaf_bitmaps(n, explicit, np.concatenate(words), offsets,
-                                    len(results), leaves.size)
+    return K.intersect_leaf_bitmaps(n, word_rows([r[0] for r in results], words),
+                                    np.concatenate(words), len(results), leaves.size)
 
 
 PARTY_SPLITS = {2: [[0, 1, 2], [3, 4, 5]], 3: [[0, 3], [4, 1], [2, 5]]}
@@ -595,9 +604,12 @@ def test_partial_leaf_bitmaps_small_tree(n_rows):
     X[1::4, 2] = np.nan
     # party 0 owns the splits on f0, party 1 on f1 and f2, party 2 (f3) none
     leaves, partials, results = run_parties(tree, X, [[0], [2, 1], [3]])
-    assert results[0][0].tolist() == [1, 1, 1, 1, 1]    # every leaf is under the root
-    assert results[1][0].tolist() == [0, 1, 1, 1, 1]    # leaf 2 has no f1/f2 ancestor
-    assert results[2][0].tolist() == [0, 0, 0, 0, 0] and results[2][1].shape[0] == 0
+    # leaves are 2, 5, 6, 7, 8.  Party 0 owns splits 0 and 3: leaves 5 and 6 get their
+    # own sets; 7 and 8 hang below node 1 (split 0's left child) through node 4, owned
+    # elsewhere, so they share node 1's set.
+    assert results[0][0].tolist() == [0, 1, 2, 3, 3]
+    assert results[1][0].tolist() == [-1, 0, 0, 1, 2]   # leaf 2 has no f1/f2 ancestor
+    assert results[2][0].tolist() == [-1] * 5 and results[2][1].shape[0] == 0
     check_party_bitmaps(tree, X, leaves, partials, results)
     pos = intersect(n_rows, leaves, results)
     assert leaves[pos].tolist() == apply(tree, X).tolist()
@@ -625,8 +637,8 @@ def test_intersect_leaf_bitmaps_brute_force(n_rows, free_leaf):
         bits = rng.random((int(explicit[p].sum()), nw * 64)) < 0.6   # padding bits random too
         member[explicit[p] == 1] &= bits
         words.append(pack_rows(bits))
-    offsets = np.cumsum([0] + [w.shape[0] for w in words[:-1]]).astype(np.int64)
-    got = K.intersect_leaf_bitmaps(n_rows, explicit, np.concatenate(words), offsets,
+    sets = [np.where(e == 1, np.cumsum(e, dtype=np.int64) - 1, -1) for e in explicit]
+    got = K.intersect_leaf_bitmaps(n_rows, word_rows(sets, words), np.concatenate(words),
                                    n_parties, n_leaves)
     member = member[:, :n_rows]
     ref = np.where(member.sum(axis=0) == 1, member.argmax(axis=0), -1)
@@ -707,3 +719,32 @@ def test_missing_values_follow_the_right_child_on_a_size_tie_like_sklearn():
                            split_method="exact").fit(X, y).estimators_[0]
     assert est["threshold"][0] == ref.threshold[0]
     assert est["missing_left"][0] == ref.missing_go_to_left[0] == 0
+
+
+@pytest.mark.parametrize("index_bytes", [2, 4])
+@pytest.mark.parametrize("n_rows", [37, 131, 700])
+def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_bytes, n_rows):
+    tree, _ = forest_tree(160)
+    X = np.ascontiguousarray(forest_data(n_rows, seed=n_rows)[0])
+    leaves = np.flatnonzero(tree["children_left"] < 0).astype(np.int32)
+    nw = (n_rows + 63) // 64
+    kinds = set()
+    for cols in PARTY_SPLITS[3]:
+        pt = partial_tree(tree, cols)
+        args = (X[:, cols].copy(), pt["children_left"], pt["children_right"], pt["feature"],
+                pt["threshold"], pt["missing_left"], leaves)
+        ref_sets, ref_words = K.partial_leaf_bitmaps(*args)
+        set_of_leaf, is_dense, counts, rows, dense = K.partial_leaf_sets(*args, index_bytes)
+        assert np.array_equal(set_of_leaf, ref_sets)
+        ref_bits = unpack_words(ref_words, n_rows)
+        assert counts.tolist() == ref_bits.sum(axis=1).tolist()
+        # a set travels as row indices unless its bitmap is no larger
+        assert is_dense.tolist() == (counts * index_bytes >= nw * 8).astype(int).tolist()
+        assert rows.size == counts[is_dense == 0].sum() and dense.shape == (is_dense.sum(), nw)
+        starts = np.concatenate(([0], np.cumsum(counts[is_dense == 0])))
+        for j, k in enumerate(np.flatnonzero(is_dense == 0)):
+            assert sorted(rows[starts[j]:starts[j + 1]].tolist()) == np.flatnonzero(ref_bits[k]).tolist()
+        assert np.array_equal(K.decompress_bitmaps(is_dense, counts, rows, dense, nw), ref_words)
+        kinds.update(is_dense.tolist())
+    if n_rows == 700:
+        assert kinds == {0, 1}  # both container kinds occur

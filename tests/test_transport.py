@@ -62,11 +62,12 @@ def test_encode_decode_keeps_arrays_and_control_values():
            "m": np.ones((3, 4), dtype=np.uint8), "empty": np.empty((0, 5), dtype=np.int64),
            "u": np.array(["a", "bc"])}
     out = decode(encode(msg))
+    assert decode(bytes(encode(msg)))["f"].flags.writeable  # read-only input: arrays are copied
     assert out["op"] == "x" and out["n"] == 3 and out["nested"] == {"a": [1, 2]}
     for k in ("f", "m", "empty", "u"):
         assert out[k].dtype == msg[k].dtype and out[k].shape == msg[k].shape
         assert np.array_equal(out[k], msg[k])
-        assert out[k].flags.writeable
+        assert out[k].flags.writeable and out[k].flags.aligned
 
 
 def _echo_master(comm):

@@ -33,14 +33,17 @@ class SecureChannel:
     def seal(self, data):
         nonce, aad = self._nonce_aad(self.sent, self.my_rank, self.peer_rank)
         self.sent += 1
-        return self._send.encrypt(nonce, data, aad)
+        out = bytearray(len(data) + TAG_BYTES)
+        self._send.encrypt_into(nonce, data, aad, out)
+        return out
 
     def open(self, data):
         if len(data) < TAG_BYTES:
             raise ChannelError(self.peer_rank, self.my_rank, "message shorter than its tag")
         nonce, aad = self._nonce_aad(self.received, self.peer_rank, self.my_rank)
+        plain = bytearray(len(data) - TAG_BYTES)  # writable, so decoded arrays need no copy
         try:
-            plain = self._recv.decrypt(nonce, bytes(data) if not isinstance(data, bytes) else data, aad)
+            self._recv.decrypt_into(nonce, data, aad, plain)
         except InvalidTag:
             raise ChannelError(self.peer_rank, self.my_rank,
                                f"bad tag on message #{self.received}") from None

@@ -55,8 +55,16 @@ class RawTransport:
         raise NotImplementedError
 
 
+_ALIGN = 16
+
+
+def _aligned(n):
+    return -(-n // _ALIGN) * _ALIGN
+
+
 def encode(msg):
-    """Serialize a message dict: small pickled header + raw array buffers."""
+    """Serialize a message dict: small pickled header + raw array buffers, each
+    starting at a 16-byte aligned offset."""
     arrays = []
     ctl = {}
     for k, v in msg.items():
@@ -65,30 +73,34 @@ def encode(msg):
         else:
             ctl[k] = v
     header = pickle.dumps((ctl, [(k, a.dtype.str, a.shape) for k, a in arrays]), protocol=5)
-    total = 8 + len(header) + sum(a.nbytes for _, a in arrays)
+    off = _aligned(8 + len(header))
+    total = off + sum(_aligned(a.nbytes) for _, a in arrays)
     out = bytearray(total)
     struct.pack_into("<Q", out, 0, len(header))
     out[8:8 + len(header)] = header
-    off = 8 + len(header)
     view = memoryview(out)
     for _, a in arrays:
         n = a.nbytes
         view[off:off + n] = a.reshape(-1).view(np.uint8)
-        off += n
+        off += _aligned(n)
     return out
 
 
 def decode(data):
+    """Inverse of :func:`encode`; arrays are views into ``data`` (a writable
+    buffer whose start is suitably aligned) when possible, else copies."""
     (hlen,) = struct.unpack_from("<Q", data, 0)
     ctl, specs = pickle.loads(data[8:8 + hlen])
-    off = 8 + hlen
+    off = _aligned(8 + hlen)
     msg = dict(ctl)
     for k, dt, shape in specs:
         dtype = np.dtype(dt)
         count = int(np.prod(shape)) if shape else 1
-        n = count * dtype.itemsize
-        msg[k] = np.frombuffer(data, dtype=dtype, count=count, offset=off).reshape(shape).copy()
-        off += n
+        arr = np.frombuffer(data, dtype=dtype, count=count, offset=off).reshape(shape)
+        if not (arr.flags.writeable and arr.flags.aligned):
+            arr = arr.copy()
+        msg[k] = arr
+        off += _aligned(count * dtype.itemsize)
     return msg
 
 

@@ -2,9 +2,12 @@
 
 Sends and receives are non-blocking calls completed in a polling loop, so a
 waiting master keeps checking for error reports from any party instead of
-blocking forever on a rank that has failed.  The loop spins briefly, then
-backs off to short sleeps so oversubscribed ranks leave each other CPU time.
+blocking forever on a rank that has failed.  While waiting, a rank yields the
+CPU between polls (ranks are often oversubscribed: a busy-waiting master
+would steal a core from a computing party); after a longer wait it sleeps
+briefly between polls instead.
 """
+import os
 import sys
 import time
 
@@ -12,18 +15,26 @@ from mpi4py import MPI
 
 from .base import RawTransport
 
-_SPINS = 200
-_MAX_SLEEP = 0.0005
+_YIELD_SECONDS = 0.05   # poll with sched_yield for this long, then with short sleeps
+_SLEEP = 0.0005
+_POLL_EVERY = 32        # check for error reports every this many polls
 
 
 def _wait(test, poll):
+    if test():
+        return
     n = 0
+    start = time.monotonic()
     while not test():
-        if poll is not None:
-            poll()
         n += 1
-        if n > _SPINS:
-            time.sleep(min(_MAX_SLEEP, 2e-6 * (n - _SPINS)))
+        if poll is not None and n % _POLL_EVERY == 0:
+            poll()
+        if n < 16:
+            continue
+        if time.monotonic() - start < _YIELD_SECONDS:
+            os.sched_yield()
+        else:
+            time.sleep(_SLEEP)
 
 
 class MPITransport(RawTransport):

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import kernels as K
 from .binning import fit_bins, transform_bins
-from .labels import class_weight_vector
+from .labels import PlainLabels, class_weight_vector
 from ..params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
 EPSILON = np.finfo(np.float64).eps
@@ -157,15 +157,17 @@ class PartySplitter:
     def _partition(self, msg):
         t = self._tree
         seg = t["seg"]
-        out = []
-        for n in msg["nodes"]:
-            f, thr, ml = t["candidates"][int(n)]
-            s, e = seg.span[int(n)]
-            out.append(K.goes_left(self.X[:, f], seg.rows, s, e, thr, ml))
+        nodes = [int(n) for n in msg["nodes"]]
+        chosen = [t["candidates"][n] for n in nodes]
+        starts, ends = seg.bounds(nodes)
+        bits = K.partition_bits(self.X, seg.rows, starts, ends,
+                                np.array([c[0] for c in chosen], dtype=np.int64),
+                                np.array([c[1] for c in chosen], dtype=np.float64),
+                                np.array([c[2] for c in chosen], dtype=np.uint8))
+        for n, (f, thr, ml) in zip(nodes, chosen):
             t["feature"][n] = f
             t["threshold"][n] = thr
             t["missing_left"][n] = ml
-        bits = np.concatenate(out) if out else np.empty(0, dtype=np.uint8)
         reply = {"bits": _pack(bits)}
         if self.settings.reveal_splits:
             idx = [int(n) for n in msg["nodes"]]
@@ -244,9 +246,11 @@ class TreeGrower:
     # -- random draws -----------------------------------------------------
     def _draw_counts(self, rng):
         if not self.params.bootstrap:
-            return np.ones(self.n_rows, dtype=np.int32)
+            return np.ones(self.n_rows, dtype=np.uint8)
         idx = rng.integers(0, self.n_rows, self.n_boot)
-        return np.bincount(idx, minlength=self.n_rows).astype(np.int32)
+        counts = np.bincount(idx, minlength=self.n_rows)
+        # the smallest integer type that holds them: the counts travel to every party
+        return counts.astype(np.uint8 if counts.max() < 256 else np.int32)
 
     def _draw_features(self, rng):
         mask = np.zeros(self.n_features, dtype=np.uint8)
@@ -258,8 +262,11 @@ class TreeGrower:
         if self.params.feature_sampling == "tree":
             full = np.broadcast_to(tree_mask, (n_nodes, self.n_features))
         else:
-            full = np.stack([self._draw_features(rng) for _ in range(n_nodes)]) \
-                if n_nodes else np.zeros((0, self.n_features), dtype=np.uint8)
+            # an independent uniform k-subset per node: the k smallest of uniform keys
+            keys = rng.random((n_nodes, self.n_features))
+            chosen = np.argpartition(keys, self.k_features - 1, axis=1)[:, :self.k_features]
+            full = np.zeros((n_nodes, self.n_features), dtype=np.uint8)
+            np.put_along_axis(full, chosen, 1, axis=1)
         return [np.ascontiguousarray(full[:, self.offsets[p]:self.offsets[p + 1]])
                 for p in range(len(self.feature_counts))]
 
@@ -369,6 +376,22 @@ class TreeGrower:
                         threshold=np.array(nodes["threshold"]),
                         missing_left=np.array(nodes["missing_left"], dtype=np.uint8))
         return tree
+
+
+def warm_up(split_method, is_classification=True):
+    """Load (or compile) the growth kernels for this process on a tiny problem,
+    so the first real tree does not pay for it."""
+    from ..params import ForestParams, validate
+    task = "classification" if is_classification else "regression"
+    params = validate(ForestParams(n_estimators=1, split_method=split_method, max_features=None,
+                                   bootstrap=False), task)
+    X = np.array([[0.0, 1.0], [1.0, np.nan], [2.0, 0.0], [3.0, 1.0]])
+    y = np.array([0, 0, 1, 1]) if is_classification else np.array([0.0, 0.5, 1.0, 2.0])
+    labels = PlainLabels(y, is_classification, 2 if is_classification else 1)
+    settings = SplitSettings(params, 4, is_classification, labels.n_classes)
+    splitter = PartySplitter(X, settings, labels)
+    TreeGrower(LocalParties([splitter]), labels, params, settings, [2],
+               y_codes=labels.y if is_classification else None, classes=np.arange(2)).grow(0)
 
 
 def tree_seeds(random_state, n_estimators):

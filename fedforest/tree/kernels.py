@@ -357,6 +357,29 @@ def goes_left(x, rows, start, end, thr, missing_left):
 
 
 @njit(cache=True)
+def partition_bits(X, rows, starts, ends, features, thresholds, missing_left):
+    """Left (1) / right (0) bit of every row of several node segments, each
+    split on its own column, concatenated in segment order."""
+    total = 0
+    for j in range(starts.shape[0]):
+        total += ends[j] - starts[j]
+    out = np.empty(total, dtype=np.uint8)
+    o = 0
+    for j in range(starts.shape[0]):
+        f = features[j]
+        thr = thresholds[j]
+        ml = missing_left[j]
+        for i in range(starts[j], ends[j]):
+            v = X[rows[i], f]
+            if np.isnan(v):
+                out[o] = ml
+            else:
+                out[o] = 1 if v <= thr else 0
+            o += 1
+    return out
+
+
+@njit(cache=True)
 def apply_partition(rows, starts, ends, bits):
     """Stable in-place partition of each node segment by its left/right bits.
 
@@ -408,117 +431,213 @@ def apply_tree(X, children_left, children_right, feature, threshold, missing_lef
 
 
 @njit(cache=True)
-def partial_leaf_bitmaps(X, children_left, children_right, feature, threshold, missing_left,
-                         leaves):
-    """Per-leaf row sets of one partial tree (paper Algorithm 3), as uint64 bit words.
+def partial_leaf_sets(X, children_left, children_right, feature, threshold, missing_left,
+                      leaves, index_bytes):
+    """Per-leaf row sets of one partial tree (paper Algorithm 3), in compact form.
 
     ``feature[node] >= 0`` marks a split this party owns (local column index);
     ``-1`` a split owned elsewhere, where rows follow both branches; ``-2`` a
-    leaf.  Returns ``(explicit, words)``: ``explicit[k]`` is 0 when no ancestor
-    of ``leaves[k]`` is owned here (its row set is "all rows", nothing is
-    stored) and otherwise ``words[k]`` holds its row bitmap, bit ``i % 64`` of
-    word ``i // 64`` for row ``i``.
+    leaf.  ``set_of_leaf[k]`` is -1 when no ancestor of ``leaves[k]`` is owned
+    here (its row set is "all rows") and otherwise the number of its row set.
+    Leaves below the same child of an owned split, with no owned split in
+    between, share one row set, stored once.
+
+    Each set is stored like a Roaring bitmap container, whichever is smaller:
+    as its row indices (``index_bytes`` each on the wire) or as bitmap words
+    (bit ``i % 64`` of word ``i // 64`` for row ``i``).  Returns
+    ``(set_of_leaf, is_dense, counts, rows, dense)``: per set the container
+    kind and row count, the index lists concatenated (in no particular order
+    within a set) and the dense sets' words stacked.
+
+    The tree is walked depth first with the list of rows that can reach each
+    node: an owned split partitions its list, another party's split hands the
+    same list on; the walk stops where no owned split lies below.
     """
     n = X.shape[0]
     n_nodes = children_left.shape[0]
     nw = (n + 63) // 64
-    # a node is constrained when some ancestor split is owned by this party
-    constrained = np.zeros(n_nodes, dtype=np.uint8)
-    slot = np.full(n_nodes, -1, dtype=np.int64)
-    n_slots = 0
-    # nodes are numbered so that parents come before children
+    # anchor[node]: the child of an owned split that the node hangs below with
+    # no owned split in between (-1: no owned ancestor).  Parents come first.
+    anchor = np.full(n_nodes, -1, dtype=np.int64)
+    depth = np.zeros(n_nodes, dtype=np.int64)
     for node in range(n_nodes):
         l = children_left[node]
         if l < 0:
             continue
         r = children_right[node]
-        c = 1 if (constrained[node] == 1 or feature[node] >= 0) else 0
-        constrained[l] = c
-        constrained[r] = c
-        if c == 1:
-            slot[l] = n_slots
-            slot[r] = n_slots + 1
-            n_slots += 2
-    bits = np.zeros((n_slots, nw), dtype=np.uint64)
-    one = np.uint64(1)
-    for node in range(n_nodes):
+        if feature[node] >= 0:
+            anchor[l] = l
+            anchor[r] = r
+        else:
+            anchor[l] = anchor[node]
+            anchor[r] = anchor[node]
+        depth[l] = depth[node] + 1
+        depth[r] = depth[node] + 1
+    n_leaves = leaves.shape[0]
+    set_of_leaf = np.full(n_leaves, -1, dtype=np.int32)
+    slot = np.full(n_nodes, -1, dtype=np.int64)
+    n_sets = 0
+    for k in range(n_leaves):
+        a = anchor[leaves[k]]
+        if a >= 0:
+            if slot[a] < 0:
+                slot[a] = n_sets
+                n_sets += 1
+            set_of_leaf[k] = slot[a]
+    is_dense = np.zeros(n_sets, dtype=np.uint8)
+    counts = np.zeros(n_sets, dtype=np.int64)
+    dense_row = np.full(n_sets, -1, dtype=np.int64)
+    row_start = np.zeros(n_sets, dtype=np.int64)
+    rows = np.empty(0, dtype=np.uint32)
+    words = np.zeros((0, nw), dtype=np.uint64)
+    if n_sets == 0:
+        return set_of_leaf, is_dense, counts, rows, words
+    rows = np.empty(max(n, 16), dtype=np.uint32)
+    n_rows_out = 0
+    n_dense = 0
+    words = np.zeros((max(1, n_sets // 4), nw), dtype=np.uint64)
+    # the walk is needed only where an owned split lies in the subtree
+    owned_below = np.zeros(n_nodes, dtype=np.uint8)
+    max_depth = 0
+    for node in range(n_nodes - 1, -1, -1):
         l = children_left[node]
-        if l < 0 or constrained[l] == 0:
+        if l >= 0 and (feature[node] >= 0 or owned_below[l] == 1
+                       or owned_below[children_right[node]] == 1):
+            owned_below[node] = 1
+        if depth[node] > max_depth:
+            max_depth = depth[node]
+    # row lists live in one buffer used as a stack: each owned split on the
+    # current path adds at most n entries
+    buf = np.empty(n * (max_depth + 2), dtype=np.int32)
+    for i in range(n):
+        buf[i] = i
+    cap = 2 * max_depth + 4
+    st_node = np.empty(cap, dtype=np.int64)
+    st_s = np.empty(cap, dtype=np.int64)
+    st_e = np.empty(cap, dtype=np.int64)
+    st_top = np.empty(cap, dtype=np.int64)
+    st_node[0] = 0
+    st_s[0] = 0
+    st_e[0] = n
+    st_top[0] = n
+    sp = 1
+    one = np.uint64(1)
+    while sp > 0:
+        sp -= 1
+        node = st_node[sp]
+        s = st_s[sp]
+        e = st_e[sp]
+        top = st_top[sp]
+        k = slot[node]
+        if k >= 0:
+            c = e - s
+            counts[k] = c
+            if c * index_bytes >= nw * 8:
+                is_dense[k] = 1
+                if n_dense == words.shape[0]:
+                    grown = np.zeros((2 * n_dense, nw), dtype=np.uint64)
+                    grown[:n_dense] = words
+                    words = grown
+                dense_row[k] = n_dense
+                for i in range(s, e):
+                    r = buf[i]
+                    words[n_dense, r >> 6] |= one << np.uint64(r & 63)
+                n_dense += 1
+            else:
+                if n_rows_out + c > rows.shape[0]:
+                    grown_rows = np.empty(2 * (n_rows_out + c), dtype=np.uint32)
+                    grown_rows[:n_rows_out] = rows[:n_rows_out]
+                    rows = grown_rows
+                row_start[k] = n_rows_out
+                for i in range(s, e):
+                    rows[n_rows_out] = buf[i]
+                    n_rows_out += 1
+        l = children_left[node]
+        if l < 0 or owned_below[node] == 0:
             continue
-        r = children_right[node]
-        sl = slot[l]
-        sr = slot[r]
-        ps = slot[node]
-        if feature[node] < 0:
-            # not ours: both children inherit the parent's rows
-            for w in range(nw):
-                bits[sl, w] = bits[ps, w]
-                bits[sr, w] = bits[ps, w]
-            continue
+        r_child = children_right[node]
         f = feature[node]
+        if f < 0:
+            # not ours: both children see the same rows
+            for c in (r_child, l):
+                if owned_below[c] == 1:
+                    st_node[sp] = c
+                    st_s[sp] = s
+                    st_e[sp] = e
+                    st_top[sp] = top
+                    sp += 1
+            continue
         thr = threshold[node]
         ml = missing_left[node] == 1
-        for w in range(nw):
-            if ps >= 0:
-                parent = bits[ps, w]
-                if parent == 0:
-                    continue
+        # one pass: left rows fill the new area from its start, right rows from its end
+        new_top = top + (e - s)
+        li = top
+        ri = new_top - 1
+        for i in range(s, e):
+            row = buf[i]
+            v = X[row, f]
+            if (ml if np.isnan(v) else v <= thr):
+                buf[li] = row
+                li += 1
             else:
-                parent = ~np.uint64(0)
-            lw = np.uint64(0)
-            base = w * 64
-            top = min(64, n - base)
-            for b in range(top):
-                v = X[base + b, f]
-                if np.isnan(v):
-                    gl = ml
-                else:
-                    gl = v <= thr
-                if gl:
-                    lw |= one << np.uint64(b)
-            if top < 64:
-                parent &= (one << np.uint64(top)) - one
-            bits[sl, w] = parent & lw
-            bits[sr, w] = parent & ~lw
-    n_leaves = leaves.shape[0]
-    explicit = np.zeros(n_leaves, dtype=np.uint8)
-    n_exp = 0
-    for k in range(n_leaves):
-        if constrained[leaves[k]] == 1:
-            explicit[k] = 1
-            n_exp += 1
-    words = np.empty((n_exp, nw), dtype=np.uint64)
-    e = 0
-    for k in range(n_leaves):
-        if explicit[k] == 1:
-            words[e, :] = bits[slot[leaves[k]], :]
-            e += 1
-    return explicit, words
+                buf[ri] = row
+                ri -= 1
+        nl = li - top
+        st_node[sp] = r_child
+        st_s[sp] = top + nl
+        st_e[sp] = new_top
+        st_top[sp] = new_top
+        sp += 1
+        st_node[sp] = l
+        st_s[sp] = top
+        st_e[sp] = top + nl
+        st_top[sp] = new_top
+        sp += 1
+    # containers in set order
+    out_rows = np.empty(n_rows_out, dtype=np.uint32)
+    out_dense = np.empty((n_dense, nw), dtype=np.uint64)
+    ro = 0
+    do = 0
+    for k in range(n_sets):
+        if is_dense[k]:
+            out_dense[do, :] = words[dense_row[k], :]
+            do += 1
+        else:
+            out_rows[ro:ro + counts[k]] = rows[row_start[k]:row_start[k] + counts[k]]
+            ro += counts[k]
+    return set_of_leaf, is_dense, counts, out_rows, out_dense
 
 
 @njit(cache=True)
-def intersect_leaf_bitmaps(n_rows, explicit_list_flat, words_flat, word_offsets, n_parties,
-                           n_leaves):
+def partial_leaf_bitmaps(X, children_left, children_right, feature, threshold, missing_left,
+                         leaves):
+    """:func:`partial_leaf_sets` with every set as bitmap words: ``(set_of_leaf,
+    words)``, ``words[set_of_leaf[k]]`` being leaf ``k``'s row bitmap."""
+    set_of_leaf, is_dense, counts, rows, dense = partial_leaf_sets(
+        X, children_left, children_right, feature, threshold, missing_left, leaves, 8)
+    return set_of_leaf, decompress_bitmaps(is_dense, counts, rows, dense, (X.shape[0] + 63) // 64)
+
+
+@njit(cache=True)
+def intersect_leaf_bitmaps(n_rows, word_row, words, n_parties, n_leaves):
     """Master side of Algorithm 4: intersect the parties' leaf row sets.
 
-    ``explicit_list_flat`` is (n_parties, n_leaves) uint8; ``words_flat`` stacks
-    every party's explicit bitmaps in leaf order, party ``p`` starting at row
-    ``word_offsets[p]``.  Returns the leaf position (index into the leaf list)
-    of every row, or -1 where a row did not land in exactly one leaf.
+    ``word_row[p, k]`` is the row of ``words`` holding party ``p``'s row set of
+    leaf ``k``, or -1 for "all rows".  Returns the leaf position (index into
+    the leaf list) of every row, or -1 where a row did not land in exactly
+    one leaf.
     """
     nw = (n_rows + 63) // 64
     out = np.full(n_rows, -1, dtype=np.int32)
     hits = np.zeros(n_rows, dtype=np.int32)
     acc = np.empty(nw, dtype=np.uint64)
-    cursor = word_offsets.copy()
     for k in range(n_leaves):
         acc[:] = ~np.uint64(0)
         for p in range(n_parties):
-            if explicit_list_flat[p, k] == 1:
-                c = cursor[p]
+            row = word_row[p, k]
+            if row >= 0:
                 for w in range(nw):
-                    acc[w] &= words_flat[c, w]
-                cursor[p] += 1
+                    acc[w] &= words[row, w]
         for w in range(nw):
             a = acc[w]
             if a == 0:
@@ -533,3 +652,24 @@ def intersect_leaf_bitmaps(n_rows, explicit_list_flat, words_flat, word_offsets,
         if hits[i] != 1:
             out[i] = -1
     return out
+
+
+@njit(cache=True)
+def decompress_bitmaps(is_dense, counts, rows, dense, nw):
+    """The (n_sets, nw) bitmap words of sets in the compact form of
+    :func:`partial_leaf_sets`."""
+    n_sets = is_dense.shape[0]
+    words = np.zeros((n_sets, nw), dtype=np.uint64)
+    ri = 0
+    di = 0
+    one = np.uint64(1)
+    for k in range(n_sets):
+        if is_dense[k]:
+            words[k, :] = dense[di, :]
+            di += 1
+            continue
+        for i in range(ri, ri + counts[k]):
+            r = np.int64(rows[i])
+            words[k, r >> 6] |= one << np.uint64(r & 63)
+        ri += counts[k]
+    return words

@@ -14,6 +14,23 @@ def prepare_X(X, split_method):
     return np.ascontiguousarray(X)
 
 
+def warm_up():
+    """Load (or compile) the prediction kernels for this process on a tiny tree."""
+    tree = {"children_left": np.array([1, -1, -1], dtype=np.int32),
+            "children_right": np.array([2, -1, -1], dtype=np.int32),
+            "feature": np.array([0, -2, -2], dtype=np.int32),
+            "threshold": np.array([0.5, np.nan, np.nan]),
+            "missing_left": np.array([1, 0, 0], dtype=np.uint8)}
+    X = np.array([[0.0], [1.0], [np.nan]])
+    for n in (3, 70000):
+        Xn = np.resize(X, (n, 1))
+        msg = pack_leaf_sets(party_leaf_sets(Xn, [tree], "hist"))
+        leaf_positions(n, [unpack_leaf_sets(msg, [tree], n)], 0, 2)
+    K.apply_tree(prepare_X(X, "hist"), tree["children_left"], tree["children_right"],
+                 tree["feature"], tree["threshold"], tree["missing_left"])
+    K.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
+
+
 def leaves_of(tree):
     return np.flatnonzero(tree["children_left"] < 0).astype(np.int32)
 
@@ -30,13 +47,46 @@ def mean_leaf_values(trees, X, split_method):
 
 
 def party_leaf_sets(X_local, partial_trees, split_method):
-    """One party's Algorithm 3 over every tree: ``(explicit, words)`` per tree."""
+    """One party's Algorithm 3 over every tree, in the compact form of
+    :func:`fedforest.tree.kernels.partial_leaf_sets` (row indices take 2 bytes
+    when there are at most 65,536 rows, else 4)."""
     X = prepare_X(X_local, split_method)
-    out = []
-    for t in partial_trees:
-        out.append(K.partial_leaf_bitmaps(X, t["children_left"], t["children_right"],
-                                          t["feature"], t["threshold"], t["missing_left"],
-                                          leaves_of(t)))
+    index_bytes = 2 if X.shape[0] <= 65536 else 4
+    return [K.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
+                                t["threshold"], t["missing_left"], leaves_of(t), index_bytes)
+            for t in partial_trees]
+
+
+def pack_leaf_sets(sets):
+    """All trees' compact leaf sets as one message."""
+    rows = np.concatenate([r for *_, r, _ in sets]) if sets else np.empty(0, np.uint32)
+    small = rows.size == 0 or int(rows.max()) < 65536
+    return {"set_of_leaf": np.concatenate([s[0] for s in sets]),
+            "n_sets": np.array([s[1].size for s in sets], dtype=np.int64),
+            "is_dense": np.concatenate([s[1] for s in sets]),
+            "counts": np.concatenate([s[2] for s in sets]),
+            "rows": rows.astype(np.uint16 if small else np.uint32),
+            "dense": np.concatenate([s[4] for s in sets]).reshape(-1) if sets else np.empty(0, np.uint64)}
+
+
+def unpack_leaf_sets(msg, trees, n_rows):
+    """Per tree ``(set_of_leaf, words)`` from a party's :func:`pack_leaf_sets` message."""
+    nw = (n_rows + 63) // 64
+    n_leaves = [int(np.count_nonzero(t["children_left"] < 0)) for t in trees]
+    n_sets = msg["n_sets"]
+    if msg["set_of_leaf"].size != sum(n_leaves) or n_sets.size != len(trees):
+        raise PartialTreeMismatch("prediction", "a party sent leaf sets of another forest")
+    is_dense, counts = msg["is_dense"], msg["counts"]
+    rows = msg["rows"].astype(np.uint32)
+    dense = msg["dense"].reshape(-1, nw)
+    out, lo, so, ro, do = [], 0, 0, 0, 0
+    for nl, ns in zip(n_leaves, n_sets):
+        d, c = is_dense[so: so + ns], counts[so: so + ns]
+        n_idx = int(c[d == 0].sum())
+        n_dense = int(d.sum())
+        words = K.decompress_bitmaps(d, c, rows[ro: ro + n_idx], dense[do: do + n_dense], nw)
+        out.append((msg["set_of_leaf"][lo: lo + nl], words))
+        lo, so, ro, do = lo + nl, so + ns, ro + n_idx, do + n_dense
     return out
 
 
@@ -46,14 +96,16 @@ class PartialTreeMismatch(InputError):
 
 def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
     """Master's Algorithm 4 for one tree: the leaf (position in the leaf list) of each row."""
-    explicit = np.stack([ls[tree_index][0] for ls in leaf_sets_by_party]) if leaf_sets_by_party \
-        else np.zeros((0, n_leaves), dtype=np.uint8)
-    words = [ls[tree_index][1] for ls in leaf_sets_by_party]
-    offsets = np.concatenate(([0], np.cumsum([w.shape[0] for w in words])))[:-1].astype(np.int64)
     nw = (n_rows + 63) // 64
+    word_row = np.full((len(leaf_sets_by_party), n_leaves), -1, dtype=np.int64)
+    words, base = [], 0
+    for p, sets in enumerate(leaf_sets_by_party):
+        set_of_leaf, w = sets[tree_index]
+        word_row[p] = np.where(set_of_leaf >= 0, set_of_leaf.astype(np.int64) + base, -1)
+        words.append(w.reshape(-1, nw))
+        base += words[-1].shape[0]
     flat = np.concatenate(words) if words else np.empty((0, nw), dtype=np.uint64)
-    pos = K.intersect_leaf_bitmaps(n_rows, explicit, flat.reshape(-1, nw), offsets,
-                                   len(leaf_sets_by_party), n_leaves)
+    pos = K.intersect_leaf_bitmaps(n_rows, word_row, flat, len(leaf_sets_by_party), n_leaves)
     if n_rows and pos.min() < 0:
         bad = int(np.count_nonzero(pos < 0))
         raise PartialTreeMismatch(
