@@ -438,7 +438,8 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
     ``feature[node] >= 0`` marks a split this party owns (local column index);
     ``-1`` a split owned elsewhere, where rows follow both branches; ``-2`` a
     leaf.  ``set_of_leaf[k]`` is -1 when no ancestor of ``leaves[k]`` is owned
-    here (its row set is "all rows") and otherwise the number of its row set.
+    here (its row set is "all rows") and otherwise the number of its row set
+    (sets are numbered in the order the walk below meets them).
     Leaves below the same child of an owned split, with no owned split in
     between, share one row set, stored once.
 
@@ -475,26 +476,24 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
         depth[r] = depth[node] + 1
     n_leaves = leaves.shape[0]
     set_of_leaf = np.full(n_leaves, -1, dtype=np.int32)
+    # anchors holding some leaf's set; sets are numbered in the order the walk meets them
     slot = np.full(n_nodes, -1, dtype=np.int64)
     n_sets = 0
     for k in range(n_leaves):
         a = anchor[leaves[k]]
-        if a >= 0:
-            if slot[a] < 0:
-                slot[a] = n_sets
-                n_sets += 1
-            set_of_leaf[k] = slot[a]
+        if a >= 0 and slot[a] == -1:
+            slot[a] = -2
+            n_sets += 1
     is_dense = np.zeros(n_sets, dtype=np.uint8)
     counts = np.zeros(n_sets, dtype=np.int64)
-    dense_row = np.full(n_sets, -1, dtype=np.int64)
-    row_start = np.zeros(n_sets, dtype=np.int64)
     rows = np.empty(0, dtype=np.uint32)
     words = np.zeros((0, nw), dtype=np.uint64)
     if n_sets == 0:
         return set_of_leaf, is_dense, counts, rows, words
-    rows = np.empty(max(n, 16), dtype=np.uint32)
+    rows = np.empty(max(4 * n, 16), dtype=np.uint32)
     n_rows_out = 0
     n_dense = 0
+    next_set = 0
     words = np.zeros((max(1, n_sets // 4), nw), dtype=np.uint64)
     # the walk is needed only where an owned split lies in the subtree
     owned_below = np.zeros(n_nodes, dtype=np.uint8)
@@ -528,8 +527,10 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
         s = st_s[sp]
         e = st_e[sp]
         top = st_top[sp]
-        k = slot[node]
-        if k >= 0:
+        if slot[node] == -2:
+            k = next_set
+            slot[node] = k
+            next_set += 1
             c = e - s
             counts[k] = c
             if c * index_bytes >= nw * 8:
@@ -538,7 +539,6 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
                     grown = np.zeros((2 * n_dense, nw), dtype=np.uint64)
                     grown[:n_dense] = words
                     words = grown
-                dense_row[k] = n_dense
                 for i in range(s, e):
                     r = buf[i]
                     words[n_dense, r >> 6] |= one << np.uint64(r & 63)
@@ -548,7 +548,6 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
                     grown_rows = np.empty(2 * (n_rows_out + c), dtype=np.uint32)
                     grown_rows[:n_rows_out] = rows[:n_rows_out]
                     rows = grown_rows
-                row_start[k] = n_rows_out
                 for i in range(s, e):
                     rows[n_rows_out] = buf[i]
                     n_rows_out += 1
@@ -593,18 +592,12 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
         st_e[sp] = top + nl
         st_top[sp] = new_top
         sp += 1
-    # containers in set order
-    out_rows = np.empty(n_rows_out, dtype=np.uint32)
-    out_dense = np.empty((n_dense, nw), dtype=np.uint64)
-    ro = 0
-    do = 0
-    for k in range(n_sets):
-        if is_dense[k]:
-            out_dense[do, :] = words[dense_row[k], :]
-            do += 1
-        else:
-            out_rows[ro:ro + counts[k]] = rows[row_start[k]:row_start[k] + counts[k]]
-            ro += counts[k]
+    for k in range(n_leaves):
+        a = anchor[leaves[k]]
+        if a >= 0:
+            set_of_leaf[k] = slot[a]
+    out_rows = rows[:n_rows_out].copy()
+    out_dense = words[:n_dense].copy()
     return set_of_leaf, is_dense, counts, out_rows, out_dense
 
 
