@@ -466,9 +466,9 @@ def master_predict(comm, cfg):
 
 def _predict_oneshot(comm, cfg, trees, n_rows):
     """Algorithm 4: one collective round for the whole forest."""
-    replies = comm.exchange({r: {"op": "leaf_sets"} for r in comm.clients})
+    comm.scatter({r: {"op": "leaf_sets"} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
-    per_party = [unpack_leaf_sets(replies[r], trees, n_rows) for r in comm.clients]
+    per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
     for i in _bar(cfg, iterable=range(len(trees)), desc="combining leaf sets", unit="tree"):

@@ -748,3 +748,21 @@ def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_byt
         kinds.update(is_dense.tolist())
     if n_rows == 700:
         assert kinds == {0, 1}  # both container kinds occur
+
+
+@pytest.mark.parametrize("index_bytes", [2, 4, 64])
+@pytest.mark.parametrize("n_rows", [37, 700])
+def test_intersection_of_compact_sets_recovers_apply_tree(index_bytes, n_rows):
+    """Sparse, dense and mixed containers (index_bytes=64 makes every set dense)."""
+    from fedforest.tree.predict import leaf_positions
+    tree, _ = forest_tree(160)
+    X = np.ascontiguousarray(forest_data(n_rows, seed=n_rows + 1)[0])
+    leaves = np.flatnonzero(tree["children_left"] < 0).astype(np.int32)
+    per_party = []
+    for cols in PARTY_SPLITS[3]:
+        pt = partial_tree(tree, cols)
+        per_party.append([K.partial_leaf_sets(
+            X[:, cols].copy(), pt["children_left"], pt["children_right"], pt["feature"],
+            pt["threshold"], pt["missing_left"], leaves, index_bytes)])
+    pos = leaf_positions(n_rows, per_party, 0, leaves.size)
+    assert leaves[pos].tolist() == apply(tree, X).tolist()

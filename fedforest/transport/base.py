@@ -184,6 +184,14 @@ class Comm:
         self.rounds += 1
         return {c: self.recv(c) for c in ranks}
 
+    def gather_each(self, ranks=None):
+        """Master: like :meth:`gather` (one round), but yields ``(rank, msg)`` as
+        each reply arrives, so work on early replies overlaps later transfers."""
+        ranks = self.clients if ranks is None else list(ranks)
+        self.rounds += 1
+        for c in ranks:
+            yield c, self.recv(c)
+
     def exchange(self, msgs):
         """Master: one round — send each listed party its message, collect the replies."""
         self.scatter(msgs)

@@ -666,3 +666,81 @@ def decompress_bitmaps(is_dense, counts, rows, dense, nw):
             words[k, r >> 6] |= one << np.uint64(r & 63)
         ri += counts[k]
     return words
+
+
+@njit(cache=True)
+def intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row, dense,
+                        n_leaves):
+    """Master side of Algorithm 4 on compact row sets (see :func:`partial_leaf_sets`).
+
+    ``set_id[p, k]`` is the global number of party ``p``'s row set of leaf
+    ``k`` (-1: all rows); for each global set, ``is_dense``/``counts`` give its
+    container, ``rows[row_start[s]: row_start[s] + counts[s]]`` its row
+    indices (sparse sets) and ``dense[dense_row[s]]`` its bitmap words (dense
+    sets).  Returns the leaf position of every row, or -1 where a row did not
+    land in exactly one leaf.
+    """
+    n_parties = set_id.shape[0]
+    nw = (n_rows + 63) // 64
+    out = np.full(n_rows, -1, dtype=np.int32)
+    hits = np.zeros(n_rows, dtype=np.int32)
+    seen = np.zeros(n_rows, dtype=np.int32)
+    stamp = np.zeros(n_rows, dtype=np.int64)
+    acc = np.empty(nw, dtype=np.uint64)
+    one = np.uint64(1)
+    for k in range(n_leaves):
+        # the smallest sparse set drives the scan; the others are counted or bit-tested
+        best = -1
+        n_sparse = 0
+        for p in range(n_parties):
+            s = set_id[p, k]
+            if s >= 0 and is_dense[s] == 0:
+                n_sparse += 1
+                if best < 0 or counts[s] < counts[best]:
+                    best = s
+        if best < 0:
+            acc[:] = ~np.uint64(0)
+            for p in range(n_parties):
+                s = set_id[p, k]
+                if s >= 0:
+                    for w in range(nw):
+                        acc[w] &= dense[dense_row[s], w]
+            for w in range(nw):
+                a = acc[w]
+                if a == 0:
+                    continue
+                base = w * 64
+                top = min(64, n_rows - base)
+                for b in range(top):
+                    if (a >> np.uint64(b)) & one:
+                        out[base + b] = k
+                        hits[base + b] += 1
+            continue
+        tag = k + 1
+        for p in range(n_parties):
+            s = set_id[p, k]
+            if s >= 0 and is_dense[s] == 0:
+                for i in range(row_start[s], row_start[s] + counts[s]):
+                    r = np.int64(rows[i])
+                    if stamp[r] != tag:
+                        stamp[r] = tag
+                        seen[r] = 0
+                    seen[r] += 1
+        for i in range(row_start[best], row_start[best] + counts[best]):
+            r = np.int64(rows[i])
+            if seen[r] != n_sparse:
+                continue
+            ok = True
+            for p in range(n_parties):
+                s = set_id[p, k]
+                if s >= 0 and is_dense[s] == 1:
+                    if not (dense[dense_row[s], r >> 6] >> np.uint64(r & 63)) & one:
+                        ok = False
+                        break
+            if ok:
+                out[r] = k
+                hits[r] += 1
+    for i in range(n_rows):
+        if hits[i] != 1:
+            out[i] = -1
+    return out

@@ -70,22 +70,22 @@ def pack_leaf_sets(sets):
 
 
 def unpack_leaf_sets(msg, trees, n_rows):
-    """Per tree ``(set_of_leaf, words)`` from a party's :func:`pack_leaf_sets` message."""
+    """Per tree, the compact sets ``(set_of_leaf, is_dense, counts, rows, dense)``
+    of a party's :func:`pack_leaf_sets` message (views, no copies)."""
     nw = (n_rows + 63) // 64
     n_leaves = [int(np.count_nonzero(t["children_left"] < 0)) for t in trees]
     n_sets = msg["n_sets"]
     if msg["set_of_leaf"].size != sum(n_leaves) or n_sets.size != len(trees):
         raise PartialTreeMismatch("prediction", "a party sent leaf sets of another forest")
-    is_dense, counts = msg["is_dense"], msg["counts"]
-    rows = msg["rows"].astype(np.uint32)
+    is_dense, counts, rows = msg["is_dense"], msg["counts"], msg["rows"]
     dense = msg["dense"].reshape(-1, nw)
     out, lo, so, ro, do = [], 0, 0, 0, 0
     for nl, ns in zip(n_leaves, n_sets):
         d, c = is_dense[so: so + ns], counts[so: so + ns]
         n_idx = int(c[d == 0].sum())
         n_dense = int(d.sum())
-        words = K.decompress_bitmaps(d, c, rows[ro: ro + n_idx], dense[do: do + n_dense], nw)
-        out.append((msg["set_of_leaf"][lo: lo + nl], words))
+        out.append((msg["set_of_leaf"][lo: lo + nl], d, c, rows[ro: ro + n_idx],
+                    dense[do: do + n_dense]))
         lo, so, ro, do = lo + nl, so + ns, ro + n_idx, do + n_dense
     return out
 
@@ -95,17 +95,25 @@ class PartialTreeMismatch(InputError):
 
 
 def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
-    """Master's Algorithm 4 for one tree: the leaf (position in the leaf list) of each row."""
+    """Master's Algorithm 4 for one tree: the leaf (position in the leaf list) of each
+    row, from every party's compact sets of that tree."""
     nw = (n_rows + 63) // 64
-    word_row = np.full((len(leaf_sets_by_party), n_leaves), -1, dtype=np.int64)
-    words, base = [], 0
-    for p, sets in enumerate(leaf_sets_by_party):
-        set_of_leaf, w = sets[tree_index]
-        word_row[p] = np.where(set_of_leaf >= 0, set_of_leaf.astype(np.int64) + base, -1)
-        words.append(w.reshape(-1, nw))
-        base += words[-1].shape[0]
-    flat = np.concatenate(words) if words else np.empty((0, nw), dtype=np.uint64)
-    pos = K.intersect_leaf_bitmaps(n_rows, word_row, flat, len(leaf_sets_by_party), n_leaves)
+    n_parties = len(leaf_sets_by_party)
+    set_id = np.full((n_parties, n_leaves), -1, dtype=np.int64)
+    parts = [sets[tree_index] for sets in leaf_sets_by_party]
+    base = 0
+    for p, (set_of_leaf, d, *_rest) in enumerate(parts):
+        set_id[p] = np.where(set_of_leaf >= 0, set_of_leaf.astype(np.int64) + base, -1)
+        base += d.size
+    is_dense = np.concatenate([q[1] for q in parts]) if parts else np.empty(0, np.uint8)
+    counts = np.concatenate([q[2] for q in parts]) if parts else np.empty(0, np.int64)
+    sparse_counts = np.where(is_dense == 0, counts, 0)
+    row_start = np.concatenate(([0], np.cumsum(sparse_counts)[:-1])).astype(np.int64)
+    dense_row = (np.cumsum(is_dense, dtype=np.int64) - 1)
+    rows = np.concatenate([q[3] for q in parts]) if parts else np.empty(0, np.uint32)
+    dense = np.concatenate([q[4] for q in parts]) if parts else np.empty((0, nw), np.uint64)
+    pos = K.intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row,
+                                dense.reshape(-1, nw), n_leaves)
     if n_rows and pos.min() < 0:
         bad = int(np.count_nonzero(pos < 0))
         raise PartialTreeMismatch(
