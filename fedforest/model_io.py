@@ -100,3 +100,46 @@ def clear(folder):
             shutil.rmtree(p)
         elif os.path.exists(p):
             os.unlink(p)
+
+
+class CheckpointWriter:
+    """Writes finished trees and the manifest from a background thread, so disk
+    syncs overlap the growth of the next tree.  Writes stay in order; an error
+    in the writer is raised by the next :meth:`submit` or by :meth:`close`."""
+
+    def __init__(self, folder):
+        import queue
+        import threading
+        self.folder = folder
+        self._queue = queue.Queue()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name="fedforest-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue
+            index, arrays, manifest = item
+            try:
+                write_tree(self.folder, index, arrays)
+                write_manifest(self.folder, manifest)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self._error = exc
+
+    def _raise(self):
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, index, arrays, manifest):
+        self._raise()
+        self._queue.put((index, arrays, manifest))
+
+    def close(self):
+        """Wait for every pending write; raise the writer's error if any."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise()

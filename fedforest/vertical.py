@@ -294,12 +294,12 @@ def master_train(comm, cfg):
     if start:
         _log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = _bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
+    writer = model_io.CheckpointWriter(my_dir)
     for t in range(start, params.n_estimators):
         tree = grower.grow(seeds[t])
-        model_io.write_tree(my_dir, t, tree)
-        model_io.write_manifest(my_dir, dict(manifest, n_trees=t + 1,
-                                             complete=t + 1 == params.n_estimators))
+        writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
         bar.update(1)
+    writer.close()
     bar.close()
     train_seconds = time.perf_counter() - t_trees
     tree_bytes = comm.bytes_sent - bytes0
@@ -374,21 +374,23 @@ def party_train(comm, cfg):
     crash_after = _crash_point(rank)
     t = start
     bytes0 = comm.bytes_sent
+    writer = model_io.CheckpointWriter(folder)
     while True:
         msg = comm.recv(MASTER)
         op = msg["op"]
         if op == "done":
+            writer.close()
             comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
         reply = splitter.handle(msg)
         if reply is not None:
             comm.send(MASTER, reply)
         if op == "finish":
-            model_io.write_tree(folder, t, splitter.trees.pop())
             t += 1
-            model_io.write_manifest(folder, dict(manifest, n_trees=t,
-                                                 complete=t == manifest["n_estimators"]))
+            writer.submit(t - 1, splitter.trees.pop(),
+                          dict(manifest, n_trees=t, complete=t == manifest["n_estimators"]))
             if crash_after is not None and t == crash_after:
+                writer.close()
                 raise RuntimeError(f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)")
 
 

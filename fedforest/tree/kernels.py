@@ -226,13 +226,23 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                         best_feat[j] = f
                         best_bin[j] = b
                         best_ml[j] = 1
-            # reset only the bins this node touched
-            for i in range(s, e):
-                b = col[rows[i]]
-                if cnt[b] != 0:
-                    cnt[b] = 0
-                    for k in range(S):
-                        hist[b, k] = 0.0
+            # clear the histogram: by bins for large nodes, by the rows' bins for small ones
+            if e - s > nb:
+                for b in range(nb):
+                    if cnt[b] != 0:
+                        cnt[b] = 0
+                        for k in range(S):
+                            hist[b, k] = 0.0
+                cnt[MISSING_BIN] = 0
+                for k in range(S):
+                    hist[MISSING_BIN, k] = 0.0
+            else:
+                for i in range(s, e):
+                    b = col[rows[i]]
+                    if cnt[b] != 0:
+                        cnt[b] = 0
+                        for k in range(S):
+                            hist[b, k] = 0.0
     return best_gain, best_feat, best_bin, best_ml
 
 
