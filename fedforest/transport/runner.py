@@ -1,5 +1,6 @@
 """Running one rank of a job with failure handling shared by all transports."""
 import sys
+import time
 import traceback
 
 from ..errors import InputError, RemoteError
@@ -25,6 +26,7 @@ def run_rank(comm, master_fn, party_fn, results=None):
 
 
 INPUT_ERRORS = ("InputError", "PartialTreeMismatch")
+ABORT_GRACE_SECONDS = 1.0
 
 
 def describe_failure(exc, verbose=False):
@@ -49,5 +51,8 @@ def run_master(comm, master_fn, verbose=lambda: False):
         code = 2 if isinstance(exc, InputError) or (
             isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
         print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
+        # MPI_Abort tears the job down at once: give the launcher a moment to
+        # forward what was just printed before it kills the output channels
+        time.sleep(ABORT_GRACE_SECONDS)
         comm.raw.abort(code)
         raise SystemExit(code)
