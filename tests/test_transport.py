@@ -119,3 +119,17 @@ def test_tampered_message_stops_the_job_naming_both_ranks(tamper, sender, receiv
     with pytest.raises((ChannelError, RemoteError)) as err:
         run_inprocess(2, _echo_master, _ok_party, tamper=tamper)
     assert f"from rank {sender} to rank {receiver}" in str(err.value)
+
+
+def test_evaluate_command_prints_metrics(tmp_path, capsys):
+    import pandas as pd
+    from fedforest.cli import main
+    pd.DataFrame({"id": ["a", "b", "c", "d"], "prediction": ["x", "y", "y", "x"],
+                  "proba_x": [0.9, 0.2, 0.4, 0.7], "proba_y": [0.1, 0.8, 0.6, 0.3]}
+                 ).to_csv(tmp_path / "pred.csv", index=False)
+    pd.DataFrame({"id": ["d", "c", "b", "a", "e"], "label": ["x", "x", "y", "x", "y"]}
+                 ).to_csv(tmp_path / "truth.csv", index=False)
+    assert main(["evaluate", "--predictions", str(tmp_path / "pred.csv"), "--truth",
+                 str(tmp_path / "truth.csv"), "--label-column", "label"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy: 0.7500" in out and "rows: 4" in out and "f1_binary" in out

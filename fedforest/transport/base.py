@@ -11,6 +11,7 @@ Failures: an exception on a party is sent to the master on a separate tag
 it raises :class:`~fedforest.errors.RemoteError` naming the rank, with the
 remote traceback, instead of hanging.  The runner then stops every rank.
 """
+import abc
 import json
 import os
 import pickle
@@ -34,25 +35,27 @@ class JobAborted(FedForestError):
     """Raised on a rank whose job was stopped because another rank failed."""
 
 
-class RawTransport:
+class RawTransport(abc.ABC):
     """Byte transport between ranks (implemented over MPI and in-process)."""
     rank = 0
     size = 1
 
+    @abc.abstractmethod
     def send_bytes(self, dest, data, tag, poll=None):
-        raise NotImplementedError
+        """Send one message; while waiting, call ``poll()`` now and then."""
 
+    @abc.abstractmethod
     def recv_bytes(self, src, tag, poll=None):
         """Receive one message; while waiting, call ``poll()`` now and then
         (it may raise to stop waiting)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def probe(self, src, tag):
-        """True if a message from ``src`` (-1: any) with ``tag`` is waiting; returns its source."""
-        raise NotImplementedError
+        """The source rank of a waiting message from ``src`` (-1: any) with ``tag``, or None."""
 
+    @abc.abstractmethod
     def abort(self, code):
-        raise NotImplementedError
+        """Stop every rank of the job with exit code ``code``."""
 
 
 _ALIGN = 16
