@@ -57,6 +57,12 @@ class RawTransport(abc.ABC):
     def abort(self, code):
         """Stop every rank of the job with exit code ``code``."""
 
+    def flush(self, poll=None):
+        """Complete every send this rank has posted (a no-op where sends complete at once)."""
+
+    def progress(self):
+        """Advance posted sends without waiting."""
+
 
 _ALIGN = 16
 
@@ -229,7 +235,8 @@ class Comm:
         """Party after reporting an error: wait for the master to stop the job."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            time.sleep(0.05)
+            self.raw.progress()  # the report itself may still be in flight
+            time.sleep(0.01)
             if getattr(self.raw, "aborted", False):
                 return
         self.raw.abort(1)

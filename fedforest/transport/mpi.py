@@ -2,7 +2,10 @@
 
 Sends and receives are non-blocking calls completed in a polling loop, so a
 waiting master keeps checking for error reports from any party instead of
-blocking forever on a rank that has failed.  While waiting, a rank yields the
+blocking forever on a rank that has failed.  A send returns as soon as it is
+posted (MPI keeps messages between two ranks in order); pending sends are
+completed by later waits and by :meth:`MPITransport.flush`, so a rank never
+stalls on a peer that has not yet been scheduled to match a larger message.  While waiting, a rank yields the
 CPU between polls (ranks are often oversubscribed: a busy-waiting master
 would steal a core from a computing party); after a longer wait it sleeps
 briefly between polls instead.
@@ -43,14 +46,34 @@ class MPITransport(RawTransport):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.aborted = False
+        self._pending = []  # (request, buffer) of posted sends not yet complete
+
+    def progress(self):
+        self._progress()
+
+    def _progress(self):
+        if self._pending:
+            self._pending = [(req, buf) for req, buf in self._pending if not req.Test()]
+        return not self._pending
 
     def send_bytes(self, dest, data, tag, poll=None):
         req = self.comm.Isend([data, MPI.BYTE], dest=dest, tag=tag)
-        _wait(req.Test, poll)
+        if not req.Test():
+            self._pending.append((req, data))  # the buffer must live until completion
+        if len(self._pending) > 64:
+            _wait(lambda: len(self._pending) <= 64 or self._progress(), poll)
+
+    def flush(self, poll=None):
+        _wait(self._progress, poll)
 
     def recv_bytes(self, src, tag, poll=None):
         status = MPI.Status()
-        _wait(lambda: self.comm.Iprobe(source=src, tag=tag, status=status), poll)
+
+        def ready():
+            self._progress()
+            return self.comm.Iprobe(source=src, tag=tag, status=status)
+
+        _wait(ready, poll)
         buf = bytearray(status.Get_count(MPI.BYTE))
         self.comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=tag)
         return buf

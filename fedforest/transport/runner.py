@@ -11,6 +11,7 @@ def run_rank(comm, master_fn, party_fn, results=None):
     """Party side: run ``party_fn``; on failure report to the master and wait to be stopped."""
     try:
         out = party_fn(comm)
+        comm.raw.flush()
         if results is not None:
             results[comm.rank] = out
         return out
@@ -46,7 +47,9 @@ def run_master(comm, master_fn, verbose=lambda: False):
     """Master side under MPI: run ``master_fn``; on failure print the cause (with
     tracebacks when ``verbose()``) and stop every rank with a non-zero exit code."""
     try:
-        return master_fn(comm)
+        out = master_fn(comm)
+        comm.raw.flush(poll=comm._poll_errors)
+        return out
     except BaseException as exc:  # noqa: BLE001
         code = 2 if isinstance(exc, InputError) or (
             isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1

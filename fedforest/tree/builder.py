@@ -55,37 +55,65 @@ def _unpack(packed, n):
     return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
 
 
-class _Segments:
-    """Row indices of a tree's in-bag rows grouped by node (shared by both roles)."""
+class _Nodes:
+    """Per-node columns of one growing tree (the node id is the row) plus the
+    in-bag rows grouped by node: node ``n`` owns ``rows[start[n]:end[n]]``.
+    Master and parties allocate child ids the same way, so ids agree."""
 
-    def __init__(self, counts):
+    def __init__(self, counts, columns):
         self.rows = np.flatnonzero(counts).astype(np.int32)
-        self.span = {0: (0, self.rows.shape[0])}
-        self.next_id = 1
+        columns = dict(columns, start=(np.int64, 0), end=(np.int64, 0),
+                       left=(np.int32, LEAF), right=(np.int32, LEAF))
+        self._spec = columns
+        cap = 64
+        self.col = {name: np.full((cap,) + tuple(shape), default, dtype=dtype)
+                    for name, (dtype, default, *shape) in columns.items()}
+        self.n = 1
+        self.col["end"][0] = self.rows.shape[0]
+
+    def _grow(self, count):
+        cap = self.col["start"].shape[0]
+        if self.n + count <= cap:
+            return
+        new_cap = max(2 * cap, self.n + count)
+        for name, (dtype, default, *shape) in self._spec.items():
+            grown = np.full((new_cap,) + tuple(shape), default, dtype=dtype)
+            grown[: self.n] = self.col[name][: self.n]
+            self.col[name] = grown
 
     def bounds(self, nodes):
-        starts = np.fromiter((self.span[n][0] for n in nodes), dtype=np.int64, count=len(nodes))
-        ends = np.fromiter((self.span[n][1] for n in nodes), dtype=np.int64, count=len(nodes))
-        return starts, ends
-
-    def split(self, nodes, bits):
-        """Partition the listed nodes by their concatenated bits; returns the
-        (left, right) child ids, allocated in node order."""
-        starts, ends = self.bounds(nodes)
-        n_left = K.apply_partition(self.rows, starts, ends, bits)
-        children = []
-        for n, s, e, nl in zip(nodes, starts, ends, n_left):
-            left, right = self.next_id, self.next_id + 1
-            self.next_id += 2
-            self.span[left] = (s, s + nl)
-            self.span[right] = (s + nl, e)
-            del self.span[n]
-            children.append((left, right))
-        return children
+        return self.col["start"][nodes], self.col["end"][nodes]
 
     def n_rows(self, nodes):
         starts, ends = self.bounds(nodes)
         return int((ends - starts).sum())
+
+    def split(self, nodes, bits):
+        """Partition the listed nodes (ascending ids) by their concatenated bits;
+        allocates (left, right) child ids in node order and returns them."""
+        starts, ends = self.bounds(nodes)
+        n_left = K.apply_partition(self.rows, starts, ends, bits)
+        m = nodes.shape[0]
+        self._grow(2 * m)
+        lefts = np.arange(self.n, self.n + 2 * m, 2, dtype=np.int32)
+        rights = lefts + 1
+        self.n += 2 * m
+        c = self.col
+        c["start"][lefts] = starts
+        c["end"][lefts] = starts + n_left
+        c["start"][rights] = starts + n_left
+        c["end"][rights] = ends
+        c["left"][nodes] = lefts
+        c["right"][nodes] = rights
+        return lefts, rights
+
+    def trimmed(self, names):
+        return {name: self.col[name][: self.n].copy() for name in names}
+
+
+_PARTY_COLUMNS = {"feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
+                  "missing_left": (np.uint8, 0), "cand_feature": (np.int32, -1),
+                  "cand_threshold": (np.float64, np.nan), "cand_missing_left": (np.uint8, 0)}
 
 
 class PartySplitter:
@@ -127,80 +155,60 @@ class PartySplitter:
     def _begin(self, msg):
         counts = msg["counts"]
         ycls, yw = self.labels.tree_stats(counts, msg["class_weight"])
-        self._tree = {
-            "seg": _Segments(counts), "ycls": ycls, "yw": yw,
-            "total_w": float(yw[:, 0].sum()),
-            "left": [LEAF], "right": [LEAF], "feature": [LEAF_FEATURE],
-            "threshold": [np.nan], "missing_left": [0], "candidates": {},
-        }
+        self._tree = {"nodes": _Nodes(counts, _PARTY_COLUMNS), "ycls": ycls, "yw": yw,
+                      "total_w": float(yw[:, 0].sum())}
 
     def _find(self, msg):
         t = self._tree
         s = self.settings
+        tree = t["nodes"]
         nodes = msg["nodes"]
-        starts, ends = t["seg"].bounds(nodes)
-        fmask = msg["fmask"]
-        args = (t["seg"].rows, starts, ends, fmask, t["ycls"], t["yw"], s.is_classification,
+        starts, ends = tree.bounds(nodes)
+        args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
                 self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)
         if s.split_method == "hist":
             gain, feat, b, ml = K.best_splits_hist(self.Xb, self.n_bins, *args)
-            thr = np.where(feat >= 0, self.edges[np.maximum(feat, 0), b], np.nan)
+            f0 = np.maximum(feat, 0)
+            thr = np.where(feat >= 0, self.edges[f0, b], np.nan)
             # the last bin means "all non-missing values left"
-            last = (feat >= 0) & (b == self.n_bins[np.maximum(feat, 0)] - 1)
-            thr[last] = np.inf
+            thr[(feat >= 0) & (b == self.n_bins[f0] - 1)] = np.inf
         else:
             gain, feat, thr, ml = K.best_splits_exact(self.X, *args)
-        t["candidates"] = {int(n): (int(f), float(h), int(m))
-                           for n, f, h, m in zip(nodes, feat, thr, ml) if f >= 0}
+        c = tree.col
+        c["cand_feature"][nodes] = feat
+        c["cand_threshold"][nodes] = thr
+        c["cand_missing_left"][nodes] = ml
         return {"gain": gain}
 
     def _partition(self, msg):
-        t = self._tree
-        seg = t["seg"]
-        nodes = [int(n) for n in msg["nodes"]]
-        chosen = [t["candidates"][n] for n in nodes]
-        starts, ends = seg.bounds(nodes)
-        bits = K.partition_bits(self.X, seg.rows, starts, ends,
-                                np.array([c[0] for c in chosen], dtype=np.int64),
-                                np.array([c[1] for c in chosen], dtype=np.float64),
-                                np.array([c[2] for c in chosen], dtype=np.uint8))
-        for n, (f, thr, ml) in zip(nodes, chosen):
-            t["feature"][n] = f
-            t["threshold"][n] = thr
-            t["missing_left"][n] = ml
+        tree = self._tree["nodes"]
+        c = tree.col
+        nodes = msg["nodes"]
+        feat = c["cand_feature"][nodes]
+        thr = c["cand_threshold"][nodes]
+        ml = c["cand_missing_left"][nodes]
+        starts, ends = tree.bounds(nodes)
+        bits = K.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
+        c["feature"][nodes] = feat
+        c["threshold"][nodes] = thr
+        c["missing_left"][nodes] = ml
         reply = {"bits": _pack(bits)}
         if self.settings.reveal_splits:
-            idx = [int(n) for n in msg["nodes"]]
-            reply.update(feature=np.array([t["feature"][n] for n in idx], dtype=np.int32),
-                         threshold=np.array([t["threshold"][n] for n in idx]),
-                         missing_left=np.array([t["missing_left"][n] for n in idx], dtype=np.uint8))
+            reply.update(feature=feat, threshold=thr, missing_left=ml)
         return reply
 
     def _apply(self, msg):
-        t = self._tree
-        nodes = [int(n) for n in msg["split_nodes"]]
-        bits = _unpack(msg["bits"], t["seg"].n_rows(nodes))
-        for n, (l, r) in zip(nodes, t["seg"].split(nodes, bits)):
-            t["left"][n] = l
-            t["right"][n] = r
-            if t["feature"][n] == LEAF_FEATURE:
-                t["feature"][n] = NOT_OWNED
-            for _ in (l, r):
-                t["left"].append(LEAF)
-                t["right"].append(LEAF)
-                t["feature"].append(LEAF_FEATURE)
-                t["threshold"].append(np.nan)
-                t["missing_left"].append(0)
+        tree = self._tree["nodes"]
+        nodes = msg["split_nodes"]
+        tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
+        feature = tree.col["feature"]
+        feature[nodes] = np.where(feature[nodes] == LEAF_FEATURE, NOT_OWNED, feature[nodes])
 
     def _finish(self):
-        t = self._tree
-        self.trees.append({
-            "children_left": np.array(t["left"], dtype=np.int32),
-            "children_right": np.array(t["right"], dtype=np.int32),
-            "feature": np.array(t["feature"], dtype=np.int32),
-            "threshold": np.array(t["threshold"], dtype=np.float64),
-            "missing_left": np.array(t["missing_left"], dtype=np.uint8),
-        })
+        t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
+        self.trees.append({"children_left": t["left"], "children_right": t["right"],
+                           "feature": t["feature"], "threshold": t["threshold"],
+                           "missing_left": t["missing_left"]})
         self._tree = None
 
 
@@ -271,11 +279,6 @@ class TreeGrower:
                 for p in range(len(self.feature_counts))]
 
     # -- growth -----------------------------------------------------------
-    def _is_leaf(self, depth, count, imp):
-        s = self.s
-        return (depth >= s.max_depth or count < s.min_samples_split
-                or count < 2 * s.min_samples_leaf or imp <= EPSILON)
-
     def grow(self, seed):
         """Grow one tree; returns the master's tree (structure, owners, leaf values)."""
         rng = np.random.default_rng(seed)
@@ -285,97 +288,94 @@ class TreeGrower:
               if self.labels.is_classification else np.empty(0))
         tree_mask = self._draw_features(rng) if self.params.feature_sampling == "tree" else None
         ycls, yw = self.labels.tree_stats(counts, cw)
-        seg = _Segments(counts)
-        n_parties = len(self.feature_counts)
         S = self.labels.n_stats
-        stats, w, imp, cnt = K.node_statistics(seg.rows, *seg.bounds([0]), ycls, yw,
-                                               self.s.is_classification, S, self.s.crit)
-        nodes = {"left": [LEAF], "right": [LEAF], "owner": [-1], "depth": [0],
-                 "stats": [stats[0]], "weight": [w[0]], "impurity": [imp[0]], "count": [cnt[0]],
-                 "feature": [LEAF_FEATURE], "threshold": [np.nan], "missing_left": [0]}
-        open_nodes = [] if self._is_leaf(0, cnt[0], imp[0]) else [0]
+        tree = _Nodes(counts, {
+            "owner": (np.int32, -1), "depth": (np.int64, 0), "stats": (np.float64, 0.0, S),
+            "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
+            "feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
+            "missing_left": (np.uint8, 0)})
+        n_parties = len(self.feature_counts)
+        open_nodes = self._record_stats(tree, np.zeros(1, dtype=np.int32), ycls, yw)
         pending = {"counts": counts, "class_weight": cw}
-        while open_nodes:
-            m = len(open_nodes)
-            nodes_arr = np.array(open_nodes, dtype=np.int32)
+        while open_nodes.size:
+            m = open_nodes.size
             masks = self._masks(rng, tree_mask, m)
-            msgs = [dict(pending, op="find", nodes=nodes_arr, fmask=masks[p]) for p in range(n_parties)]
+            msgs = [dict(pending, op="find", nodes=open_nodes, fmask=masks[p]) for p in range(n_parties)]
             replies = self.parties.exchange(msgs)
             gains = np.vstack([r["gain"] for r in replies]) if n_parties else np.full((1, m), -np.inf)
             winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
             best = gains[winner, np.arange(m)]
             do_split = np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
-            split_nodes = [n for n, d in zip(open_nodes, do_split) if d]
-            if not split_nodes:
+            split_nodes = open_nodes[do_split]
+            if not split_nodes.size:
                 pending = {}
                 break
-            won = [[] for _ in range(n_parties)]
-            for n, p, d in zip(open_nodes, winner, do_split):
-                if d:
-                    won[p].append(n)
-            msgs = [{"op": "partition", "nodes": np.array(won[p], dtype=np.int32)} if won[p] else None
+            winner = winner[do_split]
+            won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
+            msgs = [{"op": "partition", "nodes": split_nodes[won[p]]} if won[p].size else None
                     for p in range(n_parties)]
             replies = self.parties.exchange(msgs)
-            node_bits = {}
+            starts, ends = tree.bounds(split_nodes)
+            lengths = ends - starts
+            offsets = np.cumsum(lengths) - lengths
+            all_bits = np.empty(int(lengths.sum()), dtype=np.uint8)
+            c = tree.col
             for p in range(n_parties):
-                if not won[p]:
+                if not won[p].size:
                     continue
-                bits = _unpack(replies[p]["bits"], seg.n_rows(won[p]))
-                off = 0
-                for n in won[p]:
-                    s_, e_ = seg.span[n]
-                    node_bits[n] = bits[off: off + e_ - s_]
-                    off += e_ - s_
-                    nodes["owner"][n] = p
+                mine = split_nodes[won[p]]
+                own_len = lengths[won[p]]
+                total = int(own_len.sum())
+                # scatter this party's bits (its nodes back to back) to the nodes' places
+                dest = np.repeat(offsets[won[p]] - (np.cumsum(own_len) - own_len), own_len) + np.arange(total)
+                all_bits[dest] = _unpack(replies[p]["bits"], total)
+                c["owner"][mine] = p
                 if "feature" in replies[p]:
-                    for n, f, h, ml in zip(won[p], replies[p]["feature"], replies[p]["threshold"],
-                                           replies[p]["missing_left"]):
-                        nodes["feature"][n] = int(f) + int(self.offsets[p])
-                        nodes["threshold"][n] = float(h)
-                        nodes["missing_left"][n] = int(ml)
-            all_bits = np.concatenate([node_bits[n] for n in split_nodes])
-            children = seg.split(split_nodes, all_bits)
-            child_ids = [c for pair in children for c in pair]
-            stats, w, imp, cnt = K.node_statistics(seg.rows, *seg.bounds(child_ids), ycls, yw,
-                                                   self.s.is_classification, S, self.s.crit)
-            open_nodes = []
-            for n, (l, r) in zip(split_nodes, children):
-                nodes["left"][n] = l
-                nodes["right"][n] = r
-            for k, c in enumerate(child_ids):
-                parent_depth = nodes["depth"][split_nodes[k // 2]]
-                for key, val in (("left", LEAF), ("right", LEAF), ("owner", -1),
-                                 ("depth", parent_depth + 1), ("stats", stats[k]),
-                                 ("weight", w[k]), ("impurity", imp[k]), ("count", cnt[k]),
-                                 ("feature", LEAF_FEATURE), ("threshold", np.nan), ("missing_left", 0)):
-                    nodes[key].append(val)
-                if not self._is_leaf(parent_depth + 1, cnt[k], imp[k]):
-                    open_nodes.append(c)
-            pending = {"split_nodes": np.array(split_nodes, dtype=np.int32), "bits": _pack(all_bits)}
+                    c["feature"][mine] = replies[p]["feature"] + int(self.offsets[p])
+                    c["threshold"][mine] = replies[p]["threshold"]
+                    c["missing_left"][mine] = replies[p]["missing_left"]
+            lefts, rights = tree.split(split_nodes, all_bits)
+            children = np.empty(2 * lefts.size, dtype=np.int32)
+            children[0::2] = lefts
+            children[1::2] = rights
+            tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
+            open_nodes = self._record_stats(tree, children, ycls, yw)
+            pending = {"split_nodes": split_nodes, "bits": _pack(all_bits)}
         self.parties.broadcast([dict(pending, op="finish") for _ in range(n_parties)])
-        return self._master_tree(nodes)
+        return self._master_tree(tree)
 
-    def _master_tree(self, nodes):
-        stats = np.array(nodes["stats"])
-        weight = np.array(nodes["weight"])
+    def _record_stats(self, tree, nodes, ycls, yw):
+        """Label statistics of new nodes; returns those that stay open (pre-pruning)."""
+        stats, w, imp, cnt = K.node_statistics(tree.rows, *tree.bounds(nodes), ycls, yw,
+                                               self.s.is_classification, self.labels.n_stats,
+                                               self.s.crit)
+        c = tree.col
+        c["stats"][nodes] = stats
+        c["weight"][nodes] = w
+        c["impurity"][nodes] = imp
+        c["count"][nodes] = cnt
+        s = self.s
+        leaf = ((c["depth"][nodes] >= s.max_depth) | (cnt < s.min_samples_split)
+                | (cnt < 2 * s.min_samples_leaf) | (imp <= EPSILON))
+        return nodes[~leaf]
+
+    def _master_tree(self, tree):
+        t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
+                          "feature", "threshold", "missing_left"])
+        weight = t["weight"]
+        safe = np.where(weight > 0, weight, 1.0)
         if self.s.is_classification:
-            value = stats / np.where(weight > 0, weight, 1.0)[:, None]
+            value = t["stats"] / safe[:, None]
         else:
-            value = (stats[:, 1] / np.where(weight > 0, weight, 1.0))[:, None]
-        tree = {
-            "children_left": np.array(nodes["left"], dtype=np.int32),
-            "children_right": np.array(nodes["right"], dtype=np.int32),
-            "owner": np.array(nodes["owner"], dtype=np.int32),
-            "value": value,
-            "impurity": np.array(nodes["impurity"]),
-            "n_node_samples": np.array(nodes["count"], dtype=np.int64),
+            value = (t["stats"][:, 1] / safe)[:, None]
+        out = {
+            "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
+            "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],
             "weighted_n_node_samples": weight,
         }
         if self.s.reveal_splits:
-            tree.update(feature=np.array(nodes["feature"], dtype=np.int32),
-                        threshold=np.array(nodes["threshold"]),
-                        missing_left=np.array(nodes["missing_left"], dtype=np.uint8))
-        return tree
+            out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
+        return out
 
 
 def warm_up(split_method, is_classification=True):
