@@ -128,6 +128,9 @@ class JobConfig:
             raise InputError("label_privacy", f"must be 'plain', got {self.label_privacy!r}")
         if self.predict_method not in ("oneshot", "classical"):
             raise InputError("predict_method", f"must be 'oneshot' or 'classical', got {self.predict_method!r}")
+        for key, default in JOB_KEYS.items():
+            if isinstance(default, bool) and not isinstance(self.values[key], bool):
+                raise InputError(key, f"must be true or false, got {self.values[key]!r}")
         if not isinstance(self.result_party, int) or not 1 <= self.result_party <= self.n_parties:
             raise InputError("result_party", f"must be a party rank in 1..{self.n_parties}, got {self.result_party!r}")
 

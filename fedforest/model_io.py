@@ -40,10 +40,25 @@ def _atomic_write(path, write):
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _sync_dir(folder)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _sync_dir(folder):
+    """Make a rename durable (where the platform allows syncing a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_manifest(folder, manifest):
@@ -94,6 +109,10 @@ def existing_model(folder):
 
 
 def clear(folder):
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.startswith(".tmp-"):  # left by an interrupted write
+                os.unlink(os.path.join(folder, name))
     for name in (MANIFEST, "trees"):
         p = os.path.join(folder, name)
         if os.path.isdir(p):

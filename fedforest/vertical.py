@@ -24,7 +24,7 @@ from .data.validation import encode_labels
 from .params import CLASSIFICATION, validate
 from .tree import builder, predict
 from .tree.builder import PartySplitter, SplitSettings, TreeGrower, tree_seeds
-from .tree.labels import PlainLabels
+from .tree.labels import PlainLabels, class_weight_vector
 from .tree.predict import (leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, prepare_X,
                            unpack_leaf_sets)
 from .tree import kernels as K
@@ -82,6 +82,7 @@ class PartyTable:
         df = source if not isinstance(source, str) else read_table(source, cfg.id_column, what)
         if source is not df:
             df = df.copy()
+        df.columns = [str(c) for c in df.columns]
         if cfg.id_column not in df.columns:
             raise InputError(what, f"the data has no ID column {cfg.id_column!r}")
         if df.shape[0] == 0:
@@ -100,7 +101,7 @@ class PartyTable:
                 raise InputError(what, f"column set differs from the model's: missing {missing}, "
                                        f"unexpected {extra}")
             self.columns = list(columns)
-        if not self.columns and not self.has_label:
+        if columns is None and not self.columns and not self.has_label:
             raise InputError(what, "holds neither feature columns nor the label: nothing to contribute")
         self.X, self.categories, self.n_unseen = encode_features(df, self.columns, what, categories)
 
@@ -252,7 +253,8 @@ def master_train(comm, cfg):
         raise InputError("data", "no party holds any feature column")
     job_id = _job_id(params, cfg, infos)
     my_dir = model_io.party_dir(cfg.model_dir, 0)
-    dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id} for r in comm.clients})
+    dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id,
+                              "full_model": bool(cfg.master_full_model)} for r in comm.clients})
     done = [_check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
     done += [dirs[r]["n_trees"] for r in comm.clients]
     start = min(done)
@@ -273,6 +275,10 @@ def master_train(comm, cfg):
     settings = SplitSettings(params, n_rows, is_clf, n_classes)
     settings.reveal_splits = bool(cfg.master_full_model)
     labels = PlainLabels(codes, is_clf, n_classes)
+    grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
+                        y_codes=codes if is_clf else None, classes=classes)
+    if is_clf:
+        class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
     # validation is complete: from here on work starts and files get written
     comm.bcast({"op": "setup", "y": codes, "n_classes": n_classes, "settings": settings,
                 "start": start, "job_id": job_id, "run_id": run_id, "params": params.to_dict(), "task": cfg.task})
@@ -287,8 +293,6 @@ def master_train(comm, cfg):
     if start == 0:
         model_io.clear(my_dir)
     builder.warm_up(params.split_method, is_clf)
-    grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
-                        y_codes=codes if is_clf else None, classes=classes)
     seeds = tree_seeds(random_state, params.n_estimators)
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
@@ -343,6 +347,10 @@ def party_train(comm, cfg):
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
                        "has_label": table.has_label, "fingerprint": table.fingerprint()})
     msg = _expect(comm.recv(MASTER), "check_dir")
+    if msg["full_model"] and not cfg.master_full_model:
+        raise InputError("master_full_model", f"the master asks party {rank} for its split features "
+                                              "and thresholds, which this party's configuration "
+                                              "does not allow")
     folder = model_io.party_dir(cfg.model_dir, rank)
     n_done = _check_model_dir(folder, msg["job_id"], cfg.resume, cfg.overwrite,
                               f"party {rank} model_dir")

@@ -631,13 +631,24 @@ def test_all_missing_text_column_at_predict_is_accepted(tmp_path):
     assert len(out["prediction"]) == N_ROWS
 
 
-def test_numeric_values_in_a_text_column_at_predict_are_refused(tmp_path):
+def test_number_like_values_in_a_text_column_are_matched_as_text(tmp_path):
+    """A text column whose training values include "1" and "2": a prediction file
+    holding only those reads as numbers, and still maps to the trained categories."""
+    from fedforest.data.io import encode_features
+    cats = {"code": ["1", "2", "A"]}
+    X, _, unseen = encode_features(pd.DataFrame({"code": [2, 1, 7, None]}), ["code"], "party 1",
+                                   categories=cats)
+    assert X[:2, 0].tolist() == [1.0, 0.0] and np.isnan(X[2:, 0]).all() and unseen == 1
+    X, _, _ = encode_features(pd.DataFrame({"code": [2.0, 1.0]}), ["code"], "party 1",
+                              categories=cats)
+    assert X[:, 0].tolist() == [1.0, 0.0]
+    # through a whole prediction: numbers that are not categories count as unseen (missing)
     model_dir, p1, p2 = categorical_model(tmp_path)
-    bad = p2.copy()
-    bad["color"] = np.arange(N_ROWS, dtype=float)
-    rank, msg = fail_predict([p1, bad], tmp_path, model_dir)
-    assert rank == 2
-    assert "'color'" in msg and "text in training" in msg
+    numeric = p2.copy()
+    numeric["color"] = np.arange(N_ROWS, dtype=float)
+    out = run_vertical("predict", [p1, numeric], model_dir=str(model_dir),
+                       output=str(tmp_path / "num.csv"))
+    assert len(out["prediction"]) == N_ROWS
 
 
 # ---------------------------------------------------------------------------
@@ -806,3 +817,59 @@ def test_predict_refuses_party_models_from_another_run(tmp_path):
         with pytest.raises(InputError, match="party 2 model: comes from another training run"):
             _run("predict", frames, model_dir=a, predict_method=method, output=str(out))
         assert not out.exists()
+
+
+def test_boolean_column_with_gaps_is_numeric():
+    from fedforest.data.io import encode_features
+    X, cats, _ = encode_features(pd.DataFrame({"b": [True, None, False, True]}, dtype=object),
+                                 ["b"], "party 1")
+    assert cats == {} and X[[0, 2, 3], 0].tolist() == [1.0, 0.0, 1.0] and np.isnan(X[1, 0])
+
+
+def test_class_weight_key_matching_no_class_is_refused_before_anything_is_written(tmp_path):
+    frames = [party1(), party2()]
+    model_dir = tmp_path / "m"
+    with pytest.raises(InputError, match="class_weight: key 'yes' matches no class"):
+        run_vertical("train", frames, **train_opts(tmp_path, model_dir=str(model_dir),
+                                                   class_weight={"yes": 2.0}))
+    assert not model_dir.exists() or not any(model_dir.rglob("*.*"))
+
+
+def test_too_many_max_features_leaves_an_existing_model_untouched(tmp_path):
+    model_dir = tmp_path / "m"
+    opts = train_opts(tmp_path, model_dir=str(model_dir))
+    run_vertical("train", [party1(), party2()], **opts)
+    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match="max_features"):
+        run_vertical("train", [party1(), party2()], **dict(opts, overwrite=True, max_features=50))
+    assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("value", ["no", "false", 0])
+def test_true_false_keys_need_real_booleans(tmp_path, value):
+    with pytest.raises(InputError, match="master_full_model: must be true or false"):
+        run_vertical("train", [party1(), party2()],
+                     **train_opts(tmp_path, model_dir=str(tmp_path / "m"), master_full_model=value))
+
+
+def test_a_party_refuses_to_reveal_its_splits_unless_its_own_config_allows_it(tmp_path):
+    from fedforest.config import resolve
+    from fedforest.transport.inprocess import run_inprocess
+    from fedforest.vertical import master_train, party_train
+    opts = dict(train_opts(tmp_path, model_dir=str(tmp_path / "m")), data=[party1(), party2()],
+                progress=False, quiet=True)
+    with pytest.raises(RemoteError) as err:
+        run_inprocess(2, lambda c: master_train(c, resolve(None, dict(opts, master_full_model=True))),
+                      lambda c: party_train(c, resolve(None, opts)))
+    assert err.value.exc_type == "InputError" and "does not allow" in err.value.remote_message
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("*.*"))
+
+
+def test_label_only_party_predicts_from_an_id_only_file(tmp_path):
+    p1, p2 = party1(), party2()
+    label_only = p1[["id", "label"]]
+    model_dir = str(tmp_path / "m")
+    run_vertical("train", [label_only, p2], **dict(train_opts(tmp_path, model_dir=model_dir)))
+    out = run_vertical("predict", [label_only[["id"]], p2], model_dir=model_dir,
+                       output=str(tmp_path / "p.csv"))
+    assert len(out["prediction"]) == len(p2)

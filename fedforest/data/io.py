@@ -24,7 +24,7 @@ def read_table(path, id_column, what):
     try:
         if ext in (".csv", ".txt", ".tsv"):
             df = pd.read_csv(path, sep="\t" if ext == ".tsv" else ",", dtype={id_column: str},
-                             na_values=["NA"], keep_default_na=True)
+                             na_values=["NA", ""], keep_default_na=False)
         elif ext in (".parquet", ".pq"):
             df = pd.read_parquet(path)
         elif ext == ".npy":
@@ -60,6 +60,11 @@ def check_ids(ids, what):
     return text.to_numpy()
 
 
+def _number_text(v):
+    v = v.item() if hasattr(v, "item") else v
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def _is_text(col):
     values = col.dropna()
     return all(isinstance(v, str) for v in values)
@@ -78,6 +83,14 @@ def encode_features(df, columns, what, categories=None):
     for j, name in enumerate(columns):
         col = df[name]
         kind = col.dtype.kind
+        if name in categories and kind in "iuf":
+            # a text column of training whose new values all look like numbers
+            col = col.map(_number_text, na_action="ignore").astype(object)
+            kind = "O"
+        if kind == "O" and col.dropna().map(lambda v: isinstance(v, (bool, np.bool_))).all() \
+                and col.notna().any():
+            col = col.map(float, na_action="ignore").astype(np.float64)  # booleans with gaps
+            kind = "f"
         if kind in "iuf":
             values = col.to_numpy(dtype=np.float64, na_value=np.nan)
             if np.isinf(values).any():

@@ -163,6 +163,8 @@ class PartySplitter:
         s = self.settings
         tree = t["nodes"]
         nodes = msg["nodes"]
+        if self.n_features == 0:  # a party holding only the label never wins a split
+            return {"gain": np.full(nodes.shape[0], -np.inf)}
         starts, ends = tree.bounds(nodes)
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
                 self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)

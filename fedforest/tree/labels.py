@@ -9,6 +9,19 @@ encrypted histograms on the key holder.
 """
 import numpy as np
 
+from ..errors import InputError
+
+
+def _class_text(value):
+    """A class label's text form; integral numbers without a decimal part
+    (so the TOML key "1" matches the class 1 or 1.0)."""
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
 
 class PlainLabels:
     """Labels in the clear (``label_privacy = "plain"``).
@@ -48,12 +61,12 @@ def class_weight_vector(class_weight, y, counts, n_classes, classes):
         return np.empty(0)
     if isinstance(class_weight, dict):
         vec = np.ones(n_classes)
-        for k, c in enumerate(classes):
-            key = c.item() if hasattr(c, "item") else c
-            if key in class_weight:
-                vec[k] = float(class_weight[key])
-            elif str(key) in class_weight:
-                vec[k] = float(class_weight[str(key)])
+        names = [_class_text(c) for c in classes]
+        for key, weight in class_weight.items():
+            if _class_text(key) not in names:
+                raise InputError("class_weight", f"key {key!r} matches no class; the classes are "
+                                                 f"{names}")
+            vec[names.index(_class_text(key))] = float(weight)
         return vec
     if class_weight == "balanced":
         freq = np.bincount(y, minlength=n_classes).astype(np.float64)
