@@ -16,17 +16,31 @@ def evaluate_files(predictions, truth, id_column, label_column, task=None):
         raise InputError("predictions", f"{predictions!r} has no 'prediction' column")
     if task is None:
         task = "classification" if any(c.startswith("proba_") for c in pred.columns) else "regression"
-    joined = pred.merge(true[[id_column, label_column]], on=id_column, how="inner")
+    true = true[[id_column, label_column]].dropna(subset=[label_column])
+    # IDs and class labels compared in one text form (1, 1.0 and "1" agree)
+    pred = pred.assign(**{id_column: pred[id_column].map(_text)})
+    true = true.assign(**{id_column: true[id_column].map(_text)})
+    joined = pred.merge(true, on=id_column, how="inner")
     if joined.empty:
-        raise InputError("evaluate", "no ID of the predictions file appears in the truth file")
-    return compute_metrics(joined[label_column].to_numpy(), joined["prediction"].to_numpy(), task,
+        raise InputError("evaluate", "no ID of the predictions file has a label in the truth file")
+    y_true, y_pred = joined[label_column], joined["prediction"]
+    if task == "classification":
+        y_true, y_pred = y_true.map(_text), y_pred.map(_text)
+    return compute_metrics(y_true.to_numpy(), y_pred.to_numpy(), task,
                            n_missing=len(pred) - len(joined))
+
+
+def _text(v):
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
 
 
 def compute_metrics(y_true, y_pred, task, n_missing=0):
     out = {"task": task, "rows": int(len(y_true))}
     if n_missing:
-        out["rows_without_truth"] = int(n_missing)
+        out["rows_without_truth"] = int(n_missing)  # no ID match or no true label
     if task == "classification":
         yt = np.asarray(y_true).astype(str)
         yp = np.asarray(y_pred).astype(str)

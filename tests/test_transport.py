@@ -133,3 +133,15 @@ def test_evaluate_command_prints_metrics(tmp_path, capsys):
                  str(tmp_path / "truth.csv"), "--label-column", "label"]) == 0
     out = capsys.readouterr().out
     assert "accuracy: 0.7500" in out and "rows: 4" in out and "f1_binary" in out
+
+
+def test_evaluate_matches_number_forms_and_skips_missing_truth(tmp_path, capsys):
+    import pandas as pd
+    from fedforest.cli import main
+    pd.DataFrame({"id": ["1", "2", "3"], "prediction": [1, 0, 1], "proba_0": [0.1, 0.9, 0.2],
+                  "proba_1": [0.9, 0.1, 0.8]}).to_csv(tmp_path / "pred.csv", index=False)
+    pd.DataFrame({"id": [1, 2, 3], "y": [1.0, 0.0, None]}).to_parquet(tmp_path / "truth.parquet")
+    assert main(["evaluate", "--predictions", str(tmp_path / "pred.csv"), "--truth",
+                 str(tmp_path / "truth.parquet"), "--label-column", "y"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy: 1.0000" in out and "rows: 2" in out and "rows_without_truth: 1" in out
