@@ -526,15 +526,35 @@ def unpack_words(words, n):
     return bits.reshape(words.shape[0], words.shape[1] * 64).astype(bool)
 
 
+def compact_to_words(is_dense, counts, rows, dense, nw):
+    """Reference expansion of compact row sets into (n_sets, nw) bitmap words."""
+    bits = np.zeros((is_dense.size, nw * 64), dtype=bool)
+    starts = np.cumsum(np.where(is_dense == 0, counts, 0)) - np.where(is_dense == 0, counts, 0)
+    d = 0
+    for k in range(is_dense.size):
+        if is_dense[k]:
+            bits[k] = unpack_words(dense[d:d + 1], nw * 64)[0]
+            d += 1
+        else:
+            bits[k, rows[starts[k]:starts[k] + counts[k]].astype(np.int64)] = True
+    return pack_rows(bits)
+
+
+def leaf_bitmaps(X, pt, leaves, index_bytes=4):
+    """``(set_of_leaf, words)`` of one partial tree via the compact kernel."""
+    set_of_leaf, is_dense, counts, rows, dense = K.partial_leaf_sets(
+        X, pt["children_left"], pt["children_right"], pt["feature"], pt["threshold"],
+        pt["missing_left"], leaves, index_bytes)
+    return set_of_leaf, compact_to_words(is_dense, counts, rows, dense, (X.shape[0] + 63) // 64)
+
+
 def run_parties(tree, X, party_cols):
     leaves = np.flatnonzero(tree["children_left"] < 0).astype(np.int32)
     partials, results = [], []
     for cols in party_cols:
         pt = partial_tree(tree, cols)
         partials.append(pt)
-        results.append(K.partial_leaf_bitmaps(
-            np.ascontiguousarray(X[:, cols]), pt["children_left"], pt["children_right"],
-            pt["feature"], pt["threshold"], pt["missing_left"], leaves))
+        results.append(leaf_bitmaps(np.ascontiguousarray(X[:, cols]), pt, leaves))
     return leaves, partials, results
 
 
@@ -564,10 +584,19 @@ def word_rows(set_of_leaf_per_party, words):
                      for s, o in zip(set_of_leaf_per_party, offsets)]).astype(np.int64)
 
 
+def intersect_words(n, set_id, words, n_leaves):
+    """The intersection kernel on bitmap words only (every set a dense container)."""
+    n_sets = words.shape[0]
+    return K.intersect_leaf_sets(n, set_id, np.ones(n_sets, dtype=np.uint8),
+                                 np.zeros(n_sets, dtype=np.int64), np.zeros(n_sets, dtype=np.int64),
+                                 np.empty(0, dtype=np.uint32), np.arange(n_sets, dtype=np.int64),
+                                 words, n_leaves)
+
+
 def intersect(n, leaves, results):
     words = [r[1] for r in results]
-    return K.intersect_leaf_bitmaps(n, word_rows([r[0] for r in results], words),
-                                    np.concatenate(words), len(results), leaves.size)
+    return intersect_words(n, word_rows([r[0] for r in results], words), np.concatenate(words),
+                           leaves.size)
 
 
 PARTY_SPLITS = {2: [[0, 1, 2], [3, 4, 5]], 3: [[0, 3], [4, 1], [2, 5]]}
@@ -575,7 +604,7 @@ PARTY_SPLITS = {2: [[0, 1, 2], [3, 4, 5]], 3: [[0, 3], [4, 1], [2, 5]]}
 
 @pytest.mark.parametrize("n_rows", [37, 128, 131])
 @pytest.mark.parametrize("n_parties", [2, 3])
-def test_partial_leaf_bitmaps_and_intersection_recover_apply_tree(n_rows, n_parties):
+def test_partial_leaf_sets_and_intersection_recover_apply_tree(n_rows, n_parties):
     tree, X = forest_tree(160)
     X_pred = np.ascontiguousarray(forest_data(n_rows, seed=n_rows)[0])
     leaves, partials, results = run_parties(tree, X_pred, PARTY_SPLITS[n_parties])
@@ -596,7 +625,7 @@ def small_tree():
 
 
 @pytest.mark.parametrize("n_rows", [1, 64, 70])
-def test_partial_leaf_bitmaps_small_tree(n_rows):
+def test_partial_leaf_sets_small_tree(n_rows):
     tree = small_tree()
     X = np.round(np.random.default_rng(n_rows).normal(size=(n_rows, 4)), 1)
     X[::5, 0] = np.nan
@@ -624,7 +653,7 @@ def pack_rows(bits):
 
 @pytest.mark.parametrize("n_rows", [50, 64, 200])
 @pytest.mark.parametrize("free_leaf", [False, True])
-def test_intersect_leaf_bitmaps_brute_force(n_rows, free_leaf):
+def test_intersect_dense_leaf_sets_brute_force(n_rows, free_leaf):
     rng = np.random.default_rng([n_rows, free_leaf])
     n_parties, n_leaves = 3, 5
     nw = (n_rows + 63) // 64
@@ -638,8 +667,7 @@ def test_intersect_leaf_bitmaps_brute_force(n_rows, free_leaf):
         member[explicit[p] == 1] &= bits
         words.append(pack_rows(bits))
     sets = [np.where(e == 1, np.cumsum(e, dtype=np.int64) - 1, -1) for e in explicit]
-    got = K.intersect_leaf_bitmaps(n_rows, word_rows(sets, words), np.concatenate(words),
-                                   n_parties, n_leaves)
+    got = intersect_words(n_rows, word_rows(sets, words), np.concatenate(words), n_leaves)
     member = member[:, :n_rows]
     ref = np.where(member.sum(axis=0) == 1, member.argmax(axis=0), -1)
     assert got.tolist() == ref.tolist()
@@ -733,7 +761,7 @@ def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_byt
         pt = partial_tree(tree, cols)
         args = (X[:, cols].copy(), pt["children_left"], pt["children_right"], pt["feature"],
                 pt["threshold"], pt["missing_left"], leaves)
-        ref_sets, ref_words = K.partial_leaf_bitmaps(*args)
+        ref_sets, ref_words = leaf_bitmaps(args[0], pt, leaves, index_bytes=64)  # all dense
         set_of_leaf, is_dense, counts, rows, dense = K.partial_leaf_sets(*args, index_bytes)
         assert np.array_equal(set_of_leaf, ref_sets)
         ref_bits = unpack_words(ref_words, n_rows)
@@ -744,7 +772,7 @@ def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_byt
         starts = np.concatenate(([0], np.cumsum(counts[is_dense == 0])))
         for j, k in enumerate(np.flatnonzero(is_dense == 0)):
             assert sorted(rows[starts[j]:starts[j + 1]].tolist()) == np.flatnonzero(ref_bits[k]).tolist()
-        assert np.array_equal(K.decompress_bitmaps(is_dense, counts, rows, dense, nw), ref_words)
+        assert np.array_equal(compact_to_words(is_dense, counts, rows, dense, nw), ref_words)
         kinds.update(is_dense.tolist())
     if n_rows == 700:
         assert kinds == {0, 1}  # both container kinds occur
