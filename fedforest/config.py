@@ -34,6 +34,7 @@ JOB_KEYS = {
     "verbose": False,
     "quiet": False,               # no progress or summary lines
     "summary_json": None,         # the master writes its run summary (timings, rounds, bytes) here
+    "reply_timeout": None,        # seconds the master waits for one party message (None: no limit)
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}
 SECTIONS = {"job": JOB_KEYS, "forest": FOREST_KEYS}
@@ -128,6 +129,9 @@ class JobConfig:
             raise InputError("label_privacy", f"must be 'plain', got {self.label_privacy!r}")
         if self.predict_method not in ("oneshot", "classical"):
             raise InputError("predict_method", f"must be 'oneshot' or 'classical', got {self.predict_method!r}")
+        t = self.reply_timeout
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0):
+            raise InputError("reply_timeout", f"must be a number of seconds > 0 or none, got {t!r}")
         for key, default in JOB_KEYS.items():
             if isinstance(default, bool) and not isinstance(self.values[key], bool):
                 raise InputError(key, f"must be true or false, got {self.values[key]!r}")

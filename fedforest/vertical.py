@@ -241,6 +241,7 @@ def master_train(comm, cfg):
     params = validate(cfg.forest_params(), cfg.task)
     cfg.check_job("train")
     _check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column} for r in comm.clients})
     holders = [r for r in comm.clients if infos[r]["has_label"]]
@@ -341,6 +342,7 @@ def party_train(comm, cfg):
     validate(cfg.forest_params(), cfg.task)
     cfg.check_job("train")
     _check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = _expect(comm.recv(MASTER), "load")
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
@@ -423,6 +425,7 @@ def master_predict(comm, cfg):
     """Master side of prediction; returns a summary with the predictions."""
     cfg.check_job("predict")
     _check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
     folder, manifest, trees = _load_party_model(cfg, 0)
     if manifest["n_parties"] != cfg.n_parties:
         raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
@@ -514,6 +517,7 @@ def party_predict(comm, cfg):
     rank = comm.rank
     cfg.check_job("predict")
     _check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
     folder, manifest, trees = _load_party_model(cfg, rank)
     comm.handshake()
     _expect(comm.recv(MASTER), "load")

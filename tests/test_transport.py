@@ -145,3 +145,23 @@ def test_evaluate_matches_number_forms_and_skips_missing_truth(tmp_path, capsys)
                  str(tmp_path / "truth.parquet"), "--label-column", "y"]) == 0
     out = capsys.readouterr().out
     assert "accuracy: 1.0000" in out and "rows: 2" in out and "rows_without_truth: 1" in out
+
+
+def test_master_reports_a_stuck_party_after_reply_timeout():
+    import time as _time
+    from fedforest.errors import FedForestError
+
+    def master(comm):
+        comm.reply_timeout = 0.5
+        comm.handshake()
+        return comm.exchange({r: {"op": "ping", "x": np.arange(2)} for r in comm.clients})
+
+    def party(comm):
+        comm.handshake()
+        comm.recv(0)
+        if comm.rank == 2:
+            _time.sleep(2)  # alive but silent (without the timeout the reply would come late)
+        comm.send(0, {"y": np.zeros(1)})
+
+    with pytest.raises(FedForestError, match="rank 2 sent nothing for 0.5 s"):
+        run_inprocess(2, master, party)

@@ -125,6 +125,7 @@ class Comm:
         self.bytes_sent = 0
         self.messages_sent = 0
         self.rounds = 0
+        self.reply_timeout = None  # master: seconds to wait for one message (None: no limit)
         # fault injection for tests: (src, dst, message_number) whose ciphertext gets one bit flipped
         self._tamper = tamper if tamper is not None else _tamper_from_env()
 
@@ -169,7 +170,17 @@ class Comm:
         self.raw.send_bytes(dest, ct, TAG_DATA, poll=self._poll_errors if self.is_master else None)
 
     def recv(self, src):
-        poll = self._poll_errors if self.is_master else None
+        poll = None
+        if self.is_master:
+            poll = self._poll_errors
+            if self.reply_timeout:
+                deadline = time.monotonic() + self.reply_timeout
+
+                def poll():
+                    self._poll_errors()
+                    if time.monotonic() > deadline:
+                        raise FedForestError(f"rank {src} sent nothing for {self.reply_timeout:g} s "
+                                             "(reply_timeout); it may be stuck")
         data = self.raw.recv_bytes(src, TAG_DATA, poll=poll)
         return decode(self.channels[src].open(data))
 
