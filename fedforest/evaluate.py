@@ -1,6 +1,5 @@
 """Metrics of a predictions file against the true labels (joined by ID)."""
 import numpy as np
-import pandas as pd
 from sklearn import metrics as skm
 
 from .data.io import read_table

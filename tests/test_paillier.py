@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from phe import paillier as phe_paillier
 
-from fedforest.crypto.paillier import (PrivateKey, PublicKey, Slots, fixed_point, generate_keypair,
+from fedforest.crypto.paillier import (PublicKey, Slots, fixed_point, generate_keypair,
                                        one_hot_plaintexts)
 from fedforest.errors import InputError
 

@@ -1,5 +1,4 @@
 """Checkpoints and --resume (in-process; the mpiexec variant is in test_mpi.py)."""
-import numpy as np
 import pytest
 from sklearn.datasets import make_regression
 
