@@ -188,25 +188,8 @@ def fed_accuracy(pred_file, truth):
 # ---------------------------------------------------------------------------
 # Peers (in this process, pooled data)
 # ---------------------------------------------------------------------------
-def run_sklearn(train, test, trees, depth):
-    from sklearn.ensemble import RandomForestClassifier
-    rf = RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
-                                n_jobs=-1, random_state=SEED)
-    t0 = time.perf_counter()
-    rf.fit(*train)
-    fit = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pred = rf.predict(test[0])
-    predict = time.perf_counter() - t0
-    return {"fit_seconds": fit, "predict_seconds": predict,
-            "accuracy": float((pred == test[1]).mean())}
-
-
-def run_xgboost(train, test, trees, depth):
-    import xgboost as xgb
-    model = xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, subsample=0.632,
-                                colsample_bynode=math.sqrt(N_FEATURES) / N_FEATURES,
-                                tree_method="hist", n_jobs=os.cpu_count(), random_state=SEED)
+def time_fit_predict(model, train, test):
+    """Fit and predict timed separately, plus test accuracy."""
     t0 = time.perf_counter()
     model.fit(*train)
     fit = time.perf_counter() - t0
@@ -214,10 +197,25 @@ def run_xgboost(train, test, trees, depth):
     pred = model.predict(test[0])
     predict = time.perf_counter() - t0
     return {"fit_seconds": fit, "predict_seconds": predict,
-            "accuracy": float((pred == test[1]).mean()), "params": {
+            "accuracy": float((pred == test[1]).mean())}
+
+
+def run_sklearn(train, test, trees, depth):
+    from sklearn.ensemble import RandomForestClassifier
+    rf = RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
+                                n_jobs=-1, random_state=SEED)
+    return time_fit_predict(rf, train, test)
+
+
+def run_xgboost(train, test, trees, depth):
+    import xgboost as xgb
+    model = xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, subsample=0.632,
+                                colsample_bynode=math.sqrt(N_FEATURES) / N_FEATURES,
+                                tree_method="hist", n_jobs=os.cpu_count(), random_state=SEED)
+    return dict(time_fit_predict(model, train, test), params={
                 k: v for k, v in model.get_params().items()
                 if k in ("n_estimators", "max_depth", "subsample", "colsample_bynode", "tree_method",
-                         "n_jobs", "learning_rate", "reg_lambda")}}
+                         "n_jobs", "learning_rate", "reg_lambda")})
 
 
 # ---------------------------------------------------------------------------

@@ -88,10 +88,6 @@ class PublicKey:
         """Encryption of the plaintext times ``2**bits``."""
         return gmpy2.powmod(c, gmpy2.mpz(1) << bits, self.nsq)
 
-    def negate(self, c):
-        """Encryption of ``-m mod n`` (for subtracting one sum from another)."""
-        return gmpy2.invert(c, self.nsq)
-
     def subtract(self, a, b):
         return gmpy2.f_mod(a * gmpy2.invert(b, self.nsq), self.nsq)
 
@@ -137,9 +133,6 @@ class PrivateKey:
 
     def decrypt(self, c):
         return gmpy2.mpz(self._key.raw_decrypt(int(c)))
-
-    def decrypt_many(self, ciphertexts):
-        return [self.decrypt(c) for c in ciphertexts]
 
 
 class Slots:

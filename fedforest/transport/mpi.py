@@ -93,7 +93,3 @@ class MPITransport(RawTransport):
 
 def world_transport():
     return MPITransport(MPI.COMM_WORLD)
-
-
-def processor_name():
-    return MPI.Get_processor_name()
