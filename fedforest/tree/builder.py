@@ -170,10 +170,7 @@ class PartySplitter:
                 self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)
         if s.split_method == "hist":
             gain, feat, b, ml = K.best_splits_hist(self.Xb, self.n_bins, *args)
-            f0 = np.maximum(feat, 0)
-            thr = np.where(feat >= 0, self.edges[f0, b], np.nan)
-            # the last bin means "all non-missing values left"
-            thr[(feat >= 0) & (b == self.n_bins[f0] - 1)] = np.inf
+            thr = self.bin_threshold(feat, b)
         else:
             gain, feat, thr, ml = K.best_splits_exact(self.X, *args)
         c = tree.col
@@ -182,10 +179,22 @@ class PartySplitter:
         c["cand_missing_left"][nodes] = ml
         return {"gain": gain}
 
+    def bin_threshold(self, feat, b):
+        """Thresholds of histogram candidates (feature -1: none)."""
+        f0 = np.maximum(feat, 0)
+        thr = np.where(feat >= 0, self.edges[f0, b], np.nan)
+        # the last bin means "all non-missing values left"
+        thr[(feat >= 0) & (b == self.n_bins[f0] - 1)] = np.inf
+        return thr
+
     def _partition(self, msg):
         tree = self._tree["nodes"]
         c = tree.col
         nodes = msg["nodes"]
+        if "bin" in msg:  # the key holder chose the split from this party's encrypted histograms
+            c["cand_feature"][nodes] = msg["feature"]
+            c["cand_threshold"][nodes] = self.bin_threshold(msg["feature"], msg["bin"])
+            c["cand_missing_left"][nodes] = msg["missing_left"]
         feat = c["cand_feature"][nodes]
         thr = c["cand_threshold"][nodes]
         ml = c["cand_missing_left"][nodes]
@@ -248,7 +257,7 @@ class TreeGrower:
         self.offsets = np.concatenate(([0], np.cumsum(self.feature_counts)))
         self.n_features = int(self.offsets[-1])
         self.k_features = resolve_max_features(params.max_features, self.n_features)
-        self.n_rows = labels.y.shape[0]
+        self.n_rows = labels.n_rows
         self.n_boot = resolve_max_samples(params.max_samples, self.n_rows)
         self.y_codes = y_codes
         self.classes = classes
@@ -289,77 +298,116 @@ class TreeGrower:
                                   self.labels.n_classes, self.classes)
               if self.labels.is_classification else np.empty(0))
         tree_mask = self._draw_features(rng) if self.params.feature_sampling == "tree" else None
-        ycls, yw = self.labels.tree_stats(counts, cw)
-        S = self.labels.n_stats
         tree = _Nodes(counts, {
-            "owner": (np.int32, -1), "depth": (np.int64, 0), "stats": (np.float64, 0.0, S),
+            "owner": (np.int32, -1), "depth": (np.int64, 0),
+            "stats": (np.float64, 0.0, self.labels.n_stats),
             "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
             "feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
             "missing_left": (np.uint8, 0)})
+        self._begin_tree(tree, counts, cw)
         n_parties = len(self.feature_counts)
-        open_nodes = self._record_stats(tree, np.zeros(1, dtype=np.int32), ycls, yw)
-        pending = {"counts": counts, "class_weight": cw}
-        while open_nodes.size:
-            m = open_nodes.size
-            masks = self._masks(rng, tree_mask, m)
-            msgs = [dict(pending, op="find", nodes=open_nodes, fmask=masks[p]) for p in range(n_parties)]
-            replies = self.parties.exchange(msgs)
-            gains = np.vstack([r["gain"] for r in replies]) if n_parties else np.full((1, m), -np.inf)
+        children = np.zeros(1, dtype=np.int32)
+        pending = [{"counts": counts, "class_weight": cw} for _ in range(n_parties)]
+        while True:
+            tree.col["count"][children] = np.diff(np.vstack(tree.bounds(children)), axis=0)[0]
+            cand = children[self._may_split(tree, children)]
+            # the feature draws depend only on label-free facts, so every label mode draws alike
+            masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
+            nodes, gains, pending = self._search(tree, children, cand, masks, pending)
+            if not nodes.size:
+                break
+            m = nodes.size
             winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
             best = gains[winner, np.arange(m)]
             do_split = np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
-            split_nodes = open_nodes[do_split]
+            split_nodes = nodes[do_split]
             if not split_nodes.size:
-                pending = {}
                 break
             winner = winner[do_split]
             won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
-            msgs = [{"op": "partition", "nodes": split_nodes[won[p]]} if won[p].size else None
+            msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size else None
                     for p in range(n_parties)]
             replies = self.parties.exchange(msgs)
-            starts, ends = tree.bounds(split_nodes)
-            lengths = ends - starts
-            offsets = np.cumsum(lengths) - lengths
-            all_bits = np.empty(int(lengths.sum()), dtype=np.uint8)
-            c = tree.col
-            for p in range(n_parties):
-                if not won[p].size:
-                    continue
-                mine = split_nodes[won[p]]
-                own_len = lengths[won[p]]
-                total = int(own_len.sum())
-                # scatter this party's bits (its nodes back to back) to the nodes' places
-                dest = np.repeat(offsets[won[p]] - (np.cumsum(own_len) - own_len), own_len) + np.arange(total)
-                all_bits[dest] = _unpack(replies[p]["bits"], total)
-                c["owner"][mine] = p
-                if "feature" in replies[p]:
-                    c["feature"][mine] = replies[p]["feature"] + int(self.offsets[p])
-                    c["threshold"][mine] = replies[p]["threshold"]
-                    c["missing_left"][mine] = replies[p]["missing_left"]
+            all_bits = self._collect_bits(tree, split_nodes, won, replies)
             lefts, rights = tree.split(split_nodes, all_bits)
+            self._after_split(split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
             children[0::2] = lefts
             children[1::2] = rights
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
-            open_nodes = self._record_stats(tree, children, ycls, yw)
-            pending = {"split_nodes": split_nodes, "bits": _pack(all_bits)}
-        self.parties.broadcast([dict(pending, op="finish") for _ in range(n_parties)])
+            pending = [{"split_nodes": split_nodes, "bits": _pack(all_bits)} for _ in range(n_parties)]
+        self.parties.broadcast([dict(pd, op="finish") for pd in pending])
         return self._master_tree(tree)
 
-    def _record_stats(self, tree, nodes, ycls, yw):
-        """Label statistics of new nodes; returns those that stay open (pre-pruning)."""
-        stats, w, imp, cnt = K.node_statistics(tree.rows, *tree.bounds(nodes), ycls, yw,
-                                               self.s.is_classification, self.labels.n_stats,
-                                               self.s.crit)
+    # -- hooks of a label mode --------------------------------------------
+    def _begin_tree(self, tree, counts, cw):
+        self._ycls, self._yw = self.labels.tree_stats(counts, cw)
+
+    def _search(self, tree, children, cand, masks, pending):
+        """Record the children's statistics, find the best split of every open
+        candidate.  Returns (searched nodes, gains (n_parties, nodes), what is
+        still pending per party for the next message)."""
+        self._record_stats(tree, children)
+        keep = tree.col["impurity"][cand] > EPSILON
+        nodes = cand[keep]
+        if not nodes.size:
+            return nodes, None, pending
+        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep])
+                for p in range(len(self.feature_counts))]
+        replies = self.parties.exchange(msgs)
+        return nodes, np.vstack([r["gain"] for r in replies]), [{} for _ in msgs]
+
+    def _partition_msg(self, p, split_nodes, won):
+        return {"op": "partition", "nodes": split_nodes[won]}
+
+    def _after_split(self, split_nodes, lefts, rights):
+        pass
+
+    # -- shared steps -----------------------------------------------------
+    def _may_split(self, tree, nodes):
+        """Nodes that may split as far as depth and row counts tell (no labels needed)."""
+        c = tree.col
+        s = self.s
+        cnt = c["count"][nodes]
+        return ~((c["depth"][nodes] >= s.max_depth) | (cnt < s.min_samples_split)
+                 | (cnt < 2 * s.min_samples_leaf))
+
+    def _collect_bits(self, tree, split_nodes, won, replies):
+        """The winners' partition bits scattered to the nodes' places."""
+        starts, ends = tree.bounds(split_nodes)
+        lengths = ends - starts
+        offsets = np.cumsum(lengths) - lengths
+        all_bits = np.empty(int(lengths.sum()), dtype=np.uint8)
+        c = tree.col
+        for p in range(len(won)):
+            if not won[p].size:
+                continue
+            mine = split_nodes[won[p]]
+            own_len = lengths[won[p]]
+            total = int(own_len.sum())
+            # scatter this party's bits (its nodes back to back) to the nodes' places
+            dest = np.repeat(offsets[won[p]] - (np.cumsum(own_len) - own_len), own_len) + np.arange(total)
+            all_bits[dest] = _unpack(replies[p]["bits"], total)
+            c["owner"][mine] = p
+            if "feature" in replies[p]:
+                c["feature"][mine] = replies[p]["feature"] + int(self.offsets[p])
+                c["threshold"][mine] = replies[p]["threshold"]
+                c["missing_left"][mine] = replies[p]["missing_left"]
+        return all_bits
+
+    def _record_stats(self, tree, nodes):
+        """Label statistics of new nodes from the labels held here."""
+        stats, w, imp, _ = K.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
+                                             self.s.is_classification, self.labels.n_stats,
+                                             self.s.crit)
+        self._set_stats(tree, nodes, stats, w, imp)
+
+    @staticmethod
+    def _set_stats(tree, nodes, stats, w, imp):
         c = tree.col
         c["stats"][nodes] = stats
         c["weight"][nodes] = w
         c["impurity"][nodes] = imp
-        c["count"][nodes] = cnt
-        s = self.s
-        leaf = ((c["depth"][nodes] >= s.max_depth) | (cnt < s.min_samples_split)
-                | (cnt < 2 * s.min_samples_leaf) | (imp <= EPSILON))
-        return nodes[~leaf]
 
     def _master_tree(self, tree):
         t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",

@@ -111,6 +111,18 @@ def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
 
 
 @njit(cache=True)
+def stats_weight_impurity(stats, is_clf, crit):
+    """Weight and impurity of nodes given their statistics (rows of ``stats``)."""
+    n = stats.shape[0]
+    w = np.zeros(n)
+    imp = np.zeros(n)
+    for j in range(n):
+        w[j] = _weight(stats[j], is_clf)
+        imp[j] = impurity(stats[j], w[j], crit)
+    return w, imp
+
+
+@njit(cache=True)
 def _gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_clf, crit,
           min_samples_leaf, min_weight_leaf):
     """Weighted impurity decrease of a candidate, or -inf if it is not allowed."""
@@ -123,6 +135,67 @@ def _gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_clf, c
     il = impurity(left, wl, crit)
     ir = impurity(right, wr, crit)
     return (w_node / w_total) * (imp_node - (wl / w_node) * il - (wr / w_node) * ir)
+
+
+@njit(cache=True)
+def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+               min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm):
+    """Best candidate of one feature's histogram (``hist[b]`` statistics and
+    ``cnt[b]`` rows of bin ``b``, the missing bin at ``MISSING_BIN``) in a node
+    of ``n_node`` rows.  Returns ``gain, bin, missing_left`` (gain -inf if none).
+    ``tot``, ``left``, ``right``, ``lm``, ``rm`` are scratch vectors of length S."""
+    best = -np.inf
+    best_b = 0
+    best_ml = 0
+    n_miss = cnt[MISSING_BIN]
+    tot[:] = 0.0
+    for b in range(nb):
+        if cnt[b] > 0:
+            for k in range(S):
+                tot[k] += hist[b, k]
+    n_nonmiss = n_node - n_miss
+    left[:] = 0.0
+    cl = 0
+    for b in range(nb):
+        if cnt[b] == 0:
+            continue
+        for k in range(S):
+            left[k] += hist[b, k]
+        cl += cnt[b]
+        cr = n_nonmiss - cl
+        for k in range(S):
+            right[k] = tot[k] - left[k]
+        if n_miss == 0:
+            if cr == 0:
+                break
+            g = _gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
+                      min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b
+                best_ml = 1 if cl > cr else 0
+        else:
+            # missing values go right
+            for k in range(S):
+                rm[k] = right[k] + hist[MISSING_BIN, k]
+            g = _gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf,
+                      crit, min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b if cr > 0 else nb - 1
+                best_ml = 0
+            if cr == 0:
+                break
+            # missing values go left
+            for k in range(S):
+                lm[k] = left[k] + hist[MISSING_BIN, k]
+            g = _gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf,
+                      crit, min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b
+                best_ml = 1
+    return best, best_b, best_ml
 
 
 @njit(cache=True)
@@ -180,57 +253,14 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                     hist[b, 0] += yw[r, 0]
                     hist[b, 1] += yw[r, 1]
                     hist[b, 2] += yw[r, 2]
-            n_miss = cnt[MISSING_BIN]
-            tot[:] = 0.0
-            for b in range(nb):
-                if cnt[b] > 0:
-                    for k in range(S):
-                        tot[k] += hist[b, k]
-            n_nonmiss = (e - s) - n_miss
-            left[:] = 0.0
-            cl = 0
-            for b in range(nb):
-                if cnt[b] == 0:
-                    continue
-                for k in range(S):
-                    left[k] += hist[b, k]
-                cl += cnt[b]
-                cr = n_nonmiss - cl
-                for k in range(S):
-                    right[k] = tot[k] - left[k]
-                if n_miss == 0:
-                    if cr == 0:
-                        break
-                    g = _gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
-                              min_samples_leaf, min_weight_leaf)
-                    if g > best_gain[j]:
-                        best_gain[j] = g
-                        best_feat[j] = f
-                        best_bin[j] = b
-                        best_ml[j] = 1 if cl > cr else 0
-                else:
-                    # missing values go right
-                    for k in range(S):
-                        rm[k] = right[k] + hist[MISSING_BIN, k]
-                    g = _gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf,
-                              crit, min_samples_leaf, min_weight_leaf)
-                    if g > best_gain[j]:
-                        best_gain[j] = g
-                        best_feat[j] = f
-                        best_bin[j] = b if cr > 0 else nb - 1
-                        best_ml[j] = 0
-                    if cr == 0:
-                        break
-                    # missing values go left
-                    for k in range(S):
-                        lm[k] = left[k] + hist[MISSING_BIN, k]
-                    g = _gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf,
-                              crit, min_samples_leaf, min_weight_leaf)
-                    if g > best_gain[j]:
-                        best_gain[j] = g
-                        best_feat[j] = f
-                        best_bin[j] = b
-                        best_ml[j] = 1
+            g, b, ml = _scan_hist(hist, cnt, nb, e - s, w_node, imp_node, w_total, is_clf, S,
+                                  crit, min_samples_leaf, min_weight_leaf, tot, left, right,
+                                  lm, rm)
+            if g > best_gain[j]:
+                best_gain[j] = g
+                best_feat[j] = f
+                best_bin[j] = b
+                best_ml[j] = ml
             # clear the histogram: by bins for large nodes, by the rows' bins for small ones
             if e - s > nb:
                 for b in range(nb):
@@ -248,6 +278,47 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                         cnt[b] = 0
                         for k in range(S):
                             hist[b, k] = 0.0
+    return best_gain, best_feat, best_bin, best_ml
+
+
+@njit(cache=True)
+def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stats, node_count,
+                           is_clf, S, crit, w_total, min_samples_leaf, min_weight_leaf):
+    """Best split per node from ready-made histograms (the key holder's side of
+    the encrypted-label mode), with the same candidate rules and arithmetic as
+    :func:`best_splits_hist`.
+
+    Pair ``i`` is the histogram ``hists[i]`` (``MISSING_BIN + 1`` bins by S
+    statistics) with row counts ``cnts[i]`` of feature ``pair_feat[i]`` (with
+    ``pair_nb[i]`` non-missing bins) in node ``pair_node[i]``; pairs are sorted
+    by node, then feature.  ``node_stats``/``node_count`` are the nodes'
+    statistics and in-bag row counts.  Returns ``gain, feature, bin, missing_left``.
+    """
+    n_nodes = node_stats.shape[0]
+    best_gain = np.full(n_nodes, -np.inf)
+    best_feat = np.full(n_nodes, -1, dtype=np.int32)
+    best_bin = np.zeros(n_nodes, dtype=np.int32)
+    best_ml = np.zeros(n_nodes, dtype=np.uint8)
+    tot = np.zeros(S)
+    left = np.zeros(S)
+    right = np.zeros(S)
+    lm = np.zeros(S)
+    rm = np.zeros(S)
+    for i in range(pair_node.shape[0]):
+        j = pair_node[i]
+        n_node = node_count[j]
+        if n_node < 2 * min_samples_leaf or n_node < 2:
+            continue
+        w_node = _weight(node_stats[j], is_clf)
+        imp_node = impurity(node_stats[j], w_node, crit)
+        g, b, ml = _scan_hist(hists[i], cnts[i], pair_nb[i], n_node, w_node, imp_node, w_total,
+                              is_clf, S, crit, min_samples_leaf, min_weight_leaf, tot, left, right,
+                              lm, rm)
+        if g > best_gain[j]:
+            best_gain[j] = g
+            best_feat[j] = pair_feat[i]
+            best_bin[j] = b
+            best_ml[j] = ml
     return best_gain, best_feat, best_bin, best_ml
 
 

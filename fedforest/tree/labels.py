@@ -39,6 +39,10 @@ class PlainLabels:
             self.y = np.ascontiguousarray(y, dtype=np.float64)
 
     @property
+    def n_rows(self):
+        return self.y.shape[0]
+
+    @property
     def n_stats(self):
         return self.n_classes if self.is_classification else 3
 
