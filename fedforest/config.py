@@ -23,7 +23,11 @@ JOB_KEYS = {
     "id_column": "id",
     "label_column": None,         # name of the label column (held by exactly one party)
     "model_dir": "fedforest-model",
-    "label_privacy": "plain",
+    "label_privacy": "plain",     # "plain" or "paillier" (labels encrypted for all but their holder)
+    "key_length": 2048,           # Paillier key bits: 2048 or 3072
+    "insecure_key": False,        # allow shorter Paillier keys (tests only)
+    "slot_bits": None,            # bits per encrypted statistic (default: just enough for the rows)
+    "encrypt_workers": 1,         # processes the label holder uses to encrypt the labels
     "master_full_model": False,   # master also stores features and thresholds of every split
     "resume": False,
     "overwrite": False,
@@ -125,8 +129,14 @@ class JobConfig:
             raise InputError("n_parties", f"must be an int >= 1, got {self.n_parties!r}")
         if len(self.data) != self.n_parties:
             raise InputError("data", f"lists {len(self.data)} files but n_parties is {self.n_parties}")
-        if self.label_privacy != "plain":
-            raise InputError("label_privacy", f"must be 'plain', got {self.label_privacy!r}")
+        if self.label_privacy not in ("plain", "paillier"):
+            raise InputError("label_privacy", f"must be 'plain' or 'paillier', got {self.label_privacy!r}")
+        for key, low in (("key_length", 256), ("encrypt_workers", 1), ("slot_bits", 1)):
+            v = self.values[key]
+            if v is None and key == "slot_bits":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InputError(key, f"must be an int >= {low}, got {v!r}")
         if self.predict_method not in ("oneshot", "classical"):
             raise InputError("predict_method", f"must be 'oneshot' or 'classical', got {self.predict_method!r}")
         t = self.reply_timeout

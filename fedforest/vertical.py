@@ -17,12 +17,13 @@ from tqdm import tqdm
 from . import model_io
 from .crypto.channel import SecureChannel
 from .crypto.ids import hash_ids
+from .crypto import paillier
 from .crypto.keys import KeyPair, pair_keys, random_secret
 from .data.io import check_ids, encode_features, read_table
 from .errors import InputError
 from .data.validation import encode_labels
-from .params import CLASSIFICATION, validate
-from .tree import builder, predict
+from .params import CLASSIFICATION, resolve_max_samples, validate
+from .tree import builder, encrypted, predict
 from .tree.builder import PartySplitter, SplitSettings, TreeGrower, tree_seeds
 from .tree.labels import PlainLabels, class_weight_vector
 from .tree.predict import (leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, prepare_X,
@@ -210,7 +211,7 @@ class RemoteParties:
 def _job_id(params, cfg, infos):
     doc = {"params": params.to_dict(), "task": cfg.task, "n_parties": cfg.n_parties,
            "parties": [infos[r]["fingerprint"] for r in sorted(infos)],
-           "master_full_model": bool(cfg.master_full_model)}
+           "master_full_model": bool(cfg.master_full_model), "label_privacy": cfg.label_privacy}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -242,8 +243,11 @@ def master_train(comm, cfg):
     cfg.check_job("train")
     _check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
+    if cfg.label_privacy == "paillier":
+        _check_paillier(params, cfg)
     comm.handshake()
-    infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column} for r in comm.clients})
+    infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column,
+                               "label_privacy": cfg.label_privacy} for r in comm.clients})
     holders = [r for r in comm.clients if infos[r]["has_label"]]
     if len(holders) != 1:
         where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
@@ -269,27 +273,34 @@ def master_train(comm, cfg):
             int(np.random.SeedSequence().entropy % (2 ** 63))
     n_rows, lost = _master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
     label_party = holders[0]
-    y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
-    codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
     is_clf = cfg.task == CLASSIFICATION
-    n_classes = classes.size if is_clf else 1
-    settings = SplitSettings(params, n_rows, is_clf, n_classes)
-    settings.reveal_splits = bool(cfg.master_full_model)
-    labels = PlainLabels(codes, is_clf, n_classes)
-    grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
-                        y_codes=codes if is_clf else None, classes=classes)
-    if is_clf:
-        class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
-    # validation is complete: from here on work starts and files get written
-    comm.bcast({"op": "setup", "y": codes, "n_classes": n_classes, "settings": settings,
-                "start": start, "job_id": job_id, "run_id": run_id, "params": params.to_dict(), "task": cfg.task})
+    common = {"op": "setup", "start": start, "job_id": job_id, "run_id": run_id,
+              "params": params.to_dict(), "task": cfg.task}
+    he = {}
+    if cfg.label_privacy == "paillier":
+        grower, classes, he = _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts,
+                                              common)
+        n_classes = classes.size if is_clf else 1
+    else:
+        y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
+        codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
+        n_classes = classes.size if is_clf else 1
+        settings = SplitSettings(params, n_rows, is_clf, n_classes)
+        settings.reveal_splits = bool(cfg.master_full_model)
+        labels = PlainLabels(codes, is_clf, n_classes)
+        grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
+                            y_codes=codes if is_clf else None, classes=classes)
+        if is_clf:
+            class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
+        # validation is complete: from here on work starts and files get written
+        comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings))
     manifest = {
         "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "run_id": run_id,
         "task": cfg.task,
         "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
         "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
-        "random_state_used": random_state,
+        "random_state_used": random_state, "label_privacy": cfg.label_privacy,
     }
     if start == 0:
         model_io.clear(my_dir)
@@ -317,13 +328,68 @@ def master_train(comm, cfg):
         "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
         "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
+        "label_privacy": cfg.label_privacy, **he,
     }
+    if he:
+        summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
     _log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
               f"({summary['rounds_per_tree']:.1f} rounds per tree)")
     _log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
                                             for r, d in summary["model_dirs"].items()))
     _write_summary(cfg, summary)
     return summary
+
+
+def _check_paillier(params, cfg):
+    """Settings the encrypted-label mode cannot honour, refused before any work."""
+    paillier.check_key_length(cfg.key_length, cfg.insecure_key)
+    if params.split_method != "hist":
+        raise InputError("split_method", "label_privacy = 'paillier' needs split_method = 'hist' "
+                                         "(encrypted statistics are summed per histogram bin)")
+    if params.class_weight is not None:
+        raise InputError("class_weight", "is not available with label_privacy = 'paillier' "
+                                         "(encrypted statistics are integer counts)")
+
+
+def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, common):
+    """Key generation, label encryption by the label holder, relay of the
+    ciphertexts to the other parties; returns the grower, the classes and
+    figures for the summary."""
+    is_clf = cfg.task == CLASSIFICATION
+    n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
+    _log(cfg, f"Paillier key: {public.key_length} bits; party {label_party} encrypts the labels")
+    rep = comm.exchange({label_party: {"op": "encrypt_labels", "public_key": public.to_bytes(),
+                                       "n_total": n_total, "slot_bits": cfg.slot_bits}})[label_party]
+    if rep["fingerprint"] != public.fingerprint:
+        raise encrypted.ProtocolIntegrityError(
+            f"party {label_party} encrypted the labels under another public key (fingerprint "
+            f"{rep['fingerprint']}, the master's key is {public.fingerprint})")
+    spec = rep["spec"]
+    if spec.key_length != public.key_length or spec.n_total != n_total:
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
+    classes = np.asarray(rep["classes"]) if is_clf else np.empty(0)
+    n_classes = classes.size if is_clf else 1
+    settings = SplitSettings(params, n_rows, is_clf, n_classes)
+    settings.reveal_splits = bool(cfg.master_full_model)
+    # validation is complete: from here on work starts and files get written
+    comm.scatter({r: dict(common, settings=settings, n_classes=n_classes, spec=spec,
+                          public_key=public.to_bytes(),
+                          **({} if r == label_party else {"labels": rep["blocks"],
+                                                          "fingerprint": rep["fingerprint"]}))
+                  for r in comm.clients})
+    others = [r for r in comm.clients if r != label_party]
+    bins = comm.exchange({r: {"op": "bins"} for r in others}) if others else {}
+    party_bins = [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"])
+                  for r in comm.clients]
+    info = encrypted.LabelInfo(is_clf, n_classes, n_rows)
+    grower = encrypted.PaillierGrower(RemoteParties(comm), info, params, settings, feature_counts,
+                                      private, spec, label_party - 1, party_bins)
+    he = {"key_length": public.key_length, "label_encrypt_seconds": rep["seconds"],
+          "slot_bits": spec.width, "values_per_ciphertext": spec.per_ciphertext}
+    _log(cfg, f"labels encrypted in {rep['seconds']:.1f}s ({n_rows} rows, {spec.width}-bit slots, "
+              f"{spec.per_ciphertext} statistics vectors per ciphertext)")
+    return grower, classes, he
 
 
 def _crash_point(rank):
@@ -345,6 +411,9 @@ def party_train(comm, cfg):
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = _expect(comm.recv(MASTER), "load")
+    if cfg.label_privacy == "paillier" and msg["label_privacy"] != "paillier":
+        raise InputError("label_privacy", f"party {rank} requires 'paillier' but the master runs "
+                                          f"{msg['label_privacy']!r}")
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
                        "has_label": table.has_label, "fingerprint": table.fingerprint()})
@@ -360,14 +429,21 @@ def party_train(comm, cfg):
     positions = _party_align(comm, rank, table.ids)
     X = table.X[positions]
     msg = comm.recv(MASTER)
+    held = None
     if msg["op"] == "send_labels":
         comm.send(MASTER, {"y": _label_array(table.y[positions], cfg.task,
                                              f"label column {cfg.label_column!r}")})
         msg = comm.recv(MASTER)
+    elif msg["op"] == "encrypt_labels":
+        held = _encrypt_labels(comm, cfg, msg, table.y[positions])
+        msg = comm.recv(MASTER)
     setup = _expect(msg, "setup")
     settings = setup["settings"]
-    labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
-    splitter = PartySplitter(X, settings, labels)
+    if "spec" in setup:
+        splitter = _paillier_splitter(comm, rank, X, settings, setup, held)
+    else:
+        labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
+        splitter = PartySplitter(X, settings, labels)
     builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
@@ -377,6 +453,7 @@ def party_train(comm, cfg):
         "label_column": cfg.label_column if table.has_label else None,
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": setup["params"]["n_estimators"],
+        "label_privacy": "paillier" if "spec" in setup else "plain",
     }
     start = setup["start"]
     if start == 0:
@@ -402,6 +479,53 @@ def party_train(comm, cfg):
             if crash_after is not None and t == crash_after:
                 writer.close()
                 raise RuntimeError(f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)")
+
+
+def _encrypt_labels(comm, cfg, msg, y):
+    """The label holder: encode and encrypt its labels under the master's key."""
+    what = f"label column {cfg.label_column!r}"
+    codes, classes = encode_labels(_label_array(y, cfg.task, what), cfg.task, what=what)
+    public = paillier.PublicKey.from_bytes(msg["public_key"])
+    paillier.check_key_length(public.key_length, cfg.insecure_key)
+    is_clf = cfg.task == CLASSIFICATION
+    if is_clf:
+        spec = encrypted.EncryptionSpec(True, classes.size, msg["n_total"], public.key_length,
+                                        msg["slot_bits"])
+        scored = codes
+    else:
+        codes, step, bias = encrypted.regression_grid(codes, msg["n_total"])
+        spec = encrypted.EncryptionSpec(False, 1, msg["n_total"], public.key_length,
+                                        msg["slot_bits"], step=step, bias=bias)
+        scored = codes * step
+    t0 = time.perf_counter()
+    cts = encrypted.encrypt_rows(public, spec.row_plaintexts(codes), cfg.encrypt_workers)
+    seconds = time.perf_counter() - t0
+    comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec, "seconds": seconds,
+                       "blocks": public.serialize(cts), "fingerprint": public.fingerprint})
+    return {"codes": codes, "scored": scored, "public": public}
+
+
+def _paillier_splitter(comm, rank, X, settings, setup, held):
+    """The splitter of a party in the encrypted-label mode."""
+    spec = setup["spec"]
+    public = paillier.PublicKey.from_bytes(setup["public_key"])
+    if held is not None:
+        if public.fingerprint != held["public"].fingerprint:
+            raise InputError(f"party {rank}", "the master's public key changed during setup")
+        labels = PlainLabels(held["scored"], settings.is_classification, setup["n_classes"])
+        return encrypted.LabelHolderSplitter(X, settings, labels, held["codes"], spec, public)
+    if setup["fingerprint"] != public.fingerprint:
+        raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
+                                          f"(fingerprint {setup['fingerprint']}, the master's key is "
+                                          f"{public.fingerprint})")
+    labels_ct = public.deserialize(setup["labels"], "encrypted labels")
+    if len(labels_ct) != X.shape[0]:
+        raise InputError(f"party {rank}", f"received {len(labels_ct)} encrypted labels for "
+                                          f"{X.shape[0]} aligned rows")
+    splitter = encrypted.EncryptedHistSplitter(X, settings, labels_ct, spec, public)
+    _expect(comm.recv(MASTER), "bins")
+    comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
+    return splitter
 
 
 # ---------------------------------------------------------------------------

@@ -29,13 +29,20 @@ from ..errors import InputError
 SECURE_KEY_LENGTHS = (2048, 3072)
 
 
-def generate_keypair(key_length=2048, insecure=False):
-    """A fresh key pair.  Only 2048 or 3072 bits unless ``insecure`` (tests)."""
+def check_key_length(key_length, insecure=False):
+    """Refuse a key length outside the policy: 2048 or 3072 bits, shorter ones
+    (multiples of 8, at least 256) only with the explicit ``insecure`` flag."""
     if key_length not in SECURE_KEY_LENGTHS and not insecure:
         raise InputError("key_length", f"must be 2048 or 3072 bits, got {key_length!r} "
-                                       "(shorter keys only with the explicit insecure test flag)")
-    if not isinstance(key_length, int) or key_length < 256 or key_length % 8:
+                                       "(shorter keys only with insecure_key = true, for tests)")
+    if isinstance(key_length, bool) or not isinstance(key_length, int) or key_length < 256 \
+            or key_length % 8:
         raise InputError("key_length", f"must be a multiple of 8 bits >= 256, got {key_length!r}")
+
+
+def generate_keypair(key_length=2048, insecure=False):
+    """A fresh key pair (see :func:`check_key_length` for the allowed lengths)."""
+    check_key_length(key_length, insecure)
     pub, priv = paillier.generate_paillier_keypair(n_length=key_length)
     return PublicKey(pub.n), PrivateKey(priv)
 
