@@ -27,6 +27,7 @@ test: venv
 
 bench: venv
 	$(PY) experiments/bench_vertical.py
+	$(PY) experiments/bench_paillier.py
 
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py

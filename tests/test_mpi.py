@@ -133,3 +133,22 @@ def test_cli_end_to_end_on_real_data_with_missing_values(tmp_path):
     assert run.returncode == 0, run.stderr
     accuracy = float(next(line for line in run.stdout.splitlines() if "accuracy" in line).split(":")[1])
     assert accuracy > 0.9, run.stdout
+
+
+@pytest.mark.parametrize("n_parties", [2, 3])
+def test_mpi_paillier_labels_equal_centralized(tmp_path, n_parties):
+    """Encrypted labels under mpiexec: the same trees as the centralized forest."""
+    X, y = _data(20 + n_parties, n=300)
+    groups = _groups(n_parties)
+    frames = party_frames(X, y, groups, label_party=n_parties - 1)
+    job = write_job(str(tmp_path), frames, "classification", n_estimators=3,
+                    extra='label_privacy = "paillier"\nkey_length = 512\ninsecure_key = true\n'
+                          'summary_json = "train.json"')
+    out = _check(mpirun(n_parties + 1, ["train", "--config", job, "--max-depth", "5"]))
+    assert "labels encrypted" in out and "Paillier key: 512 bits" in out
+    order = [c for g in groups for c in g]
+    est = ForestClassifier(n_estimators=3, random_state=7, max_depth=5).fit(X[:, order], y)
+    offsets = np.concatenate(([0], np.cumsum([len(g) for g in groups])))
+    assert_same_trees(complete_trees(str(tmp_path / "model"), n_parties, offsets), est.estimators_)
+    manifest = model_io.read_manifest(model_io.party_dir(str(tmp_path / "model"), 0))
+    assert manifest["label_privacy"] == "paillier"

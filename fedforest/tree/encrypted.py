@@ -217,6 +217,10 @@ class EncryptedHistSplitter(PartySplitter):
         self.spec = spec
         self.key = public_key
         self.enc = labels_ct
+        # doubled rows are the commonest bootstrap multiplicity above one: their
+        # squares are computed once, not per tree
+        nsq = public_key.nsq
+        self.enc2 = [c * c % nsq for c in labels_ct]
         # each feature's most frequent bin is left out and derived by the key holder
         self.skip = np.array([np.bincount(self.Xb[:, f], minlength=N_SLOTS_BIN).argmax()
                               for f in range(self.n_features)], dtype=np.int32)
@@ -225,9 +229,17 @@ class EncryptedHistSplitter(PartySplitter):
         counts = np.asarray(msg["counts"])
         nsq = self.key.nsq
         wc = [None] * counts.shape[0]
+        enc, enc2 = self.enc, self.enc2
         for r in np.flatnonzero(counts).tolist():
             k = int(counts[r])
-            wc[r] = self.enc[r] if k == 1 else P.gmpy2.powmod(self.enc[r], k, nsq)
+            if k == 1:
+                wc[r] = enc[r]
+            elif k == 2:
+                wc[r] = enc2[r]
+            elif k == 3:
+                wc[r] = enc2[r] * enc[r] % nsq
+            else:
+                wc[r] = P.gmpy2.powmod(enc[r], k, nsq)
         from .builder import _Nodes, _PARTY_COLUMNS
         self._tree = {"nodes": _Nodes(counts, _PARTY_COLUMNS), "counts": counts, "wc": wc}
 

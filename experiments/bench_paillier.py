@@ -1,0 +1,213 @@
+"""Benchmark of the encrypted-label mode (``label_privacy = "paillier"``).
+
+Run with ``make bench`` (or ``.venv/bin/python experiments/bench_paillier.py``).
+The script is only the driver; the jobs run under ``mpiexec -n 3`` (master +
+2 parties).  It
+
+1. generates a synthetic table of the shape of a9a: 32,561 rows, 123 binary
+   columns that are the one-hot codes of 14 categorical attributes (so, as in
+   a9a, every row has 14 ones, about 11 % density), and a binary label from a
+   logistic model of the attributes (about a quarter positive);
+2. gives party 1 the label and the columns of the first 5 attributes (62
+   columns), party 2 the other 61 columns (Parquet files);
+3. runs an untimed tiny warm-up job (numba's on-disk cache), then the same
+   forest twice with the same seed: ``label_privacy = "plain"`` and
+   ``label_privacy = "paillier"`` with a 2048-bit key; 5 trees, ``max_depth``
+   6, otherwise the product's defaults (``max_features`` "sqrt" drawn per
+   node, 255 histogram bins);
+4. measures, in this process and with the product's key objects, homomorphic
+   additions and decryptions per second at 2048 bits;
+5. prints a table and writes ``experiments/results/bench_paillier.json``.
+
+Per-tree times are ``train_seconds / n_trees`` from the master's run summary
+(the tree loop; label encryption is reported apart as
+``label_encrypt_seconds``).  The label holder encrypts with
+``encrypt_workers`` processes (``--encrypt-workers``, default 2 = the cores
+of this machine).  ``bytes_per_tree`` counts every encrypted byte sent by all
+ranks during tree growth.  Both runs must produce the same trees; the script
+checks that the saved master trees are equal.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vertical import (ROOT, cpu_busy, log, machine_info, print_table,  # noqa: E402
+                            run_fedforest)
+
+RESULT = os.path.join(ROOT, "experiments", "results", "bench_paillier.json")
+WORKDIR = os.path.join(ROOT, "build", "bench_paillier")
+N_ROWS = 32_561
+CARDINALITIES = [16, 16, 15, 9, 6, 7, 5, 2, 5, 5, 5, 14, 5, 13]  # 123 columns in all
+SPLIT_ATTRIBUTE = 5
+
+JOB = """# bench_paillier.py: {what}
+[job]
+task = "classification"
+data = ["party1.parquet", "party2.parquet"]
+label_column = "label"
+model_dir = "model-{tag}"
+progress = false
+label_privacy = "{privacy}"
+key_length = {key_length}
+insecure_key = {insecure}
+encrypt_workers = {workers}
+overwrite = true
+
+[forest]
+n_estimators = {trees}
+max_depth = {depth}
+random_state = 0
+"""
+
+
+def make_data(seed=0):
+    rng = np.random.default_rng(seed)
+    blocks, score, names = [], np.zeros(N_ROWS), []
+    for a, card in enumerate(CARDINALITIES):
+        value = rng.choice(card, N_ROWS, p=rng.dirichlet(np.full(card, 0.7)))
+        blocks.append(np.eye(card, dtype=np.float32)[value])
+        score += rng.normal(0.0, 1.0, card)[value]
+        names += [f"a{a:02d}_{v:02d}" for v in range(card)]
+    X = np.hstack(blocks)
+    y = (score + rng.logistic(size=N_ROWS) > np.quantile(score, 0.76)).astype(np.int64)
+    return X, y, names
+
+
+def write_files(folder):
+    X, y, names = make_data()
+    cut = sum(CARDINALITIES[:SPLIT_ATTRIBUTE])
+    ids = [f"r{i:06d}" for i in range(N_ROWS)]
+    p1 = pd.DataFrame(X[:, :cut], columns=names[:cut])
+    p1.insert(0, "id", ids)
+    p1["label"] = y
+    p2 = pd.DataFrame(X[:, cut:], columns=names[cut:])
+    p2.insert(0, "id", ids)
+    p1.to_parquet(os.path.join(folder, "party1.parquet"))
+    p2.to_parquet(os.path.join(folder, "party2.parquet"))
+    return cut, X.shape[1] - cut, float(X.mean()), float(y.mean())
+
+
+def job_file(folder, tag, privacy, trees, depth, key_length, workers, insecure=False):
+    path = os.path.join(folder, f"{tag}.toml")
+    with open(path, "w") as fh:
+        fh.write(JOB.format(what=tag, tag=tag, privacy=privacy, trees=trees, depth=depth,
+                            key_length=key_length, workers=workers,
+                            insecure=str(insecure).lower()))
+    return path
+
+
+def crypto_rates(key_length, insecure=False, seconds=1.0):
+    """Homomorphic additions and decryptions per second with the product's key objects."""
+    from fedforest.crypto import paillier
+    pub, priv = paillier.generate_keypair(key_length, insecure)
+    cts = [pub.encrypt(i) for i in range(16)]
+    n, t0 = 0, time.perf_counter()
+    acc = pub.zero()
+    while time.perf_counter() - t0 < seconds:
+        for c in cts:
+            acc = pub.add(acc, c)
+        n += len(cts)
+    adds = n / (time.perf_counter() - t0)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        priv.decrypt(cts[n % len(cts)])
+        n += 1
+    return adds, n / (time.perf_counter() - t0)
+
+
+def same_master_trees(folder):
+    from fedforest import model_io
+    a = model_io.party_dir(os.path.join(folder, "model-plain"), 0)
+    b = model_io.party_dir(os.path.join(folder, "model-paillier"), 0)
+    n = model_io.read_manifest(a)["n_trees"]
+    ta, tb = model_io.read_trees(a, n), model_io.read_trees(b, n)
+    return all(np.array_equal(x[k], z[k], equal_nan=True) for x, z in zip(ta, tb) for k in x)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trees", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--key-length", type=int, default=2048)
+    ap.add_argument("--encrypt-workers", type=int, default=2)
+    ap.add_argument("--insecure-key", action="store_true", help="allow short keys (trial runs)")
+    ap.add_argument("--output", default=RESULT)
+    args = ap.parse_args(argv)
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+    os.makedirs(WORKDIR)
+    busy = [cpu_busy()]
+    n1, n2, density, positives = write_files(WORKDIR)
+    log(f"data: {N_ROWS} rows, {n1}+{n2} binary columns (density {density:.3f}), "
+        f"{positives:.1%} positive labels")
+    warm = job_file(WORKDIR, "warmup", "paillier", 1, 2, 512, 1, insecure=True)
+    run_fedforest("train", warm, os.path.join(WORKDIR, "warmup.json"))
+    runs = {}
+    for privacy in ("plain", "paillier"):
+        job = job_file(WORKDIR, privacy, privacy, args.trees, args.depth, args.key_length,
+                       args.encrypt_workers, insecure=args.insecure_key)
+        summary, _, wall = run_fedforest("train", job, os.path.join(WORKDIR, f"{privacy}.json"))
+        summary["wall_seconds"] = wall
+        runs[privacy] = summary
+        log(f"{privacy}: {summary['train_seconds']:.2f}s for {args.trees} trees (wall {wall:.1f}s)")
+    busy.append(cpu_busy())
+    adds, decrypts = crypto_rates(args.key_length, args.insecure_key)
+    busy.append(cpu_busy())
+    he, plain = runs["paillier"], runs["plain"]
+    seconds_per_tree = he["train_seconds"] / args.trees
+    plain_per_tree = plain["train_seconds"] / args.trees
+    result = {
+        "seconds_per_tree": seconds_per_tree,
+        "plain_seconds_per_tree": plain_per_tree,
+        "he_over_plain": seconds_per_tree / plain_per_tree,
+        "label_encrypt_seconds": he["label_encrypt_seconds"],
+        "encrypt_workers": args.encrypt_workers,
+        "adds_per_second": adds,
+        "decrypts_per_second": decrypts,
+        "bytes_per_tree": he["bytes_per_tree"],
+        "plain_bytes_per_tree": plain["bytes_per_tree"],
+        "decrypts_per_tree": he["decrypts_per_tree"],
+        "rounds_per_tree": he["rounds_per_tree"],
+        "plain_rounds_per_tree": plain["rounds_per_tree"],
+        "key_length": he["key_length"],
+        "slot_bits": he["slot_bits"],
+        "values_per_ciphertext": he["values_per_ciphertext"],
+        "same_trees_as_plain": same_master_trees(WORKDIR),
+        "total_seconds_paillier": he["total_seconds"],
+        "setup": {"rows": N_ROWS, "columns": [n1, n2], "density": density, "trees": args.trees,
+                  "max_depth": args.depth, "parties": 2, "ranks": 3,
+                  "command": "make bench (experiments/bench_paillier.py)"},
+        "cpu_busy_other": busy,
+        "machine": machine_info(),
+    }
+    print_table([
+        ("seconds_per_tree", seconds_per_tree, "<= 5", seconds_per_tree <= 5),
+        ("plain_seconds_per_tree", plain_per_tree, "", None),
+        ("he_over_plain", result["he_over_plain"], "<= 30", result["he_over_plain"] <= 30),
+        ("label_encrypt_seconds", result["label_encrypt_seconds"],
+         f"{args.encrypt_workers} worker(s)", None),
+        ("adds_per_second", adds, "", None),
+        ("decrypts_per_second", decrypts, "", None),
+        ("bytes_per_tree", result["bytes_per_tree"], "", None),
+        ("decrypts_per_tree", result["decrypts_per_tree"], "", None),
+        ("rounds_per_tree", result["rounds_per_tree"], "", None),
+        ("key_length", result["key_length"], "2048", result["key_length"] >= 2048),
+        ("same_trees_as_plain", result["same_trees_as_plain"], "True", result["same_trees_as_plain"]),
+    ])
+    if max(busy) > 0.25:
+        log(f"warning: other processes kept {max(busy):.0%} of the CPU busy; timings are inflated")
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as fh:
+        json.dump(result, fh, indent=2, sort_keys=True)
+    log(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
