@@ -38,8 +38,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vertical import (ROOT, cpu_busy, log, machine_info, print_table,  # noqa: E402
-                            run_fedforest)
+from bench_vertical import ROOT, cpu_busy, log, machine_info, print_table, run_fedforest
 
 RESULT = os.path.join(ROOT, "experiments", "results", "bench_paillier.json")
 WORKDIR = os.path.join(ROOT, "build", "bench_paillier")

@@ -33,10 +33,9 @@ down many times on shared cores).
 
 Forest settings: 100 trees, ``max_depth`` 10, ``max_features`` "sqrt", seed 0.
 scikit-learn's ``max_features`` and XGBoost's ``colsample_bynode`` draw the
-feature subset per node, so the federated job is run with
-``feature_sampling = "node"`` to mean the same thing (the product's default,
-"tree", draws one subset per tree; pass ``--feature-sampling tree`` to
-benchmark that).  AES-GCM channels are always on in the product.
+feature subset per node, as the product's default ``feature_sampling =
+"node"`` does (the paper's "tree" draws one subset per tree; pass
+``--feature-sampling tree`` to benchmark that).  AES-GCM channels are always on in the product.
 """
 import argparse
 import datetime as dt

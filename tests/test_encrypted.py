@@ -4,9 +4,9 @@ import os
 
 import numpy as np
 import pytest
+from _util import assert_same_trees, complete_trees, party_frames, random_groups
 from sklearn.datasets import make_classification, make_regression
 
-from _util import assert_same_trees, complete_trees, party_frames, random_groups
 from fedforest import vertical
 from fedforest.crypto import paillier as P
 from fedforest.errors import InputError, RemoteError
@@ -14,7 +14,12 @@ from fedforest.local import run_vertical
 from fedforest.params import ForestParams, validate
 from fedforest.transport import base
 from fedforest.tree import encrypted as E
-from fedforest.tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower
+from fedforest.tree.builder import (
+    LocalParties,
+    PartySplitter,
+    SplitSettings,
+    TreeGrower,
+)
 from fedforest.tree.labels import PlainLabels
 
 KEY = 512  # insecure, for speed; one test below uses 2048 bits

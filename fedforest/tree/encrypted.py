@@ -157,9 +157,10 @@ def encrypt_rows(public_key, plaintexts, workers=1):
     that many local processes."""
     if workers <= 1 or len(plaintexts) < 2 * workers:
         return public_key.encrypt_many(plaintexts)
-    import gmpy2
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
+
+    import gmpy2
     ints = [int(v) for v in plaintexts]
     size = -(-len(ints) // workers)
     chunks = [ints[i:i + size] for i in range(0, len(ints), size)]
@@ -240,7 +241,7 @@ class EncryptedHistSplitter(PartySplitter):
                 wc[r] = enc2[r] * enc[r] % nsq
             else:
                 wc[r] = P.gmpy2.powmod(enc[r], k, nsq)
-        from .builder import _Nodes, _PARTY_COLUMNS
+        from .builder import _PARTY_COLUMNS, _Nodes
         self._tree = {"nodes": _Nodes(counts, _PARTY_COLUMNS), "counts": counts, "wc": wc}
 
     def _find(self, msg):
@@ -339,7 +340,7 @@ class PaillierGrower(TreeGrower):
         for j, f in need:
             fam = self._family.get(j)
             if fam is not None and (p, fam[0], f) in self._store:
-                parent, sib = fam
+                sib = fam[1]
                 smaller = (c["count"][sib] < c["count"][j]) or (c["count"][sib] == c["count"][j] and sib < j)
                 if smaller:
                     derive.append((j, f))
@@ -427,7 +428,8 @@ class PaillierGrower(TreeGrower):
             pos += inc.size
             s = int(skip[f])
             h[s] = node_ints[j] - h.sum(axis=0)  # every requested node is a child of this level
-            if not (np.array_equal(self.spec.weights_of(h), wcnt) and (h >= 0).all()):
+            w = self.spec.weights_of(h)
+            if not (np.array_equal(w, wcnt) and (h >= 0).all() and not h[w == 0].any()):
                 raise ProtocolIntegrityError(f"histograms of party {p + 1} do not match its row "
                                              "counts; the ciphertexts were altered or made under "
                                              "another key")
