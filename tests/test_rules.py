@@ -1,0 +1,127 @@
+"""Rule extraction, compatibility and Cartesian merging (ICDTA4FL), on hand-made
+trees and the worked examples of the method's Figures 1 and 2."""
+import math
+
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier
+
+from fedforest.tree.rules import CATEGORICAL, NUMERIC, Rule, aggregate, compatible, merge, rules_from_tree
+
+INF = math.inf
+
+
+def num(cond, cls, n, k=3):
+    dist = np.zeros(k)
+    dist[cls] = 1.0
+    return Rule({f: tuple(v) for f, v in cond.items()}, dist, n, NUMERIC)
+
+
+def cat(cond, cls, n, k=5):
+    dist = np.zeros(k)
+    dist[cls] = 1.0
+    return Rule(dict(cond), dist, n, CATEGORICAL)
+
+
+def test_cart_figure_2():
+    a1 = num({0: (-INF, 32.5)}, 1, 2)
+    a2 = num({0: (32.5, INF)}, 2, 4)
+    b3 = num({0: (39, INF), 74: (0.5, INF), 3: (22, INF), 71: (-INF, 10.5)}, 2, 31)
+    b4 = num({0: (35, INF), 74: (0.5, INF), 3: (22, INF), 71: (10.5, INF), 51: (-INF, 0.5)}, 2, 29)
+    # x0 <= 32.5 contradicts x0 > 35
+    assert not compatible(a1, b3) and not compatible(a1, b4)
+    m = merge(a2, b3)
+    # the less restrictive of x0 > 32.5 and x0 > 39 is kept
+    assert m.conditions == {0: (32.5, INF), 74: (0.5, INF), 3: (22, INF), 71: (-INF, 10.5)}
+    assert m.predicted == 2 and m.support == 35 and np.array_equal(m.dist, [0, 0, 2])
+    assert merge(a2, b4).conditions[0] == (32.5, INF)
+    assert m.text() == "x0 > 32.5 and x3 > 22 and x71 <= 10.5 and x74 > 0.5"
+
+
+def test_cart_opposite_sides_overlap_and_touch():
+    le40 = num({0: (-INF, 40.0)}, 0, 5)
+    gt35 = num({0: (35.0, INF)}, 1, 5)
+    gt40 = num({0: (40.0, INF)}, 1, 5)
+    assert compatible(le40, gt35)
+    assert merge(le40, gt35).conditions[0] == (35.0, 40.0)
+    assert not compatible(le40, gt40)  # x <= 40 and x > 40 share no value
+
+
+def test_id3_figure_1():
+    a1 = cat({7: "recommend"}, 4, 5)
+    a2 = cat({7: "not_recom"}, 0, 55)
+    b1 = cat({3: "3", 4: "less_conv", 7: "recommend"}, 1, 13)
+    b3 = cat({7: "not_recom"}, 0, 287)
+    b4 = cat({0: "usual", 1: "less_proper", 7: "recommend"}, 1, 1)
+    m = merge(a1, b1)
+    assert compatible(a1, b1)
+    assert m.conditions == {7: "recommend", 3: "3", 4: "less_conv"}
+    assert merge(a2, b3).conditions == {7: "not_recom"}
+    assert not compatible(a2, b4) and not compatible(a2, b1)
+    rules, stats = aggregate([[a1, a2], [b1, b3, b4]])
+    # 1A-1B, 1A-4B, 2A-3B
+    assert sorted(r.text() for r in rules) == sorted([
+        "x3 == 3 and x4 == less_conv and x7 == recommend",
+        "x0 == usual and x1 == less_proper and x7 == recommend",
+        "x7 == not_recom"])
+    assert stats.steps[0]["pairs"] == 6 and stats.steps[0]["kept_rules"] == 3
+
+
+def test_rules_of_a_hand_made_tree():
+    #              x1 <= 2
+    #             /       \
+    #         x0 <= 1     leaf (class 1, 4 rows)
+    #         /      \
+    #    x1 <= 0.5   leaf (class 0, 3 rows)
+    #     /     \
+    #  leaf 1   leaf 0 (3 rows)
+    cl = np.array([1, 3, -1, 5, -1, -1, -1])
+    cr = np.array([2, 4, -1, 6, -1, -1, -1])
+    feat = np.array([1, 0, -2, 1, -2, -2, -2])
+    thr = np.array([2.0, 1.0, -2, 0.5, -2, -2, -2])
+    value = np.array([[6, 5], [6, 1], [0, 4], [3, 1], [2, 1], [0, 1], [3, 0]], dtype=float)
+    n = value.sum(axis=1)
+    rules = rules_from_tree(cl, cr, feat, thr, value, n)
+    got = {r.text(): (r.predicted, r.support) for r in rules}
+    assert got == {
+        "x0 <= 1 and x1 <= 0.5": (1, 1),
+        "x0 <= 1 and x1 > 0.5 and x1 <= 2": (0, 3),
+        "x0 > 1 and x1 <= 2": (0, 3),
+        "x1 > 2": (1, 4),
+    }
+
+
+def test_rules_partition_the_space_of_a_fitted_tree():
+    """Every row satisfies exactly one rule of its tree, and that rule's class is the tree's."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    t = DecisionTreeClassifier(max_depth=4, random_state=0).fit(X, y).tree_
+    rules = rules_from_tree(t.children_left, t.children_right, t.feature, t.threshold,
+                            t.value[:, 0, :], t.n_node_samples)
+    pred = DecisionTreeClassifier(max_depth=4, random_state=0).fit(X, y).predict(X)
+    for x, p in zip(X, pred):
+        hits = [r for r in rules if all(lo < x[f] <= hi for f, (lo, hi) in r.conditions.items())]
+        assert len(hits) == 1 and hits[0].predicted == p
+
+
+def test_aggregate_drops_unsupported_and_caps_with_warning():
+    a = [num({0: (-INF, 0.0)}, 0, 3), num({0: (0.0, INF)}, 1, 0)]  # second has no support
+    b = [num({1: (-INF, v)}, 0, i + 1) for i, v in enumerate(np.linspace(0, 1, 6))]
+    rules, stats = aggregate([a, b])
+    assert len(rules) == 6 and all(0 in r.conditions for r in rules)
+    with pytest.warns(RuntimeWarning, match="4 merged rules beyond max_rules=2"):
+        capped, stats = aggregate([a, b], max_rules=2)
+    assert stats.capped and [r.support for r in capped] == [9, 8]
+
+
+def test_aggregate_many_rule_sets_stays_bounded():
+    rng = np.random.default_rng(1)
+    sets = []
+    for _ in range(20):  # 20 trees of 8 interval rules over 3 features
+        sets.append([num({int(f): (lo, lo + 1.5)}, int(rng.integers(3)), int(rng.integers(1, 9)))
+                     for f, lo in zip(rng.integers(0, 3, 8), rng.normal(size=8))])
+    with pytest.warns(RuntimeWarning):
+        rules, stats = aggregate(sets, max_rules=500)
+    assert len(stats.steps) == 19 and all(s["kept_rules"] <= 500 for s in stats.steps)
+    assert all(compatible(r, r) for r in rules)
