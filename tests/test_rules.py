@@ -125,3 +125,42 @@ def test_aggregate_many_rule_sets_stays_bounded():
         rules, stats = aggregate(sets, max_rules=500)
     assert len(stats.steps) == 19 and all(s["kept_rules"] <= 500 for s in stats.steps)
     assert all(compatible(r, r) for r in rules)
+
+
+def test_global_tree_from_rules_hand_made():
+    from fedforest.tree.rules import predict_tree, tree_from_rules
+    # two clients agree that x0 <= 0 is class 0 and x0 > 0 class 1; one also splits on x1
+    rules = [num({0: (-INF, 0.0)}, 0, 10, k=2), num({0: (0.0, INF), 1: (-INF, 5.0)}, 1, 6, k=2),
+             num({0: (0.0, INF), 1: (5.0, INF)}, 1, 4, k=2)]
+    tree = tree_from_rules(rules, 2)
+    # the root splits x0 at 0 (gain 0.918 bits: both children pure); every child is then a leaf
+    assert tree["feature"][0] == 0 and tree["threshold"][0] == 0.0
+    assert list(tree["children_left"]) == [1, -1, -1]
+    assert list(tree["n_rules"]) == [3, 1, 2]
+    proba = predict_tree(tree, np.array([[-1.0, 0.0], [1.0, 9.0]]))
+    assert np.array_equal(proba.argmax(axis=1), [0, 1])
+
+
+def test_global_tree_stops_when_no_split_reduces_a_child():
+    from fedforest.tree.rules import tree_from_rules
+    # the rules disagree but share the same condition: no split separates them
+    rules = [num({0: (-INF, 1.0)}, 0, 3, k=2), num({0: (-INF, 1.0)}, 1, 5, k=2)]
+    tree = tree_from_rules(rules, 2)
+    assert tree["children_left"].tolist() == [-1]
+    assert np.allclose(tree["value"][0], [0.5, 0.5])
+
+
+def test_global_tree_from_fitted_client_trees_is_accurate():
+    from fedforest.tree.rules import predict_tree, tree_from_rules
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(600, 3))
+    y = ((X[:, 0] > 0.2) ^ (X[:, 1] > -0.5)).astype(int)
+    sets = []
+    for part in np.array_split(rng.permutation(600), 3):
+        t = DecisionTreeClassifier(max_depth=3, random_state=0).fit(X[part], y[part]).tree_
+        sets.append(rules_from_tree(t.children_left, t.children_right, t.feature, t.threshold,
+                                    t.value[:, 0, :], t.n_node_samples))
+    merged, _ = aggregate(sets)
+    tree = tree_from_rules(merged, 2, max_depth=5)
+    acc = (predict_tree(tree, X).argmax(axis=1) == y).mean()
+    assert acc > 0.9, acc

@@ -141,3 +141,94 @@ def aggregate(rule_sets, max_rules=10_000):
         stats.add(len(current), len(nxt), len(current) * len(nxt), len(out), time.perf_counter() - t0)
         current = out
     return current, stats
+
+
+# ---------------------------------------------------------------------------
+# A global binary tree from numeric rules
+# ---------------------------------------------------------------------------
+def _class_entropy(rules, n_classes):
+    """Entropy (bits) of the rules' predicted classes."""
+    if not rules:
+        return 0.0
+    p = np.bincount([r.predicted for r in rules], minlength=n_classes) / len(rules)
+    p = p[p > 0]
+    return float(-(p * np.log2(p)).sum())
+
+
+def _side(rules, f, t, left):
+    """Rules that can hold on one side of ``x_f <= t``, clipped to that side."""
+    out = []
+    for r in rules:
+        lo, hi = r.conditions.get(f, (-math.inf, math.inf))
+        if left and lo < t:
+            out.append(Rule({**r.conditions, f: (lo, min(hi, t))}, r.dist, r.support, r.kind))
+        elif not left and hi > t:
+            out.append(Rule({**r.conditions, f: (max(lo, t), hi)}, r.dist, r.support, r.kind))
+    return out
+
+
+def tree_from_rules(rules, n_classes, max_depth=None):
+    """A binary tree (flat arrays as :func:`rules_from_tree` reads them) grown
+    from numeric rules: each node holds the rules that can reach it; the split
+    ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
+    information gain of the rules' predicted classes is taken, provided at
+    least one child holds fewer rules than the node (rules spanning ``t`` go to
+    both children, clipped to each side, so a threshold is never reused).  A node is a leaf when its rules
+    agree on the class, at ``max_depth``, or when no split qualifies; its
+    value is the normalized sum of its rules' distributions."""
+    nodes = []   # [left, right, feature, threshold, value, n_rules]
+
+    def leaf_value(rs):
+        total = np.sum([r.dist for r in rs], axis=0) if rs else np.zeros(n_classes)
+        s = total.sum()
+        return total / s if s > 0 else total
+
+    def grow(rs, depth):
+        me = len(nodes)
+        nodes.append([-1, -1, -2, -2.0, leaf_value(rs), len(rs)])
+        if len({r.predicted for r in rs}) <= 1 or (max_depth is not None and depth >= max_depth):
+            return me
+        parent_h = _class_entropy(rs, n_classes)
+        best = None
+        features = sorted({f for r in rs for f in r.conditions})
+        for f in features:
+            cuts = sorted({b for r in rs for b in r.conditions.get(f, ()) if math.isfinite(b)})
+            for t in cuts:
+                left, right = _side(rs, f, t, True), _side(rs, f, t, False)
+                if not left or not right or (len(left) >= len(rs) and len(right) >= len(rs)):
+                    continue
+                n = len(left) + len(right)
+                gain = parent_h - (len(left) * _class_entropy(left, n_classes)
+                                   + len(right) * _class_entropy(right, n_classes)) / n
+                if best is None or gain > best[0]:
+                    best = (gain, f, t, left, right)
+        if best is None:
+            return me
+        _, f, t, left, right = best
+        nodes[me][2], nodes[me][3] = f, t
+        nodes[me][0] = grow(left, depth + 1)
+        nodes[me][1] = grow(right, depth + 1)
+        return me
+
+    grow(list(rules), 0)
+    return {
+        "children_left": np.array([n[0] for n in nodes], dtype=np.int32),
+        "children_right": np.array([n[1] for n in nodes], dtype=np.int32),
+        "feature": np.array([n[2] for n in nodes], dtype=np.int32),
+        "threshold": np.array([n[3] for n in nodes], dtype=np.float64),
+        "value": np.array([n[4] for n in nodes], dtype=np.float64).reshape(len(nodes), n_classes),
+        "n_rules": np.array([n[5] for n in nodes], dtype=np.int64),
+    }
+
+
+def predict_tree(tree, X):
+    """Class distributions of rows of ``X`` in a tree from :func:`tree_from_rules`."""
+    X = np.asarray(X, dtype=np.float64)
+    out = np.empty((X.shape[0], tree["value"].shape[1]))
+    cl, cr, feat, thr = tree["children_left"], tree["children_right"], tree["feature"], tree["threshold"]
+    for i, x in enumerate(X):
+        n = 0
+        while cl[n] >= 0:
+            n = cl[n] if x[feat[n]] <= thr[n] else cr[n]
+        out[i] = tree["value"][n]
+    return out
