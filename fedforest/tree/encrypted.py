@@ -23,13 +23,16 @@ for regression ``(w, w (q + B), w q^2)`` with ``y`` rounded to ``q * step``
 targets.
 """
 import math
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
+import gmpy2
 import numpy as np
 
 from ..crypto import paillier as P
 from ..errors import InputError
 from . import kernels as K
-from .builder import EPSILON, PartySplitter, TreeGrower
+from .builder import _PARTY_COLUMNS, EPSILON, PartySplitter, TreeGrower, _Nodes
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = K.MISSING_BIN + 1
@@ -157,10 +160,6 @@ def encrypt_rows(public_key, plaintexts, workers=1):
     that many local processes."""
     if workers <= 1 or len(plaintexts) < 2 * workers:
         return public_key.encrypt_many(plaintexts)
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    import gmpy2
     ints = [int(v) for v in plaintexts]
     size = -(-len(ints) // workers)
     chunks = [ints[i:i + size] for i in range(0, len(ints), size)]
@@ -241,7 +240,6 @@ class EncryptedHistSplitter(PartySplitter):
                 wc[r] = enc2[r] * enc[r] % nsq
             else:
                 wc[r] = P.gmpy2.powmod(enc[r], k, nsq)
-        from .builder import _PARTY_COLUMNS, _Nodes
         self._tree = {"nodes": _Nodes(counts, _PARTY_COLUMNS), "counts": counts, "wc": wc}
 
     def _find(self, msg):
