@@ -1,0 +1,176 @@
+"""ID3 trees on categorical features (multiway splits, information gain).
+
+Features are integer category codes ``0..n_values[f]-1`` shared by every
+client (a missing value is a category of its own, see
+:mod:`fedforest.horizontal`).  A tree is a dict of flat arrays:
+
+* ``feature[n]``: split feature of node ``n``, ``-1`` for a leaf;
+* ``child_start[n]``, ``child_count[n]``: node ``n``'s children are
+  ``child_node[child_start[n]:child_start[n] + child_count[n]]``, reached by
+  the category codes ``child_value[...]`` at the same positions;
+* ``value[n]``: class distribution (fractions) of the node's rows or rules;
+* ``support[n]``: rows (or rules, for a tree built from rules) at the node.
+
+A row whose category has no child at a node is predicted from that node's
+distribution.
+"""
+import numpy as np
+
+from .rules import CATEGORICAL, Rule, _class_entropy
+
+
+def _entropy(counts):
+    n = counts.sum()
+    if n <= 0:
+        return 0.0
+    p = counts[counts > 0] / n
+    return float(-(p * np.log2(p)).sum())
+
+
+class _Builder:
+    def __init__(self, n_classes):
+        self.n_classes = n_classes
+        self.feature, self.start, self.count, self.value, self.support = [], [], [], [], []
+        self.child_value, self.child_node = [], []
+        self.pending = []   # (parent node, [(value, child node)])
+
+    def node(self, dist, support):
+        self.feature.append(-1)
+        self.start.append(0)
+        self.count.append(0)
+        total = dist.sum()
+        self.value.append(dist / total if total > 0 else dist)
+        self.support.append(support)
+        return len(self.feature) - 1
+
+    def link(self, parent, f, children):
+        self.feature[parent] = f
+        self.start[parent] = len(self.child_value)
+        self.count[parent] = len(children)
+        for v, c in children:
+            self.child_value.append(v)
+            self.child_node.append(c)
+
+    def arrays(self):
+        return {"feature": np.array(self.feature, dtype=np.int32),
+                "child_start": np.array(self.start, dtype=np.int32),
+                "child_count": np.array(self.count, dtype=np.int32),
+                "child_value": np.array(self.child_value, dtype=np.int32),
+                "child_node": np.array(self.child_node, dtype=np.int32),
+                "value": np.array(self.value, dtype=np.float64).reshape(-1, self.n_classes),
+                "support": np.array(self.support, dtype=np.float64)}
+
+
+def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
+    """ID3 on category codes ``X`` (n, F) and class codes ``y``: every node splits
+    on the unused feature of highest information gain, one child per category
+    present; a node is a leaf when pure, at ``max_depth``, with fewer than
+    ``min_samples_split`` rows, when no feature is left or no gain is positive."""
+    X = np.asarray(X, dtype=np.int64)
+    y = np.asarray(y, dtype=np.int64)
+    b = _Builder(n_classes)
+    max_depth = X.shape[1] if max_depth is None else max_depth
+
+    def grow(rows, used, depth):
+        counts = np.bincount(y[rows], minlength=n_classes).astype(np.float64)
+        me = b.node(counts, float(rows.size))
+        if depth >= max_depth or rows.size < min_samples_split or np.count_nonzero(counts) <= 1:
+            return me
+        h = _entropy(counts)
+        best, best_f = 1e-12, -1
+        for f in range(X.shape[1]):
+            if f in used:
+                continue
+            table = np.zeros((n_values[f], n_classes))
+            np.add.at(table, (X[rows, f], y[rows]), 1.0)
+            sizes = table.sum(axis=1)
+            cond = sum(sizes[v] / rows.size * _entropy(table[v]) for v in np.flatnonzero(sizes))
+            if h - cond > best:
+                best, best_f = h - cond, f
+        if best_f < 0:
+            return me
+        codes = X[rows, best_f]
+        children = [(int(v), grow(rows[codes == v], used | {best_f}, depth + 1))
+                    for v in np.unique(codes)]
+        b.link(me, best_f, children)
+        return me
+
+    grow(np.arange(X.shape[0]), frozenset(), 0)
+    return b.arrays()
+
+
+def leaf_of(tree, X):
+    """The node where each row of ``X`` stops (a leaf, or a node without a child
+    for the row's category)."""
+    X = np.asarray(X, dtype=np.int64)
+    feat, start, count = tree["feature"], tree["child_start"], tree["child_count"]
+    cval, cnode = tree["child_value"], tree["child_node"]
+    out = np.zeros(X.shape[0], dtype=np.int64)
+    for i, x in enumerate(X):
+        n = 0
+        while feat[n] >= 0:
+            s = start[n]
+            hit = np.flatnonzero(cval[s:s + count[n]] == x[feat[n]])
+            if not hit.size:
+                break
+            n = cnode[s + hit[0]]
+        out[i] = n
+    return out
+
+
+def predict_proba_id3(tree, X):
+    return tree["value"][leaf_of(tree, X)]
+
+
+def path_conditions(tree):
+    """Per node, its path conditions ``{feature: code}`` from the root."""
+    paths = {0: {}}
+    for n in range(len(tree["feature"])):
+        s, c = tree["child_start"][n], tree["child_count"][n]
+        for k in range(s, s + c):
+            paths[int(tree["child_node"][k])] = {**paths[n], int(tree["feature"][n]): int(tree["child_value"][k])}
+    return paths
+
+
+def rules_from_id3(tree):
+    """One categorical rule per leaf: its path conditions and class distribution."""
+    paths = path_conditions(tree)
+    return [Rule(paths[n], tree["value"][n].copy(), float(tree["support"][n]), CATEGORICAL)
+            for n in range(len(tree["feature"])) if tree["feature"][n] < 0]
+
+
+def id3_from_rules(rules, n_classes, max_depth=None):
+    """A multiway tree grown from categorical rules (ICDTA4FL-ID3): a node splits
+    on the unused feature of highest information gain of its rules' predicted
+    classes, one child per value the rules name (rules without a condition on
+    the feature go to every child), provided some child holds fewer rules than
+    the node; it is a leaf when its rules agree on the class, at ``max_depth``
+    or when no split qualifies.  Values are normalized sums of the rules'
+    distributions; ``support`` counts rules."""
+    b = _Builder(n_classes)
+
+    def grow(rs, used, depth):
+        dist = np.sum([r.dist for r in rs], axis=0) if rs else np.zeros(n_classes)
+        me = b.node(np.asarray(dist, dtype=np.float64), float(len(rs)))
+        if len({r.predicted for r in rs}) <= 1 or (max_depth is not None and depth >= max_depth):
+            return me
+        h = _class_entropy(rs, n_classes)
+        best = None
+        for f in sorted({f for r in rs for f in r.conditions} - used):
+            values = sorted({r.conditions[f] for r in rs if f in r.conditions})
+            groups = [[r for r in rs if r.conditions.get(f, v) == v] for v in values]
+            if all(len(g) >= len(rs) for g in groups):
+                continue
+            n = sum(len(g) for g in groups)
+            gain = h - sum(len(g) * _class_entropy(g, n_classes) for g in groups) / n
+            if best is None or gain > best[0]:
+                best = (gain, f, values, groups)
+        if best is None:
+            return me
+        _, f, values, groups = best
+        children = [(v, grow(g, used | {f}, depth + 1)) for v, g in zip(values, groups)]
+        b.link(me, f, children)
+        return me
+
+    grow(list(rules), frozenset(), 0)
+    return b.arrays()
