@@ -17,6 +17,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 JOB_KEYS = {
+    "mode": "vertical",           # "vertical" or a horizontal algorithm (see docs/horizontal.md)
     "task": None,                 # "classification" or "regression" (required)
     "n_parties": None,            # number of parties = MPI ranks - 1 (default: len(data))
     "data": None,                 # list of data files, one per party, in rank order
@@ -39,6 +40,13 @@ JOB_KEYS = {
     "quiet": False,               # no progress or summary lines
     "summary_json": None,         # the master writes its run summary (timings, rounds, bytes) here
     "reply_timeout": None,        # seconds the master waits for one party message (None: no limit)
+    # horizontal modes
+    "tree_type": "cart",          # "cart" (numeric columns) or "id3" (categorical)
+    "filter": "mean",             # ICDTA4FL tree filter: "mean", "median", "percentile" or "none"
+    "filter_percentile": 75.0,    # percentile of the "percentile" filter
+    "filter_metric": "accuracy",  # score the filter compares: "accuracy" or "f1" (macro)
+    "max_rules": 10000,           # cap on merged rules after each merge step
+    "test_data": None,            # optional test file per client (horizontal modes)
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}
 SECTIONS = {"job": JOB_KEYS, "forest": FOREST_KEYS}
@@ -74,7 +82,7 @@ def load_toml(path):
         else:
             raise _unknown(key, "config")
     base = os.path.dirname(os.path.abspath(path))
-    for k in ("data", "model_dir", "output", "summary_json"):
+    for k in ("data", "test_data", "model_dir", "output", "summary_json"):
         if k in flat:
             flat[k] = _relative_to(flat[k], base)
     return flat

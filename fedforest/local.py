@@ -11,6 +11,21 @@ from .vertical import master_predict, master_train, party_predict, party_train
 _ROLES = {"train": (master_train, party_train), "predict": (master_predict, party_predict)}
 
 
+def run_horizontal(data, **options):
+    """Train a horizontal model (``mode`` in options) with one rows file or
+    DataFrame-free file path per client, in this process.  Returns the server's summary."""
+    from .icdta4fl import client_train, server_train
+    options = dict({"progress": False, "quiet": True}, **options)
+    options["data"] = list(data)
+
+    def cfg():
+        return resolve(None, options)
+
+    summary, _ = run_inprocess(len(options["data"]), lambda c: server_train(c, cfg()),
+                               lambda c: client_train(c, cfg()))
+    return summary
+
+
 def run_vertical(command, data, tamper=None, **options):
     """Run ``command`` ("train" or "predict") with one data source per party.
 

@@ -16,6 +16,7 @@ from ..errors import InputError
 
 
 def read_table(path, id_column, what):
+    """One table as a DataFrame; ``id_column`` None: no ID column required."""
     if not path:
         raise InputError(what, "no data file given for this party")
     if not os.path.isfile(path):
@@ -23,7 +24,8 @@ def read_table(path, id_column, what):
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext in (".csv", ".txt", ".tsv"):
-            df = pd.read_csv(path, sep="\t" if ext == ".tsv" else ",", dtype={id_column: str},
+            df = pd.read_csv(path, sep="\t" if ext == ".tsv" else ",",
+                             dtype={id_column: str} if id_column else None,
                              na_values=["NA", ""], keep_default_na=False)
         elif ext in (".parquet", ".pq"):
             df = pd.read_parquet(path)
@@ -41,7 +43,7 @@ def read_table(path, id_column, what):
         raise
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file
         raise InputError(what, f"cannot read {path!r}: {exc}") from None
-    if id_column not in df.columns:
+    if id_column is not None and id_column not in df.columns:
         raise InputError(what, f"{path!r} has no ID column {id_column!r}")
     if df.shape[0] == 0:
         raise InputError(what, f"{path!r} has no rows")

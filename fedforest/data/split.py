@@ -46,3 +46,33 @@ def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1,
             frame[keep].to_csv(dest, index=False)
             paths.append(dest)
     return paths
+
+
+def split_rows_file(path, n_clients, label_column, out_dir, scheme="iid", alpha=0.5, test_size=0.0,
+                    seed=0):
+    """Per-client row files ``client<k>.csv`` (and ``client<k>-test.csv`` with
+    a random ``test_size`` share of each client's rows) from one table."""
+    from .partition import dirichlet_partition, iid_partition
+    df = read_table(path, None, "input")
+    if label_column not in df.columns:
+        raise InputError("input", f"{path!r} has no label column {label_column!r}")
+    if test_size and not 0 < test_size < 1:
+        raise InputError("test_size", f"must be in (0, 1), got {test_size}")
+    y = df[label_column].astype(str).to_numpy()
+    parts = (iid_partition(y, n_clients, seed) if scheme == "iid"
+             else dirichlet_partition(y, n_clients, alpha, seed))
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for k, rows in enumerate(parts, start=1):
+        test = np.zeros(rows.size, dtype=bool)
+        if test_size:
+            test[rng.permutation(rows.size)[:max(1, int(round(test_size * rows.size)))]] = True
+        train_path = os.path.join(out_dir, f"client{k}.csv")
+        df.iloc[rows[~test]].to_csv(train_path, index=False)
+        paths.append(train_path)
+        if test_size:
+            test_path = os.path.join(out_dir, f"client{k}-test.csv")
+            df.iloc[rows[test]].to_csv(test_path, index=False)
+            paths.append(test_path)
+    return paths

@@ -16,7 +16,7 @@ distribution.
 """
 import numpy as np
 
-from .rules import CATEGORICAL, Rule, _class_entropy
+from .rules import CATEGORICAL, Rule, RuleArrays, _entropy_counts, _n_features
 
 
 def _entropy(counts):
@@ -147,30 +147,47 @@ def id3_from_rules(rules, n_classes, max_depth=None):
     the node; it is a leaf when its rules agree on the class, at ``max_depth``
     or when no split qualifies.  Values are normalized sums of the rules'
     distributions; ``support`` counts rules."""
+    rules = list(rules)
     b = _Builder(n_classes)
+    n_feat = max(_n_features([rules]), 1)
+    ra = RuleArrays.from_rules(rules, n_feat)
+    val = ra.cond if len(ra) else np.zeros((0, n_feat), dtype=np.int64)
+    cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
 
-    def grow(rs, used, depth):
-        dist = np.sum([r.dist for r in rs], axis=0) if rs else np.zeros(n_classes)
-        me = b.node(np.asarray(dist, dtype=np.float64), float(len(rs)))
-        if len({r.predicted for r in rs}) <= 1 or (max_depth is not None and depth >= max_depth):
+    def grow(members, used, depth):
+        me = b.node(ra.dist[members].sum(axis=0) if members.size else np.zeros(n_classes),
+                    float(members.size))
+        c = cls[members]
+        if np.unique(c).size <= 1 or (max_depth is not None and depth >= max_depth):
             return me
-        h = _class_entropy(rs, n_classes)
+        R = members.size
+        h = float(_entropy_counts(np.bincount(c, minlength=n_classes)))
         best = None
-        for f in sorted({f for r in rs for f in r.conditions} - used):
-            values = sorted({r.conditions[f] for r in rs if f in r.conditions})
-            groups = [[r for r in rs if r.conditions.get(f, v) == v] for v in values]
-            if all(len(g) >= len(rs) for g in groups):
+        for f in range(n_feat):
+            if f in used:
                 continue
-            n = sum(len(g) for g in groups)
-            gain = h - sum(len(g) * _class_entropy(g, n_classes) for g in groups) / n
+            col = val[members, f]
+            values = np.unique(col[col >= 0])
+            if not values.size:
+                continue
+            free = np.bincount(c[col < 0], minlength=n_classes)
+            table = np.zeros((values.size, n_classes))
+            np.add.at(table, (np.searchsorted(values, col[col >= 0]), c[col >= 0]), 1.0)
+            table += free
+            sizes = table.sum(axis=1)
+            if (sizes >= R).all():
+                continue
+            gain = h - float((sizes * _entropy_counts(table)).sum() / sizes.sum())
             if best is None or gain > best[0]:
-                best = (gain, f, values, groups)
+                best = (gain, f, values)
         if best is None:
             return me
-        _, f, values, groups = best
-        children = [(v, grow(g, used | {f}, depth + 1)) for v, g in zip(values, groups)]
+        _, f, values = best
+        col = val[members, f]
+        children = [(int(v), grow(members[(col == v) | (col < 0)], used | {f}, depth + 1))
+                    for v in values]
         b.link(me, f, children)
         return me
 
-    grow(list(rules), frozenset(), 0)
+    grow(np.arange(len(ra)), frozenset(), 0)
     return b.arrays()

@@ -118,6 +118,90 @@ class MergeStats:
                            "kept_rules": kept, "seconds": seconds})
 
 
+class RuleArrays:
+    """Rules as arrays: numeric ``lo``/``hi`` (R, F) bounds, or categorical
+    ``val`` (R, F) codes with -1 for "no condition"; ``dist`` (R, C), ``support`` (R,)."""
+
+    def __init__(self, kind, cond, dist, support):
+        self.kind = kind
+        self.cond = cond            # (lo, hi) or val
+        self.dist = dist
+        self.support = support
+
+    @classmethod
+    def from_rules(cls, rules, n_features, codebook=None):
+        """``codebook`` maps category values to codes (default: the values are codes)."""
+        kind = rules[0].kind if rules else NUMERIC
+        R = len(rules)
+        dist = np.array([r.dist for r in rules], dtype=np.float64).reshape(R, -1)
+        support = np.array([r.support for r in rules], dtype=np.float64)
+        if kind == CATEGORICAL:
+            val = np.full((R, n_features), -1, dtype=np.int64)
+            for i, r in enumerate(rules):
+                for f, v in r.conditions.items():
+                    val[i, f] = codebook[v] if codebook is not None else v
+            return cls(kind, val, dist, support)
+        lo = np.full((R, n_features), -np.inf)
+        hi = np.full((R, n_features), np.inf)
+        for i, r in enumerate(rules):
+            for f, (a, b) in r.conditions.items():
+                lo[i, f], hi[i, f] = a, b
+        return cls(kind, (lo, hi), dist, support)
+
+    def __len__(self):
+        return self.dist.shape[0]
+
+    def take(self, idx):
+        cond = self.cond[idx] if self.kind == CATEGORICAL else (self.cond[0][idx], self.cond[1][idx])
+        return RuleArrays(self.kind, cond, self.dist[idx], self.support[idx])
+
+    def rules(self, values=None):
+        """Back to :class:`Rule` objects (``values``: code -> category value)."""
+        out = []
+        for i in range(len(self)):
+            if self.kind == CATEGORICAL:
+                cond = {int(f): (values[c] if values is not None else int(c))
+                        for f in np.flatnonzero(self.cond[i] >= 0) for c in [self.cond[i, f]]}
+            else:
+                lo, hi = self.cond[0][i], self.cond[1][i]
+                cond = {int(f): (float(lo[f]), float(hi[f]))
+                        for f in np.flatnonzero(np.isfinite(lo) | np.isfinite(hi))}
+            out.append(Rule(cond, self.dist[i].copy(), float(self.support[i]), self.kind))
+        return out
+
+
+def _n_features(rule_sets):
+    return 1 + max((f for rs in rule_sets for r in rs for f in r.conditions), default=-1)
+
+
+def _merge_step(a, b, block=512):
+    """All compatible pairs of ``a`` x ``b`` (row-major order), merged."""
+    parts = []
+    for s in range(0, len(a), block):
+        blk = a.take(np.arange(s, min(s + block, len(a))))
+        if a.kind == CATEGORICAL:
+            va, vb = blk.cond[:, None, :], b.cond[None, :, :]
+            ok = ((va < 0) | (vb < 0) | (va == vb)).all(axis=2)
+            i, j = np.nonzero(ok)
+            cond = np.where(blk.cond[i] < 0, b.cond[j], blk.cond[i])
+        else:
+            (la, ha), (lb, hb) = blk.cond, b.cond
+            ok = (np.maximum(la[:, None, :], lb[None]) < np.minimum(ha[:, None, :], hb[None])).all(axis=2)
+            i, j = np.nonzero(ok)
+            la, lb, ha, hb = la[i], lb[j], ha[i], hb[j]
+            # the less restrictive bound where both rules bound a side, else the one bound
+            lo = np.where(np.isfinite(la) & np.isfinite(lb), np.minimum(la, lb), np.maximum(la, lb))
+            hi = np.where(np.isfinite(ha) & np.isfinite(hb), np.maximum(ha, hb), np.minimum(ha, hb))
+            cond = (lo, hi)
+        parts.append(RuleArrays(a.kind, cond, blk.dist[i] + b.dist[j], blk.support[i] + b.support[j]))
+    if a.kind == CATEGORICAL:
+        cond = np.concatenate([p.cond for p in parts])
+    else:
+        cond = (np.concatenate([p.cond[0] for p in parts]), np.concatenate([p.cond[1] for p in parts]))
+    return RuleArrays(a.kind, cond, np.concatenate([p.dist for p in parts]),
+                      np.concatenate([p.support for p in parts]))
+
+
 def aggregate(rule_sets, max_rules=10_000):
     """Cartesian product of the rule sets, merged pairwise and incrementally:
     incompatible pairs and rules without support are dropped after every step;
@@ -127,44 +211,53 @@ def aggregate(rule_sets, max_rules=10_000):
     sets = [list(rs) for rs in rule_sets if rs]
     if not sets:
         return [], stats
-    current = [r for r in sets[0] if r.support > 0]
-    for nxt in sets[1:]:
+    n_feat = max(_n_features(sets), 1)
+    values = None
+    if sets[0][0].kind == CATEGORICAL:
+        values = sorted({v for rs in sets for r in rs for v in r.conditions.values()}, key=repr)
+    codebook = {v: i for i, v in enumerate(values)} if values is not None else None
+    arrays = [RuleArrays.from_rules(rs, n_feat, codebook) for rs in sets]
+    current = arrays[0].take(np.flatnonzero(arrays[0].support > 0))
+    for nxt in arrays[1:]:
         t0 = time.perf_counter()
-        out = [merge(a, b) for a in current for b in nxt if b.support > 0 and compatible(a, b)]
+        nxt = nxt.take(np.flatnonzero(nxt.support > 0))
+        out = _merge_step(current, nxt) if len(current) and len(nxt) else current.take(np.arange(0))
         if len(out) > max_rules:
-            out.sort(key=lambda r: -r.support)
+            keep = np.sort(np.argsort(-out.support, kind="stable")[:max_rules])
+            order = np.argsort(-out.support[keep], kind="stable")
             dropped = len(out) - max_rules
-            out = out[:max_rules]
+            out = out.take(keep[order])
             stats.capped = True
             warnings.warn(f"rule aggregation: {dropped} merged rules beyond max_rules={max_rules} "
                           "were dropped (the least supported)", RuntimeWarning, stacklevel=2)
         stats.add(len(current), len(nxt), len(current) * len(nxt), len(out), time.perf_counter() - t0)
         current = out
-    return current, stats
+    return current.rules(values), stats
 
 
 # ---------------------------------------------------------------------------
 # A global binary tree from numeric rules
 # ---------------------------------------------------------------------------
+def _entropy_counts(counts):
+    """Entropy (bits) of class counts along the last axis."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(axis=-1, keepdims=True)
+    p = np.divide(counts, n, out=np.zeros_like(counts), where=n > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=-1)
+
+
 def _class_entropy(rules, n_classes):
     """Entropy (bits) of the rules' predicted classes."""
     if not rules:
         return 0.0
-    p = np.bincount([r.predicted for r in rules], minlength=n_classes) / len(rules)
-    p = p[p > 0]
-    return float(-(p * np.log2(p)).sum())
+    return float(_entropy_counts(np.bincount([r.predicted for r in rules], minlength=n_classes)))
 
 
-def _side(rules, f, t, left):
-    """Rules that can hold on one side of ``x_f <= t``, clipped to that side."""
-    out = []
-    for r in rules:
-        lo, hi = r.conditions.get(f, (-math.inf, math.inf))
-        if left and lo < t:
-            out.append(Rule({**r.conditions, f: (lo, min(hi, t))}, r.dist, r.support, r.kind))
-        elif not left and hi > t:
-            out.append(Rule({**r.conditions, f: (max(lo, t), hi)}, r.dist, r.support, r.kind))
-    return out
+def _leaf_value(dist, n_classes):
+    total = dist.sum(axis=0) if dist.shape[0] else np.zeros(n_classes)
+    s = total.sum()
+    return total / s if s > 0 else total
 
 
 def tree_from_rules(rules, n_classes, max_depth=None):
@@ -173,44 +266,64 @@ def tree_from_rules(rules, n_classes, max_depth=None):
     ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
     information gain of the rules' predicted classes is taken, provided at
     least one child holds fewer rules than the node (rules spanning ``t`` go to
-    both children, clipped to each side, so a threshold is never reused).  A node is a leaf when its rules
-    agree on the class, at ``max_depth``, or when no split qualifies; its
-    value is the normalized sum of its rules' distributions."""
+    both children, clipped to each side, so a threshold is never reused).  A
+    node is a leaf when its rules agree on the class, at ``max_depth``, or when
+    no split qualifies; its value is the normalized sum of its rules' distributions."""
     nodes = []   # [left, right, feature, threshold, value, n_rules]
+    rules = list(rules)
+    n_feat = max(_n_features([rules]), 1)
+    ra = RuleArrays.from_rules(rules, n_feat)
+    cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
+    onehot = np.eye(n_classes)[cls] if len(ra) else np.zeros((0, n_classes))
 
-    def leaf_value(rs):
-        total = np.sum([r.dist for r in rs], axis=0) if rs else np.zeros(n_classes)
-        s = total.sum()
-        return total / s if s > 0 else total
-
-    def grow(rs, depth):
-        me = len(nodes)
-        nodes.append([-1, -1, -2, -2.0, leaf_value(rs), len(rs)])
-        if len({r.predicted for r in rs}) <= 1 or (max_depth is not None and depth >= max_depth):
-            return me
-        parent_h = _class_entropy(rs, n_classes)
+    def best_split(lo, hi, members):
+        R = members.size
+        parent_h = float(_entropy_counts(onehot[members].sum(axis=0)))
         best = None
-        features = sorted({f for r in rs for f in r.conditions})
-        for f in features:
-            cuts = sorted({b for r in rs for b in r.conditions.get(f, ()) if math.isfinite(b)})
-            for t in cuts:
-                left, right = _side(rs, f, t, True), _side(rs, f, t, False)
-                if not left or not right or (len(left) >= len(rs) and len(right) >= len(rs)):
-                    continue
-                n = len(left) + len(right)
-                gain = parent_h - (len(left) * _class_entropy(left, n_classes)
-                                   + len(right) * _class_entropy(right, n_classes)) / n
-                if best is None or gain > best[0]:
-                    best = (gain, f, t, left, right)
+        for f in range(n_feat):
+            lf, hf = lo[:, f], hi[:, f]
+            cuts = np.unique(np.concatenate([lf[np.isfinite(lf)], hf[np.isfinite(hf)]]))
+            if not cuts.size:
+                continue
+            oh = onehot[members]
+            # rules reaching each side of every cut, per class: left lo < t, right hi > t
+            left = np.stack([np.searchsorted(np.sort(lf[oh[:, c] > 0]), cuts, side="left")
+                             for c in range(n_classes)], axis=1)
+            right = np.stack([(oh[:, c] > 0).sum() - np.searchsorted(np.sort(hf[oh[:, c] > 0]), cuts,
+                                                                     side="right")
+                              for c in range(n_classes)], axis=1)
+            nl, nr = left.sum(axis=1), right.sum(axis=1)
+            ok = (nl > 0) & (nr > 0) & ((nl < R) | (nr < R))
+            if not ok.any():
+                continue
+            gain = parent_h - (nl * _entropy_counts(left) + nr * _entropy_counts(right)) / (nl + nr)
+            gain = np.where(ok, gain, -np.inf)
+            k = int(np.argmax(gain))
+            if best is None or gain[k] > best[0]:
+                best = (float(gain[k]), f, float(cuts[k]))
+        return best
+
+    def grow(lo, hi, members, depth):
+        me = len(nodes)
+        nodes.append([-1, -1, -2, -2.0, _leaf_value(ra.dist[members], n_classes), int(members.size)])
+        if np.unique(cls[members]).size <= 1 or (max_depth is not None and depth >= max_depth):
+            return me
+        best = best_split(lo, hi, members)
         if best is None:
             return me
-        _, f, t, left, right = best
+        _, f, t = best
+        go_left, go_right = lo[:, f] < t, hi[:, f] > t
+        llo, lhi = lo[go_left], hi[go_left].copy()
+        lhi[:, f] = np.minimum(lhi[:, f], t)
+        rlo, rhi = lo[go_right].copy(), hi[go_right]
+        rlo[:, f] = np.maximum(rlo[:, f], t)
         nodes[me][2], nodes[me][3] = f, t
-        nodes[me][0] = grow(left, depth + 1)
-        nodes[me][1] = grow(right, depth + 1)
+        nodes[me][0] = grow(llo, lhi, members[go_left], depth + 1)
+        nodes[me][1] = grow(rlo, rhi, members[go_right], depth + 1)
         return me
 
-    grow(list(rules), 0)
+    lo, hi = ra.cond if len(ra) else (np.zeros((0, n_feat)), np.zeros((0, n_feat)))
+    grow(lo, hi, np.arange(len(ra)), 0)
     return {
         "children_left": np.array([n[0] for n in nodes], dtype=np.int32),
         "children_right": np.array([n[1] for n in nodes], dtype=np.int32),
