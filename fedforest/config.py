@@ -46,6 +46,7 @@ JOB_KEYS = {
     "filter_percentile": 75.0,    # percentile of the "percentile" filter
     "filter_metric": "accuracy",  # score the filter compares: "accuracy" or "f1" (macro)
     "max_rules": 10000,           # cap on merged rules after each merge step
+    "global_max_depth": None,     # depth of the ICDTA4FL global tree (default: the local trees' depth)
     "test_data": None,            # optional test file per client (horizontal modes)
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}

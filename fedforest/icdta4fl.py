@@ -28,7 +28,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from .errors import InputError
 from .horizontal import ClientTable, Encoding, agree, predict_proba, save_model
-from .model_io import party_dir
+from .model_io import party_dir, write_summary
 from .tree.id3 import _Builder, _entropy, fit_id3, id3_from_rules, rules_from_id3
 from .tree.rules import aggregate, rules_from_tree, tree_from_rules
 
@@ -72,9 +72,10 @@ def check_config(cfg):
         raise InputError("max_rules", f"must be an int >= 1, got {m!r}")
     if cfg.criterion not in (None, "gini", "entropy"):
         raise InputError("criterion", f"must be 'gini' or 'entropy' for CART client trees, got {cfg.criterion!r}")
-    d = cfg.max_depth
-    if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
-        raise InputError("max_depth", f"must be None or an int >= 1, got {d!r}")
+    for key in ("max_depth", "global_max_depth"):
+        d = cfg.values[key]
+        if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
+            raise InputError(key, f"must be None or an int >= 1, got {d!r}")
     if not isinstance(cfg.data, list) or not cfg.data:
         raise InputError("data", "must list one data file per client")
     if cfg.n_parties is None:
@@ -196,6 +197,7 @@ def server_train(comm, cfg):
         _log(cfg, f"{cfg.mode}: mean client {which} accuracy {summary[f'{which}_accuracy']:.4f}, "
                   f"macro-F1 {summary[f'{which}_f1']:.4f} ({summary['rounds']} rounds, "
                   f"{summary['seconds']:.2f}s)")
+    write_summary(cfg.summary_json, summary)
     return summary
 
 
@@ -223,7 +225,7 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
                                   "or fewer clients")
     build = id3_from_rules if enc.tree_type == "id3" else tree_from_rules
-    tree = build(merged, C, max_depth=max_depth)
+    tree = build(merged, C, max_depth=cfg.global_max_depth or max_depth)
     if enc.tree_type == "cart":
         tree = {k: v for k, v in tree.items() if k != "n_rules"}
     summary.update(

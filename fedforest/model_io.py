@@ -162,3 +162,12 @@ class CheckpointWriter:
         self._queue.put(None)
         self._thread.join()
         self._raise()
+
+
+def write_summary(path, summary):
+    """A run summary as JSON (arrays left out) at ``path``; nothing when ``path`` is empty."""
+    if not path:
+        return
+    doc = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
+    data = json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
+    _atomic_write(os.path.abspath(path), lambda fh: fh.write(data))

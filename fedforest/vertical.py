@@ -47,15 +47,6 @@ def _rounds(n):
     return f"{n} round" + ("" if n == 1 else "s")
 
 
-def _write_summary(cfg, summary):
-    """Machine-readable run summary (arrays left out) when ``summary_json`` is set."""
-    if not cfg.summary_json:
-        return
-    doc = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
-    data = json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
-    model_io._atomic_write(os.path.abspath(cfg.summary_json), lambda fh: fh.write(data))
-
-
 def _expect(msg, op):
     if msg.get("op") != op:
         raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
@@ -336,7 +327,7 @@ def master_train(comm, cfg):
               f"({summary['rounds_per_tree']:.1f} rounds per tree)")
     _log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
                                             for r, d in summary["model_dirs"].items()))
-    _write_summary(cfg, summary)
+    model_io.write_summary(cfg.summary_json, summary)
     return summary
 
 
@@ -597,7 +588,7 @@ def master_predict(comm, cfg):
     summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
                "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
                "output": out["path"]}
-    _write_summary(cfg, summary)
+    model_io.write_summary(cfg.summary_json, summary)
     return summary
 
 

@@ -247,13 +247,6 @@ def _entropy_counts(counts):
         return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=-1)
 
 
-def _class_entropy(rules, n_classes):
-    """Entropy (bits) of the rules' predicted classes."""
-    if not rules:
-        return 0.0
-    return float(_entropy_counts(np.bincount([r.predicted for r in rules], minlength=n_classes)))
-
-
 def _leaf_value(dist, n_classes):
     total = dist.sum(axis=0) if dist.shape[0] else np.zeros(n_classes)
     s = total.sum()
@@ -274,38 +267,51 @@ def tree_from_rules(rules, n_classes, max_depth=None):
     n_feat = max(_n_features([rules]), 1)
     ra = RuleArrays.from_rules(rules, n_feat)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
-    onehot = np.eye(n_classes)[cls] if len(ra) else np.zeros((0, n_classes))
+
+    w_all = np.ones(len(ra))  # every rule counts once (the method's entropy of rules)
+
+    def side_weights(values, w, cuts, left):
+        """Per cut, the weight of rules with ``values < t`` (left) or ``values > t`` (right)."""
+        order = np.argsort(values, kind="stable")
+        cum = np.concatenate(([0.0], np.cumsum(w[order])))
+        if left:
+            return cum[np.searchsorted(values[order], cuts, side="left")]
+        return cum[-1] - cum[np.searchsorted(values[order], cuts, side="right")]
 
     def best_split(lo, hi, members):
         R = members.size
-        parent_h = float(_entropy_counts(onehot[members].sum(axis=0)))
+        c_m, w_m = cls[members], w_all[members]
+        parent_h = float(_entropy_counts(np.bincount(c_m, weights=w_m, minlength=n_classes)))
         best = None
         for f in range(n_feat):
             lf, hf = lo[:, f], hi[:, f]
             cuts = np.unique(np.concatenate([lf[np.isfinite(lf)], hf[np.isfinite(hf)]]))
             if not cuts.size:
                 continue
-            oh = onehot[members]
-            # rules reaching each side of every cut, per class: left lo < t, right hi > t
-            left = np.stack([np.searchsorted(np.sort(lf[oh[:, c] > 0]), cuts, side="left")
-                             for c in range(n_classes)], axis=1)
-            right = np.stack([(oh[:, c] > 0).sum() - np.searchsorted(np.sort(hf[oh[:, c] > 0]), cuts,
-                                                                     side="right")
-                              for c in range(n_classes)], axis=1)
-            nl, nr = left.sum(axis=1), right.sum(axis=1)
+            # rules reaching each side of every cut (left: lo < t, right: hi > t), per class
+            ones = np.ones(R)
+            nl = side_weights(lf, ones, cuts, True)
+            nr = side_weights(hf, ones, cuts, False)
             ok = (nl > 0) & (nr > 0) & ((nl < R) | (nr < R))
             if not ok.any():
                 continue
-            gain = parent_h - (nl * _entropy_counts(left) + nr * _entropy_counts(right)) / (nl + nr)
-            gain = np.where(ok, gain, -np.inf)
+            left = np.stack([side_weights(lf[c_m == c], w_m[c_m == c], cuts, True)
+                             for c in range(n_classes)], axis=1)
+            right = np.stack([side_weights(hf[c_m == c], w_m[c_m == c], cuts, False)
+                              for c in range(n_classes)], axis=1)
+            wl, wr = left.sum(axis=1), right.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gain = parent_h - (wl * _entropy_counts(left) + wr * _entropy_counts(right)) / (wl + wr)
+            gain = np.where(ok & np.isfinite(gain), gain, -np.inf)
             k = int(np.argmax(gain))
-            if best is None or gain[k] > best[0]:
+            if np.isfinite(gain[k]) and (best is None or gain[k] > best[0]):
                 best = (float(gain[k]), f, float(cuts[k]))
         return best
 
     def grow(lo, hi, members, depth):
         me = len(nodes)
-        nodes.append([-1, -1, -2, -2.0, _leaf_value(ra.dist[members], n_classes), int(members.size)])
+        nodes.append([-1, -1, -2, -2.0, _leaf_value(ra.dist[members] * w_all[members, None], n_classes),
+                      int(members.size)])
         if np.unique(cls[members]).size <= 1 or (max_depth is not None and depth >= max_depth):
             return me
         best = best_split(lo, hi, members)
