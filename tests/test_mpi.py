@@ -1,6 +1,9 @@
 """Real mpiexec runs (2-5 ranks): losslessness, one-round prediction, tampering,
 remote failures and resumed training."""
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -152,3 +155,45 @@ def test_mpi_paillier_labels_equal_centralized(tmp_path, n_parties):
     assert_same_trees(complete_trees(str(tmp_path / "model"), n_parties, offsets), est.estimators_)
     manifest = model_io.read_manifest(model_io.party_dir(str(tmp_path / "model"), 0))
     assert manifest["label_privacy"] == "paillier"
+
+
+def _horizontal_job(folder, n_clients, mode, tree_type="id3"):
+    rng = np.random.default_rng(n_clients)
+    X = rng.integers(0, 3, size=(90 * n_clients, 5))
+    y = np.where((X[:, 0] == 0) | (X[:, 3] == 2), "a", "b")
+    df = pd.DataFrame({f"q{j}": np.array(["lo", "mid", "hi"])[X[:, j]] for j in range(5)})
+    df["y"] = y
+    files = []
+    for k, rows in enumerate(np.array_split(rng.permutation(len(df)), n_clients), start=1):
+        df.iloc[rows].to_csv(folder / f"c{k}.csv", index=False)
+        files.append(f"c{k}.csv")
+    toml = folder / "job.toml"
+    toml.write_text(f'[job]\nmode = "{mode}"\ntree_type = "{tree_type}"\ntask = "classification"\n'
+                    f'data = {files!r}\nlabel_column = "y"\nmodel_dir = "model"\n'
+                    f'summary_json = "summary.json"\n'.replace("'", '"'))
+    return str(toml)
+
+
+@pytest.mark.parametrize("n_clients,mode", [(2, "icdta4fl"), (4, "icdta4fl"), (3, "federated_id3")])
+def test_mpi_horizontal(tmp_path, n_clients, mode):
+    job = _horizontal_job(tmp_path, n_clients, mode)
+    out = _check(mpirun(n_clients + 1, ["train", "--config", job]))
+    assert f"{mode}: {n_clients} clients" in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n_clients"] == n_clients and summary["train_accuracy"] > 0.8
+    for r in range(1, n_clients + 1):
+        assert (tmp_path / "model" / f"client-{r}" / "model.json").is_file()
+    # prediction and explanation are local: no MPI job
+    proc = subprocess.run([sys.executable, "-m", "fedforest", "predict", "--config", job, "--data",
+                           str(tmp_path / "c1.csv"), "--output", str(tmp_path / "p.csv")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    pred = pd.read_csv(tmp_path / "p.csv")
+    truth = pd.read_csv(tmp_path / "c1.csv")["y"]
+    assert (pred["prediction"] == truth).mean() > 0.8
+
+
+def test_mpi_horizontal_fewer_ranks_than_clients(tmp_path):
+    job = _horizontal_job(tmp_path, 3, "icdta4fl")
+    out = _check(mpirun(3, ["train", "--config", job]), ok=False)
+    assert "names 3 clients but runs 3 ranks; start it with mpiexec -n 4" in out
