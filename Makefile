@@ -31,6 +31,7 @@ bench: venv
 
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py
+	$(PY) experiments/icdta4fl_tables.py
 
 clean:
 	rm -rf build .pytest_cache

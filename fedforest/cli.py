@@ -1,7 +1,8 @@
 """Command line: ``python -m fedforest <command>``.
 
-MPI commands (start with ``mpiexec -n K+1``): ``train``, ``predict``.
-Local commands: ``evaluate``, ``split``, ``demo-data``, ``demo-report``.
+MPI commands (start with ``mpiexec -n K+1``): ``train``, ``predict`` (vertical).
+Local commands: ``predict`` (horizontal models), ``explain``, ``evaluate``,
+``split``, ``demo-data``, ``demo-report``.
 """
 import argparse
 import sys
