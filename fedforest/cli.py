@@ -65,15 +65,14 @@ def _by_mode(name, vertical_fn):
     def run(comm, cfg):
         if cfg.mode == "vertical":
             return vertical_fn(comm, cfg)
-        from . import icdta4fl
-        return getattr(icdta4fl, name)(comm, cfg)
+        from .horizontal import roles
+        return roles(cfg.mode)[0 if name == "server" else 1](comm, cfg)
     return run
 
 
 def cmd_train(args):
     from .vertical import master_train, party_train
-    return _mpi_command(args, _by_mode("server_train", master_train),
-                        _by_mode("client_train", party_train))
+    return _mpi_command(args, _by_mode("server", master_train), _by_mode("client", party_train))
 
 
 def cmd_predict(args):

@@ -18,6 +18,7 @@ every horizontal algorithm shares:
 The algorithms are in :mod:`fedforest.icdta4fl` (ICDTA4FL and the local,
 centralized and Federated-ID3 baselines).  See docs/horizontal.md.
 """
+import importlib
 import json
 import os
 
@@ -30,10 +31,22 @@ from .errors import InputError
 from .tree.id3 import leaf_of, path_conditions
 from .tree.rules import CATEGORICAL, NUMERIC, Rule
 
+# mode -> module (under fedforest) holding its ``server_train`` and ``client_train``
+ALGORITHMS = {"icdta4fl": "icdta4fl", "local": "icdta4fl", "centralized": "icdta4fl",
+              "federated_id3": "icdta4fl"}
+
 FORMAT = "fedforest-horizontal"
 FORMAT_VERSION = 1
 MISSING = "NA"               # the category of a missing value (ID3)
 MAX_CATEGORIES = 64          # distinct values a column may have in an ID3 job
+
+
+def roles(mode):
+    """(server function, client function) of a horizontal mode."""
+    if mode not in ALGORITHMS:
+        raise InputError("mode", f"must be one of {('vertical',) + tuple(ALGORITHMS)}, got {mode!r}")
+    module = importlib.import_module(f"fedforest.{ALGORITHMS[mode]}")
+    return module.server_train, module.client_train
 
 
 def _what(rank):

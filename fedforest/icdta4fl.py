@@ -53,7 +53,7 @@ def _expect(msg, op):
 def check_config(cfg):
     """Horizontal settings, refused before any work."""
     if cfg.mode not in MODES:
-        raise InputError("mode", f"must be one of {('vertical',) + MODES}, got {cfg.mode!r}")
+        raise InputError("mode", f"{cfg.mode!r} is not one of this module's modes {MODES}")
     if cfg.task != "classification":
         raise InputError("task", f"mode {cfg.mode!r} supports classification only, got {cfg.task!r}")
     if cfg.tree_type not in TREE_TYPES:

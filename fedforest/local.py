@@ -12,10 +12,11 @@ _ROLES = {"train": (master_train, party_train), "predict": (master_predict, part
 
 
 def run_horizontal(data, **options):
-    """Train a horizontal model (``mode`` in options) with one rows file or
-    DataFrame-free file path per client, in this process.  Returns the server's summary."""
-    from .icdta4fl import client_train, server_train
+    """Train a horizontal model (``mode`` in options, default "icdta4fl") with
+    one rows file per client, in this process.  Returns the server's summary."""
+    from .horizontal import roles
     options = dict({"progress": False, "quiet": True}, **options)
+    server_train, client_train = roles(options.get("mode", "icdta4fl"))
     options["data"] = list(data)
 
     def cfg():
