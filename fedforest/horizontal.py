@@ -268,6 +268,14 @@ def save_model(folder, doc):
     return os.path.join(folder, "model.json")
 
 
+def save_rules(folder, rules):
+    """The merged rule set of an ICDTA4FL job as ``folder/rules.npz`` (written atomically)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "rules.npz")
+    model_io._atomic_write(path, lambda fh: np.savez(fh, **rules))
+    return path
+
+
 def model_file(model_dir):
     """The model file of a job folder (server copy first) or of a client folder."""
     for cand in (os.path.join(model_dir, "server", "model.json"), os.path.join(model_dir, "model.json")):

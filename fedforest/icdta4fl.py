@@ -27,10 +27,10 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.tree import DecisionTreeClassifier
 
 from .errors import InputError
-from .horizontal import ClientTable, Encoding, agree, predict_proba, save_model
+from .horizontal import ClientTable, Encoding, agree, predict_proba, save_model, save_rules
 from .model_io import party_dir, write_summary
 from .tree.id3 import _Builder, _entropy, fit_id3, id3_from_rules, rules_from_id3
-from .tree.rules import aggregate, rules_from_tree, tree_from_rules
+from .tree.rules import RuleArrays, aggregate, rules_from_tree, tree_from_rules
 
 MASTER = 0
 MODES = ("icdta4fl", "local", "centralized", "federated_id3")
@@ -166,8 +166,9 @@ def server_train(comm, cfg):
                "rows": rows, "max_depth": max_depth}
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     tree = None
+    rules = {}
     if cfg.mode == "icdta4fl":
-        tree = _server_icdta4fl(comm, cfg, enc, max_depth, summary)
+        tree, rules = _server_icdta4fl(comm, cfg, enc, max_depth, summary)
     elif cfg.mode == "centralized":
         data = comm.exchange({r: {"op": "send_rows"} for r in clients})
         X = np.concatenate([data[r]["X"] for r in clients])
@@ -175,7 +176,7 @@ def server_train(comm, cfg):
         tree = fit_local(X, y, enc, max_depth, seed, cfg.criterion or "gini")
     elif cfg.mode == "federated_id3":
         tree = _server_federated_id3(comm, enc, max_depth, summary)
-    final = comm.exchange({r: {"op": "final", "tree": tree} for r in clients})
+    final = comm.exchange({r: {"op": "final", "tree": tree, "rules": rules} for r in clients})
     summary["rounds"] = comm.rounds - rounds0
     summary["bytes_sent_by_server"] = comm.bytes_sent - bytes0
     summary["bytes_sent_by_clients"] = {r: final[r]["bytes_sent"] for r in clients}
@@ -237,7 +238,13 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
     _log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
               f"{cfg.filter_metric}); {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
-    return tree
+    n_feat = len(enc.columns)
+    arrays = RuleArrays.from_rules(merged, n_feat)
+    if enc.tree_type == "id3":
+        rules = {"val": arrays.cond, "dist": arrays.dist, "support": arrays.support}
+    else:
+        rules = {"lo": arrays.cond[0], "hi": arrays.cond[1], "dist": arrays.dist, "support": arrays.support}
+    return tree, rules
 
 
 def _server_federated_id3(comm, enc, max_depth, summary):
@@ -336,6 +343,8 @@ def client_train(comm, cfg):
                 reply["test"] = dict(zip(("accuracy", "f1"),
                                          _metrics(test[1], predict_proba(tree, test[0], enc.tree_type))))
             folder = party_dir(cfg.model_dir, rank).replace("party-", "client-")
+            if msg.get("rules"):
+                save_rules(folder, msg["rules"])
             save_model(folder, {"mode": setup["mode"], "encoding": enc.to_dict(),
                                 "label_column": cfg.label_column, "tree": tree,
                                 "client": rank, "metrics": reply})

@@ -107,6 +107,8 @@ def test_icdta4fl_cart_numeric(tmp_path):
              summary_json=str(tmp_path / "s.json"), global_max_depth=64)
     assert s["max_depth"] == 5 and s["merged_rules"] > 0 and s["kept_trees"]
     assert len(s["merge_steps"]) == len(s["kept_trees"]) - 1
+    with np.load(os.path.join(s["model_dirs"][2], "rules.npz")) as z:  # the merged rules reach every client
+        assert z["lo"].shape == (s["merged_rules"], 6) and z["dist"].shape == (s["merged_rules"], 2)
     # balanced classes: a broken global tree would sit near 0.5
     assert s["test_accuracy"] > 0.7, s["test_accuracy"]
     doc = json.load(open(tmp_path / "s.json"))
