@@ -5,17 +5,14 @@ Two seeded schemes, as used in the horizontal experiments:
 * :func:`iid_partition`: stratified, equal sizes — every client gets the same
   number of rows (within one) and every class in the same proportion (within
   one row per class);
-* :func:`dirichlet_partition`: label skew — for each class, the shares of the
-  clients are drawn from a symmetric Dirichlet distribution with concentration
-  ``alpha`` (small ``alpha``: each client sees few classes); draws are
-  repeated until every client has at least ``min_rows`` rows.
+* :func:`dirichlet_partition`: label skew — every client first gets
+  ``min_rows`` random rows; then, for each class, the shares of the clients
+  in its remaining rows are drawn from a symmetric Dirichlet distribution
+  with concentration ``alpha`` (small ``alpha``: each client sees few classes).
 """
 import numpy as np
 
 from ..errors import InputError
-
-MAX_DRAWS = 1000
-
 
 def _check(y, n_clients, min_rows):
     y = np.asarray(y)
@@ -41,23 +38,21 @@ def iid_partition(y, n_clients, seed=0):
 
 def dirichlet_partition(y, n_clients, alpha=0.5, seed=0, min_rows=5):
     """Label-skewed row sets (sorted index arrays), one per client, each with
-    at least ``min_rows`` rows."""
+    at least ``min_rows`` rows: every client first gets ``min_rows`` random
+    rows, then the rows of each class are shared out by a Dirichlet draw."""
     y = _check(y, n_clients, min_rows)
-    if not (isinstance(alpha, (int, float)) and alpha > 0):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
         raise InputError("alpha", f"must be a number > 0, got {alpha!r}")
     rng = np.random.default_rng(seed)
     _, codes = np.unique(y, return_inverse=True)
-    by_class = [np.flatnonzero(codes == c) for c in range(codes.max() + 1)]
-    for _ in range(MAX_DRAWS):
-        parts = [[] for _ in range(n_clients)]
-        for rows in by_class:
-            rows = rng.permutation(rows)
-            shares = rng.dirichlet(np.full(n_clients, float(alpha)))
-            cuts = (np.cumsum(shares)[:-1] * rows.size).astype(np.int64)
-            for k, chunk in enumerate(np.split(rows, cuts)):
-                parts[k].append(chunk)
-        parts = [np.sort(np.concatenate(p)) for p in parts]
-        if min(p.size for p in parts) >= min_rows:
-            return parts
-    raise InputError("alpha", f"no Dirichlet draw in {MAX_DRAWS} gave every one of {n_clients} "
-                              f"clients {min_rows} rows; raise alpha or use fewer clients")
+    order = rng.permutation(y.shape[0])
+    base = np.split(order[:n_clients * min_rows], n_clients)
+    rest = order[n_clients * min_rows:]
+    parts = [[b] for b in base]
+    for c in range(codes.max() + 1):
+        rows = rest[codes[rest] == c]
+        shares = rng.dirichlet(np.full(n_clients, float(alpha)))
+        cuts = (np.cumsum(shares)[:-1] * rows.size).astype(np.int64)
+        for k, chunk in enumerate(np.split(rows, cuts)):
+            parts[k].append(chunk)
+    return [np.sort(np.concatenate(p)) for p in parts]
