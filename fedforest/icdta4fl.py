@@ -27,7 +27,14 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.tree import DecisionTreeClassifier
 
 from .errors import InputError
-from .horizontal import ClientTable, Encoding, agree, predict_proba, save_model, save_rules
+from .horizontal import (
+    ClientTable,
+    Encoding,
+    agree,
+    predict_proba,
+    save_model,
+    save_rules,
+)
 from .model_io import party_dir, write_summary
 from .tree.id3 import _Builder, _entropy, fit_id3, id3_from_rules, rules_from_id3
 from .tree.rules import RuleArrays, aggregate, rules_from_tree, tree_from_rules

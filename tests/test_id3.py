@@ -1,7 +1,13 @@
 """ID3 on categorical codes, its rules, and the ICDTA4FL-ID3 global tree from rules."""
 import numpy as np
 
-from fedforest.tree.id3 import fit_id3, id3_from_rules, leaf_of, predict_proba_id3, rules_from_id3
+from fedforest.tree.id3 import (
+    fit_id3,
+    id3_from_rules,
+    leaf_of,
+    predict_proba_id3,
+    rules_from_id3,
+)
 from fedforest.tree.rules import CATEGORICAL, Rule, aggregate
 
 # Quinlan's "play tennis" table: outlook, temperature, humidity, wind -> play

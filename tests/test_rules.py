@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier
 
-from fedforest.tree.rules import CATEGORICAL, NUMERIC, Rule, aggregate, compatible, merge, rules_from_tree
+from fedforest.tree.rules import (
+    CATEGORICAL,
+    NUMERIC,
+    Rule,
+    aggregate,
+    compatible,
+    merge,
+    rules_from_tree,
+)
 
 INF = math.inf
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 
+
 def _check(y, n_clients, min_rows):
     y = np.asarray(y)
     if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
