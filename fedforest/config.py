@@ -47,6 +47,7 @@ JOB_KEYS = {
     "filter_metric": "accuracy",  # score the filter compares: "accuracy" or "f1" (macro)
     "max_rules": 10000,           # cap on merged rules after each merge step
     "global_max_depth": None,     # depth of the ICDTA4FL global tree (default: the local trees' depth)
+    "global_max_nodes": 2000,     # node budget of the ICDTA4FL global tree (grown breadth first)
     "test_data": None,            # optional test file per client (horizontal modes)
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}

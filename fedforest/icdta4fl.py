@@ -74,9 +74,10 @@ def check_config(cfg):
         raise InputError("filter_percentile", f"must be a number in [0, 100], got {p!r}")
     if cfg.filter_metric not in ("accuracy", "f1"):
         raise InputError("filter_metric", f"must be 'accuracy' or 'f1', got {cfg.filter_metric!r}")
-    m = cfg.max_rules
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise InputError("max_rules", f"must be an int >= 1, got {m!r}")
+    for key in ("max_rules", "global_max_nodes"):
+        m = cfg.values[key]
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise InputError(key, f"must be an int >= 1, got {m!r}")
     if cfg.criterion not in (None, "gini", "entropy"):
         raise InputError("criterion", f"must be 'gini' or 'entropy' for CART client trees, got {cfg.criterion!r}")
     for key in ("max_depth", "global_max_depth"):
@@ -233,13 +234,19 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
                                   "or fewer clients")
     build = id3_from_rules if enc.tree_type == "id3" else tree_from_rules
-    tree = build(merged, C, max_depth=cfg.global_max_depth or max_depth)
+    info = {}
+    tree = build(merged, C, max_depth=cfg.global_max_depth or max_depth, max_nodes=cfg.global_max_nodes,
+                 info=info)
+    if info.get("truncated"):
+        _log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
+                  "nodes beyond it were left as leaves")
     if enc.tree_type == "cart":
         tree = {k: v for k, v in tree.items() if k != "n_rules"}
     summary.update(
         scores=scores.tolist(), kept_trees=[int(clients[i]) for i in kept],
         rules_per_tree=[len(rs) for rs in rule_sets], merged_rules=len(merged),
         merge_steps=stats.steps, rules_capped=stats.capped,
+        global_tree_truncated=bool(info.get("truncated")),
         aggregate_seconds=time.perf_counter() - t0,
         local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
     _log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "

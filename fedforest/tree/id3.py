@@ -14,6 +14,8 @@ client (a missing value is a category of its own, see
 A row whose category has no child at a node is predicted from that node's
 distribution.
 """
+from collections import deque
+
 import numpy as np
 
 from .rules import CATEGORICAL, Rule, RuleArrays, _entropy_counts, _n_features
@@ -139,14 +141,16 @@ def rules_from_id3(tree):
             for n in range(len(tree["feature"])) if tree["feature"][n] < 0]
 
 
-def id3_from_rules(rules, n_classes, max_depth=None):
+def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
     """A multiway tree grown from categorical rules (ICDTA4FL-ID3): a node splits
     on the unused feature of highest information gain of its rules' predicted
     classes, one child per value the rules name (rules without a condition on
     the feature go to every child), provided some child holds fewer rules than
     the node; it is a leaf when its rules agree on the class, at ``max_depth``
     or when no split qualifies.  Values are normalized sums of the rules'
-    distributions; ``support`` counts rules."""
+    distributions; ``support`` counts rules.  Nodes are expanded breadth first;
+    a split that would pass ``max_nodes`` nodes is not made (``info["truncated"]``
+    is then set when ``info`` is a dict)."""
     rules = list(rules)
     b = _Builder(n_classes)
     n_feat = max(_n_features([rules]), 1)
@@ -154,12 +158,16 @@ def id3_from_rules(rules, n_classes, max_depth=None):
     val = ra.cond if len(ra) else np.zeros((0, n_feat), dtype=np.int64)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
 
-    def grow(members, used, depth):
-        me = b.node(ra.dist[members].sum(axis=0) if members.size else np.zeros(n_classes),
-                    float(members.size))
+    def dist(members):
+        return ra.dist[members].sum(axis=0) if members.size else np.zeros(n_classes)
+
+    # breadth first, so a node budget cuts every branch at about the same depth
+    queue = deque([(b.node(dist(np.arange(len(ra))), float(len(ra))), np.arange(len(ra)), frozenset(), 0)])
+    while queue:
+        me, members, used, depth = queue.popleft()
         c = cls[members]
         if np.unique(c).size <= 1 or (max_depth is not None and depth >= max_depth):
-            return me
+            continue
         R = members.size
         h = float(_entropy_counts(np.bincount(c, minlength=n_classes)))
         best = None
@@ -181,13 +189,18 @@ def id3_from_rules(rules, n_classes, max_depth=None):
             if best is None or gain > best[0]:
                 best = (gain, f, values)
         if best is None:
-            return me
+            continue
         _, f, values = best
+        if max_nodes is not None and len(b.feature) + values.size > max_nodes:
+            if info is not None:
+                info["truncated"] = True
+            continue
         col = val[members, f]
-        children = [(int(v), grow(members[(col == v) | (col < 0)], used | {f}, depth + 1))
-                    for v in values]
+        children = []
+        for v in values:
+            sub = members[(col == v) | (col < 0)]
+            child = b.node(dist(sub), float(sub.size))
+            children.append((int(v), child))
+            queue.append((child, sub, used | {f}, depth + 1))
         b.link(me, f, children)
-        return me
-
-    grow(np.arange(len(ra)), frozenset(), 0)
     return b.arrays()

@@ -17,6 +17,7 @@ the less restrictive threshold is kept (``x > 32.5`` and ``x > 35`` merge to
 import math
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -253,7 +254,7 @@ def _leaf_value(dist, n_classes):
     return total / s if s > 0 else total
 
 
-def tree_from_rules(rules, n_classes, max_depth=None):
+def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
     """A binary tree (flat arrays as :func:`rules_from_tree` reads them) grown
     from numeric rules: each node holds the rules that can reach it; the split
     ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
@@ -261,7 +262,9 @@ def tree_from_rules(rules, n_classes, max_depth=None):
     least one child holds fewer rules than the node (rules spanning ``t`` go to
     both children, clipped to each side, so a threshold is never reused).  A
     node is a leaf when its rules agree on the class, at ``max_depth``, or when
-    no split qualifies; its value is the normalized sum of its rules' distributions."""
+    no split qualifies; its value is the normalized sum of its rules' distributions.
+    Nodes are expanded breadth first; a split that would pass ``max_nodes``
+    nodes is not made (``info["truncated"]`` is then set when ``info`` is a dict)."""
     nodes = []   # [left, right, feature, threshold, value, n_rules]
     rules = list(rules)
     n_feat = max(_n_features([rules]), 1)
@@ -308,15 +311,26 @@ def tree_from_rules(rules, n_classes, max_depth=None):
                 best = (float(gain[k]), f, float(cuts[k]))
         return best
 
-    def grow(lo, hi, members, depth):
-        me = len(nodes)
+    def new_node(members):
         nodes.append([-1, -1, -2, -2.0, _leaf_value(ra.dist[members] * w_all[members, None], n_classes),
                       int(members.size)])
+        return len(nodes) - 1
+
+    lo, hi = ra.cond if len(ra) else (np.zeros((0, n_feat)), np.zeros((0, n_feat)))
+    members = np.arange(len(ra))
+    # breadth first, so a node budget cuts every branch at about the same depth
+    queue = deque([(new_node(members), lo, hi, members, 0)])
+    while queue:
+        me, lo, hi, members, depth = queue.popleft()
         if np.unique(cls[members]).size <= 1 or (max_depth is not None and depth >= max_depth):
-            return me
+            continue
         best = best_split(lo, hi, members)
         if best is None:
-            return me
+            continue
+        if max_nodes is not None and len(nodes) + 2 > max_nodes:
+            if info is not None:
+                info["truncated"] = True
+            continue
         _, f, t = best
         go_left, go_right = lo[:, f] < t, hi[:, f] > t
         llo, lhi = lo[go_left], hi[go_left].copy()
@@ -324,12 +338,10 @@ def tree_from_rules(rules, n_classes, max_depth=None):
         rlo, rhi = lo[go_right].copy(), hi[go_right]
         rlo[:, f] = np.maximum(rlo[:, f], t)
         nodes[me][2], nodes[me][3] = f, t
-        nodes[me][0] = grow(llo, lhi, members[go_left], depth + 1)
-        nodes[me][1] = grow(rlo, rhi, members[go_right], depth + 1)
-        return me
-
-    lo, hi = ra.cond if len(ra) else (np.zeros((0, n_feat)), np.zeros((0, n_feat)))
-    grow(lo, hi, np.arange(len(ra)), 0)
+        nodes[me][0] = new_node(members[go_left])
+        queue.append((nodes[me][0], llo, lhi, members[go_left], depth + 1))
+        nodes[me][1] = new_node(members[go_right])
+        queue.append((nodes[me][1], rlo, rhi, members[go_right], depth + 1))
     return {
         "children_left": np.array([n[0] for n in nodes], dtype=np.int32),
         "children_right": np.array([n[1] for n in nodes], dtype=np.int32),
