@@ -49,6 +49,14 @@ JOB_KEYS = {
     "global_max_depth": None,     # depth of the ICDTA4FL global tree (default: the local trees' depth)
     "global_max_nodes": 2000,     # node budget of the ICDTA4FL global tree (grown breadth first)
     "test_data": None,            # optional test file per client (horizontal modes)
+    # FedXGBllr
+    "xgb_trees": 500,             # XGBoost trees over all clients (each client grows xgb_trees // K)
+    "xgb_eta": 0.1,               # XGBoost learning rate of the client ensembles
+    "rounds": 10,                 # FedAvg rounds of the CNN
+    "local_epochs": 100,          # CNN epochs per client per round
+    "batch_size": 64,             # CNN mini-batch rows
+    "cnn_channels": 64,           # CNN channels (learning-rate strategies)
+    "cnn_lr": 0.001,              # Adam learning rate of the CNN
 }
 FOREST_KEYS = {k: getattr(ForestParams(), k) for k in ForestParams.names()}
 SECTIONS = {"job": JOB_KEYS, "forest": FOREST_KEYS}

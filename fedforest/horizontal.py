@@ -33,7 +33,7 @@ from .tree.rules import CATEGORICAL, NUMERIC, Rule
 
 # mode -> module (under fedforest) holding its ``server_train`` and ``client_train``
 ALGORITHMS = {"icdta4fl": "icdta4fl", "local": "icdta4fl", "centralized": "icdta4fl",
-              "federated_id3": "icdta4fl"}
+              "federated_id3": "icdta4fl", "fedxgbllr": "fedxgbllr"}
 
 FORMAT = "fedforest-horizontal"
 FORMAT_VERSION = 1
@@ -76,12 +76,16 @@ class ClientTable:
         if self.X.shape[1] == 0:
             raise InputError(what, f"{path!r} has no feature columns")
 
-    def describe(self, tree_type):
-        """What the server needs to agree on an encoding (no row values)."""
+    def describe(self, tree_type, task="classification"):
+        """What the server needs to agree on an encoding (no row values; for
+        regression not even the label values)."""
         kinds = ["numeric" if pd.api.types.is_numeric_dtype(self.X[c]) or pd.api.types.is_bool_dtype(self.X[c])
                  else "text" for c in self.X.columns]
+        classes = []
+        if self.y is not None and task == "classification":
+            classes = sorted({_text(v) for v in self.y})
         out = {"n_rows": int(self.X.shape[0]), "columns": list(self.X.columns), "kinds": kinds,
-               "classes": sorted({_text(v) for v in self.y}) if self.y is not None else []}
+               "classes": classes}
         if tree_type == "id3":
             out["categories"] = [sorted({_text(v) for v in self.X[c].dropna()})
                                  + ([MISSING] if self.X[c].isna().any() else []) for c in self.X.columns]
@@ -91,19 +95,21 @@ class ClientTable:
 class Encoding:
     """The job-wide encoding of rows (sent by the server to every client)."""
 
-    def __init__(self, tree_type, columns, classes, categories=None):
+    def __init__(self, tree_type, columns, classes, categories=None, task="classification"):
         self.tree_type = tree_type
         self.columns = list(columns)
         self.classes = list(classes)
         self.categories = categories
+        self.task = task
 
     def to_dict(self):
         return {"tree_type": self.tree_type, "columns": self.columns, "classes": self.classes,
-                "categories": self.categories}
+                "categories": self.categories, "task": self.task}
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d["tree_type"], d["columns"], d["classes"], d.get("categories"))
+        return cls(d["tree_type"], d["columns"], d["classes"], d.get("categories"),
+                   d.get("task", "classification"))
 
     @property
     def kind(self):
@@ -114,6 +120,14 @@ class Encoding:
         return [len(c) for c in self.categories] if self.categories else None
 
     def labels(self, y, what):
+        if self.task == "regression":
+            try:
+                values = pd.to_numeric(pd.Series(y)).to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(what, "regression labels must be numeric") from None
+            if not np.isfinite(values).all():
+                raise InputError(what, "regression labels must be finite numbers")
+            return values
         codes = {c: i for i, c in enumerate(self.classes)}
         text = [_text(v) for v in y]
         unknown = sorted({t for t in text if t not in codes})
@@ -129,6 +143,15 @@ class Encoding:
         if missing or extra:
             raise InputError(what, f"column set differs from the job's: missing {missing}, unexpected {extra}")
         X = X[self.columns]
+        if self.tree_type == "xgboost":  # numeric; missing values allowed, XGBoost learns where they go
+            try:
+                out = X.to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(what, "XGBoost needs numeric columns") from None
+            if np.isinf(out).any():
+                cols = [c for c, bad in zip(self.columns, np.isinf(out).any(axis=0)) if bad]
+                raise InputError(what, f"infinite values in {cols[:5]}")
+            return out
         if self.tree_type == "cart":
             try:
                 out = X.to_numpy(dtype=np.float64)
@@ -148,7 +171,7 @@ class Encoding:
         return out
 
 
-def agree(infos, tree_type):
+def agree(infos, tree_type, task="classification"):
     """The server's checks of the clients' descriptions; returns the Encoding."""
     ranks = sorted(infos)
     first = infos[ranks[0]]
@@ -161,16 +184,17 @@ def agree(infos, tree_type):
                                        f"unexpected {extra}")
     columns = first["columns"]
     classes = sorted({c for r in ranks for c in infos[r]["classes"]})
-    if len(classes) < 2:
+    if task == "classification" and len(classes) < 2:
         raise InputError("labels", f"all clients together have only the class(es) {classes}; "
                                    "a classifier needs at least two")
-    if tree_type == "cart":
+    if tree_type in ("cart", "xgboost"):
         text = sorted({c for r in ranks for c, k in zip(infos[r]["columns"], infos[r]["kinds"])
                        if k == "text"})
         if text:
-            raise InputError("tree_type", f"'cart' needs numeric columns; text columns: {text[:5]} "
-                                          "(encode them as numbers, or use tree_type 'id3')")
-        return Encoding("cart", columns, classes)
+            raise InputError("tree_type", f"{tree_type!r} needs numeric columns; text columns: {text[:5]} "
+                                          "(encode them as numbers" + (", or use tree_type 'id3')"
+                                                                      if tree_type == "cart" else ")"))
+        return Encoding(tree_type, columns, classes, task=task)
     categories = []
     for c in columns:
         values = set()
@@ -302,9 +326,18 @@ def load_model(model_dir):
     if doc.get("format_version") != FORMAT_VERSION:
         raise InputError("model_dir", f"{path!r} has format version {doc.get('format_version')}; this "
                                       f"fedforest reads version {FORMAT_VERSION}")
-    doc["tree"] = _arrays(doc["tree"])
+    doc["folder"] = os.path.dirname(path)
+    if "tree" in doc:
+        doc["tree"] = _arrays(doc["tree"])
     doc["encoding"] = Encoding.from_dict(doc["encoding"])
     return doc
+
+
+def _proba(doc, X):
+    if doc["mode"] == "fedxgbllr":
+        from .fedxgbllr import predict_proba as xgb_proba
+        return xgb_proba(dict(doc, encoding=doc["encoding"].to_dict()), doc["folder"], X)
+    return predict_proba(doc["tree"], X, doc["encoding"].tree_type)
 
 
 def predict_file(model_dir, data, output, label_column=None, id_column="id"):
@@ -313,11 +346,14 @@ def predict_file(model_dir, data, output, label_column=None, id_column="id"):
     enc = doc["encoding"]
     table = ClientTable(data, 0, label_column or doc["label_column"], id_column, need_label=False)
     X = enc.features(table.X, "data")
-    proba = predict_proba(doc["tree"], X, enc.tree_type)
+    proba = _proba(doc, X)
     df = pd.DataFrame({id_column: table.ids if table.ids is not None else np.arange(X.shape[0])})
-    df["prediction"] = np.array(enc.classes, dtype=object)[proba.argmax(axis=1)]
-    for k, c in enumerate(enc.classes):
-        df[f"proba_{c}"] = proba[:, k]
+    if enc.task == "regression":
+        df["prediction"] = proba
+    else:
+        df["prediction"] = np.array(enc.classes, dtype=object)[proba.argmax(axis=1)]
+        for k, c in enumerate(enc.classes):
+            df[f"proba_{c}"] = proba[:, k]
     path = os.path.abspath(output)
     model_io._atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
     n_unseen = int((X < 0).sum()) if enc.tree_type == "id3" else 0
@@ -329,6 +365,9 @@ def explain(model_dir, data=None, row=None, id_column="id"):
     """Text: the global tree as rules; with ``data`` and ``row``, the rule that decided that row."""
     doc = load_model(model_dir)
     enc = doc["encoding"]
+    if doc["mode"] == "fedxgbllr":
+        from .fedxgbllr import explain_text
+        return explain_text(dict(doc, encoding=enc.to_dict()), doc["folder"])
     rules = leaf_rules(doc["tree"], enc.tree_type)
     lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):"]
     order = sorted(rules)
