@@ -197,3 +197,23 @@ def test_mpi_horizontal_fewer_ranks_than_clients(tmp_path):
     job = _horizontal_job(tmp_path, 3, "icdta4fl")
     out = _check(mpirun(3, ["train", "--config", job]), ok=False)
     assert "names 3 clients but runs 3 ranks; start it with mpiexec -n 4" in out
+
+
+@pytest.mark.parametrize("n_clients", [2, 3])
+def test_mpi_fedxgbllr(tmp_path, n_clients):
+    X, y = make_classification(150 * n_clients, 6, n_informative=4, random_state=n_clients)
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    df["y"] = y
+    files = []
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), n_clients), start=1):
+        df.iloc[rows].to_csv(tmp_path / f"c{k}.csv", index=False)
+        files.append(f"c{k}.csv")
+    toml = tmp_path / "job.toml"
+    toml.write_text(f'[job]\nmode = "fedxgbllr"\ntask = "classification"\ndata = {files!r}\n'
+                    f'label_column = "y"\nmodel_dir = "model"\nsummary_json = "s.json"\nxgb_trees = 40\n'
+                    f'rounds = 3\nlocal_epochs = 5\n[forest]\nmax_depth = 3\n'.replace("'", '"'))
+    out = _check(mpirun(n_clients + 1, ["train", "--config", str(toml)]))
+    assert "fedxgbllr: 4 rounds" in out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["rounds"] == 4 and summary["train_accuracy"] > 0.8
+    assert summary["trees_per_client"] == 40 // n_clients
