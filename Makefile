@@ -28,6 +28,7 @@ test: venv
 bench: venv
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py
+	$(PY) experiments/bench_fedxgbllr.py
 
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py

@@ -24,8 +24,8 @@ import xgboost as xgb
 
 from . import __version__, cnn, model_io
 from .errors import InputError
-from .horizontal import ClientTable, Encoding, agree
-from .model_io import party_dir, write_summary
+from .horizontal import ClientTable, Encoding, agree, client_dir, server_dir
+from .model_io import write_summary
 
 MASTER = 0
 DEFAULT_DEPTH = 8
@@ -206,7 +206,7 @@ def server_train(comm, cfg):
             for m in per[clients[0]]:
                 summary[f"{key}_{m}"] = float(np.average([per[r][m] for r in clients],
                                                          weights=[final[r][f"{key}_rows"] for r in clients]))
-    summary["model_dirs"][0] = save_model(party_dir(cfg.model_dir, 0), enc, cfg.label_column, aggregate,
+    summary["model_dirs"][0] = save_model(server_dir(cfg.model_dir), enc, cfg.label_column, aggregate,
                                           params, {"summary": {k: v for k, v in summary.items()
                                                                if k != "model_dirs"}})
     summary["seconds"] = time.perf_counter() - t0
@@ -271,7 +271,7 @@ def client_train(comm, cfg):
             if test is not None:
                 reply["test"] = _metrics(enc, test[1], cnn.predict(params, S_test, kind))
                 reply["test_rows"] = int(test[0].shape[0])
-            folder = party_dir(cfg.model_dir, rank).replace("party-", "client-")
+            folder = client_dir(cfg.model_dir, rank)
             save_model(folder, enc, cfg.label_column, msg_ensembles(boosters), params,
                        {"client": rank, "metrics": reply})
             reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)

@@ -49,6 +49,14 @@ def roles(mode):
     return module.server_train, module.client_train
 
 
+def server_dir(model_dir):
+    return os.path.join(model_dir, "server")
+
+
+def client_dir(model_dir, rank):
+    return os.path.join(model_dir, f"client-{rank}")
+
+
 def _what(rank):
     return f"client {rank}"
 

@@ -31,11 +31,13 @@ from .horizontal import (
     ClientTable,
     Encoding,
     agree,
+    client_dir,
     predict_proba,
     save_model,
     save_rules,
+    server_dir,
 )
-from .model_io import party_dir, write_summary
+from .model_io import write_summary
 from .tree.id3 import _Builder, _entropy, fit_id3, id3_from_rules, rules_from_id3
 from .tree.rules import RuleArrays, aggregate, rules_from_tree, tree_from_rules
 
@@ -196,7 +198,7 @@ def server_train(comm, cfg):
             summary[f"{key}_f1"] = float(np.mean([m["f1"] for m in per.values()]))
     summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
     if tree is not None:
-        path = save_model(party_dir(cfg.model_dir, 0), {
+        path = save_model(server_dir(cfg.model_dir), {
             "mode": cfg.mode, "encoding": enc.to_dict(), "label_column": cfg.label_column,
             "tree": tree, "summary": {k: v for k, v in summary.items() if k != "model_dirs"}})
         summary["model_dirs"][0] = path
@@ -356,7 +358,7 @@ def client_train(comm, cfg):
             if test is not None:
                 reply["test"] = dict(zip(("accuracy", "f1"),
                                          _metrics(test[1], predict_proba(tree, test[0], enc.tree_type))))
-            folder = party_dir(cfg.model_dir, rank).replace("party-", "client-")
+            folder = client_dir(cfg.model_dir, rank)
             if msg.get("rules"):
                 save_rules(folder, msg["rules"])
             save_model(folder, {"mode": setup["mode"], "encoding": enc.to_dict(),
