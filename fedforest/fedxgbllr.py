@@ -133,6 +133,23 @@ def tree_outputs(boosters, X):
     return np.hstack(cols) if cols else np.empty((X.shape[0], 0))
 
 
+def intercepts(raw_ensembles, n_features, n_out):
+    """Each ensemble's constant term (XGBoost's base score on the margin scale):
+    the margin minus the sum of its tree outputs, on a row of missing values."""
+    row = np.full((1, n_features), np.nan)
+    dm = xgb.DMatrix(row, missing=np.nan)
+    out = []
+    for raw in raw_ensembles:
+        booster = load_booster(raw)
+        margin = np.asarray(booster.predict(dm, output_margin=True), dtype=np.float64).reshape(-1)
+        trees = tree_outputs([booster], row)[0]
+        if n_out > 1:
+            out.append(margin - trees.reshape(-1, n_out).sum(axis=0))
+        else:
+            out.append(margin[:1] - trees.sum())
+    return np.array(out)
+
+
 def _check_outputs(S, what):
     if not np.isfinite(S).all():
         bad = int((~np.isfinite(S)).any(axis=0).sum())
@@ -180,6 +197,9 @@ def server_train(comm, cfg):
         raise InputError("xgb_trees", "the clients' ensembles have different numbers of trees: "
                                       f"{ {r: ens[r]['n_trees'] for r in clients} }")
     params = cnn.init_params(T, K, n_outputs(enc), cfg.cnn_channels, setup["seed"])
+    # the output bias starts at the ensembles' mean intercept: the tree outputs leave it out
+    params["c"] = np.average(intercepts(aggregate, len(enc.columns), n_outputs(enc)), axis=0,
+                             weights=[rows[r] for r in clients])
     losses = []
     for t in range(1, cfg.rounds + 1):
         msg = {"op": "fit", "params": params, "round": t}
