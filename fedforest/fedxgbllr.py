@@ -24,7 +24,15 @@ import xgboost as xgb
 
 from . import __version__, cnn, model_io
 from .errors import InputError
-from .horizontal import ClientTable, Encoding, agree, client_dir, server_dir
+from .horizontal import (
+    ClientTable,
+    Encoding,
+    agree,
+    check_clients,
+    check_world,
+    client_dir,
+    server_dir,
+)
 from .model_io import write_summary
 
 MASTER = 0
@@ -46,6 +54,7 @@ def _expect(msg, op):
 
 def check_config(cfg):
     """FedXGBllr settings, refused before any work."""
+    check_clients(cfg)
     if cfg.task not in ("classification", "regression"):
         raise InputError("task", f"must be 'classification' or 'regression', got {cfg.task!r}")
     for key, low in (("xgb_trees", 1), ("rounds", 1), ("local_epochs", 1), ("batch_size", 1),
@@ -60,27 +69,9 @@ def check_config(cfg):
     d = cfg.max_depth
     if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
         raise InputError("max_depth", f"must be None or an int >= 1, got {d!r}")
-    if not isinstance(cfg.data, list) or not cfg.data:
-        raise InputError("data", "must list one data file per client")
-    if cfg.n_parties is None:
-        cfg.n_parties = cfg.values["n_parties"] = len(cfg.data)
-    if len(cfg.data) != cfg.n_parties:
-        raise InputError("data", f"lists {len(cfg.data)} files but n_parties is {cfg.n_parties}")
     if cfg.xgb_trees < cfg.n_parties:
         raise InputError("xgb_trees", f"{cfg.xgb_trees} trees cannot give each of {cfg.n_parties} "
                                       "clients one tree")
-    if cfg.test_data is not None and (not isinstance(cfg.test_data, list)
-                                      or len(cfg.test_data) != cfg.n_parties):
-        raise InputError("test_data", f"must list one test file per client ({cfg.n_parties}), "
-                                      f"got {cfg.test_data!r}")
-    if not cfg.label_column:
-        raise InputError("label_column", "is required for training")
-
-
-def _check_world(comm, cfg):
-    if comm.size - 1 != cfg.n_parties:
-        raise InputError("n_parties", f"the job names {cfg.n_parties} clients but runs {comm.size} "
-                                      f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
 
 
 def kind_of(enc):
@@ -172,7 +163,7 @@ def _metrics(enc, y, pred):
 def server_train(comm, cfg):
     t0 = time.perf_counter()
     check_config(cfg)
-    _check_world(comm, cfg)
+    check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     clients = comm.clients
@@ -249,7 +240,7 @@ def aggregate_ensembles(by_rank):
 def client_train(comm, cfg):
     rank = comm.rank
     check_config(cfg)
-    _check_world(comm, cfg)
+    check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = _expect(comm.recv(MASTER), "load")

@@ -49,6 +49,29 @@ def roles(mode):
     return module.server_train, module.client_train
 
 
+def check_clients(cfg):
+    """The job keys every horizontal mode reads: one data file (and optional
+    test file) per client, the label column."""
+    if not isinstance(cfg.data, list) or not cfg.data:
+        raise InputError("data", "must list one data file per client")
+    if cfg.n_parties is None:
+        cfg.n_parties = cfg.values["n_parties"] = len(cfg.data)
+    if len(cfg.data) != cfg.n_parties:
+        raise InputError("data", f"lists {len(cfg.data)} files but n_parties is {cfg.n_parties}")
+    if cfg.test_data is not None and (not isinstance(cfg.test_data, list)
+                                      or len(cfg.test_data) != cfg.n_parties):
+        raise InputError("test_data", f"must list one test file per client ({cfg.n_parties}), "
+                                      f"got {cfg.test_data!r}")
+    if not cfg.label_column:
+        raise InputError("label_column", "is required for training")
+
+
+def check_world(comm, cfg):
+    if comm.size - 1 != cfg.n_parties:
+        raise InputError("n_parties", f"the job names {cfg.n_parties} clients but runs {comm.size} "
+                                      f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+
+
 def server_dir(model_dir):
     return os.path.join(model_dir, "server")
 

@@ -31,6 +31,8 @@ from .horizontal import (
     ClientTable,
     Encoding,
     agree,
+    check_clients,
+    check_world,
     client_dir,
     predict_proba,
     save_model,
@@ -61,6 +63,7 @@ def _expect(msg, op):
 
 def check_config(cfg):
     """Horizontal settings, refused before any work."""
+    check_clients(cfg)
     if cfg.mode not in MODES:
         raise InputError("mode", f"{cfg.mode!r} is not one of this module's modes {MODES}")
     if cfg.task != "classification":
@@ -86,24 +89,6 @@ def check_config(cfg):
         d = cfg.values[key]
         if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
             raise InputError(key, f"must be None or an int >= 1, got {d!r}")
-    if not isinstance(cfg.data, list) or not cfg.data:
-        raise InputError("data", "must list one data file per client")
-    if cfg.n_parties is None:
-        cfg.n_parties = cfg.values["n_parties"] = len(cfg.data)
-    if len(cfg.data) != cfg.n_parties:
-        raise InputError("data", f"lists {len(cfg.data)} files but n_parties is {cfg.n_parties}")
-    if cfg.test_data is not None and (not isinstance(cfg.test_data, list)
-                                      or len(cfg.test_data) != cfg.n_parties):
-        raise InputError("test_data", f"must list one test file per client ({cfg.n_parties}), "
-                                      f"got {cfg.test_data!r}")
-    if not cfg.label_column:
-        raise InputError("label_column", "is required for training")
-
-
-def _check_world(comm, cfg):
-    if comm.size - 1 != cfg.n_parties:
-        raise InputError("n_parties", f"the job names {cfg.n_parties} clients but runs {comm.size} "
-                                      f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
 
 
 def _depth(cfg, enc):
@@ -158,7 +143,7 @@ def filter_trees(scores, how, percentile=75.0):
 def server_train(comm, cfg):
     t0 = time.perf_counter()
     check_config(cfg)
-    _check_world(comm, cfg)
+    check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     clients = comm.clients
@@ -316,7 +301,7 @@ def _server_federated_id3(comm, enc, max_depth, summary):
 def client_train(comm, cfg):
     rank = comm.rank
     check_config(cfg)
-    _check_world(comm, cfg)
+    check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = _expect(comm.recv(MASTER), "load")
