@@ -25,31 +25,22 @@ import xgboost as xgb
 from . import __version__, cnn, model_io
 from .errors import InputError
 from .horizontal import (
+    FORMAT,
+    FORMAT_VERSION,
     ClientTable,
     Encoding,
     agree,
     check_clients,
     check_world,
     client_dir,
+    expect,
+    log,
     server_dir,
 )
 from .model_io import write_summary
 
 MASTER = 0
 DEFAULT_DEPTH = 8
-FORMAT = "fedforest-horizontal"
-FORMAT_VERSION = 1
-
-
-def _log(cfg, text):
-    if not cfg.quiet:
-        print(text, flush=True)
-
-
-def _expect(msg, op):
-    if msg.get("op") != op:
-        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
-    return msg
 
 
 def check_config(cfg):
@@ -177,7 +168,7 @@ def server_train(comm, cfg):
              "epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": float(cfg.cnn_lr)}
     comm.bcast(setup)
     rows = {r: infos[r]["n_rows"] for r in clients}
-    _log(cfg, f"fedxgbllr: {K} clients, {sum(rows.values())} rows, {T_req} trees per client, "
+    log(cfg, f"fedxgbllr: {K} clients, {sum(rows.values())} rows, {T_req} trees per client, "
               f"{cfg.rounds} rounds")
     rounds0, sent0 = comm.rounds, comm.bytes_sent
     # round 0: every ensemble once, aggregated in client order
@@ -223,7 +214,7 @@ def server_train(comm, cfg):
     summary["seconds"] = time.perf_counter() - t0
     which = "test" if "test_mse" in summary or "test_accuracy" in summary else "train"
     metric = "mse" if enc.task == "regression" else "accuracy"
-    _log(cfg, f"fedxgbllr: {rounds} rounds, {summary['bytes_per_client'] / 1e6:.2f} MB per client, "
+    log(cfg, f"fedxgbllr: {rounds} rounds, {summary['bytes_per_client'] / 1e6:.2f} MB per client, "
               f"client {which} {metric} {summary[f'{which}_{metric}']:.4f} ({summary['seconds']:.1f}s)")
     write_summary(cfg.summary_json, summary)
     return summary
@@ -243,10 +234,10 @@ def client_train(comm, cfg):
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
-    msg = _expect(comm.recv(MASTER), "load")
+    msg = expect(comm.recv(MASTER), "load")
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
     comm.send(MASTER, table.describe("xgboost", msg["task"]))
-    setup = _expect(comm.recv(MASTER), "setup")
+    setup = expect(comm.recv(MASTER), "setup")
     enc = Encoding.from_dict(setup["encoding"])
     what = f"client {rank}"
     X = enc.features(table.X, what)
@@ -257,7 +248,7 @@ def client_train(comm, cfg):
         test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
     bytes0 = comm.bytes_sent
     kind = kind_of(enc)
-    _expect(comm.recv(MASTER), "train_xgb")
+    expect(comm.recv(MASTER), "train_xgb")
     model = train_ensemble(X, y, enc, setup["trees_per_client"], setup["max_depth"], setup["eta"],
                            setup["seed"] + rank)
     n_trees = load_booster(model).num_boosted_rounds() * (len(enc.classes) if kind == cnn.MULTICLASS else 1)

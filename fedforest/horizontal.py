@@ -49,6 +49,18 @@ def roles(mode):
     return module.server_train, module.client_train
 
 
+def log(cfg, text):
+    """A summary line on the server (nothing when ``quiet``)."""
+    if not cfg.quiet:
+        print(text, flush=True)
+
+
+def expect(msg, op):
+    if msg.get("op") != op:
+        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
+    return msg
+
+
 def check_clients(cfg):
     """The job keys every horizontal mode reads: one data file (and optional
     test file) per client, the label column."""
@@ -282,20 +294,8 @@ def leaf_rules(tree, tree_type):
 
 def rule_text(rule, enc):
     """A rule in the job's column names and category values."""
-    parts = []
-    for f in sorted(rule.conditions):
-        c = rule.conditions[f]
-        name = enc.columns[f]
-        if rule.kind == CATEGORICAL:
-            parts.append(f"{name} == {enc.categories[f][c]}")
-            continue
-        lo, hi = c
-        if lo > -np.inf:
-            parts.append(f"{name} > {lo:g}")
-        if hi < np.inf:
-            parts.append(f"{name} <= {hi:g}")
-    cls = enc.classes[int(np.argmax(rule.dist))]
-    return f"IF {' AND '.join(parts) or 'always'} THEN {cls}"
+    text = rule.text(names=enc.columns, categories=enc.categories, joiner=" AND ", empty="always")
+    return f"IF {text} THEN {enc.classes[int(np.argmax(rule.dist))]}"
 
 
 # ---------------------------------------------------------------------------

@@ -34,6 +34,8 @@ from .horizontal import (
     check_clients,
     check_world,
     client_dir,
+    expect,
+    log,
     predict_proba,
     save_model,
     save_rules,
@@ -48,17 +50,6 @@ MODES = ("icdta4fl", "local", "centralized", "federated_id3")
 TREE_TYPES = ("cart", "id3")
 FILTERS = ("mean", "median", "percentile", "none")
 CART_DEFAULT_DEPTH = 5
-
-
-def _log(cfg, text):
-    if not cfg.quiet:
-        print(text, flush=True)
-
-
-def _expect(msg, op):
-    if msg.get("op") != op:
-        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
-    return msg
 
 
 def check_config(cfg):
@@ -154,7 +145,7 @@ def server_train(comm, cfg):
     comm.bcast({"op": "setup", "encoding": enc.to_dict(), "max_depth": max_depth, "seed": seed,
                 "mode": cfg.mode, "criterion": cfg.criterion or "gini"})
     rows = {r: infos[r]["n_rows"] for r in clients}
-    _log(cfg, f"{cfg.mode}: {len(clients)} clients, {sum(rows.values())} rows "
+    log(cfg, f"{cfg.mode}: {len(clients)} clients, {sum(rows.values())} rows "
               f"({', '.join(f'client {r}: {rows[r]}' for r in clients)}), {enc.tree_type}, "
               f"max_depth {max_depth}")
     summary = {"mode": cfg.mode, "tree_type": enc.tree_type, "n_clients": len(clients),
@@ -190,7 +181,7 @@ def server_train(comm, cfg):
     summary["seconds"] = time.perf_counter() - t0
     if "test_accuracy" in summary or "train_accuracy" in summary:
         which = "test" if "test_accuracy" in summary else "train"
-        _log(cfg, f"{cfg.mode}: mean client {which} accuracy {summary[f'{which}_accuracy']:.4f}, "
+        log(cfg, f"{cfg.mode}: mean client {which} accuracy {summary[f'{which}_accuracy']:.4f}, "
                   f"macro-F1 {summary[f'{which}_f1']:.4f} ({summary['rounds']} rounds, "
                   f"{summary['seconds']:.2f}s)")
     write_summary(cfg.summary_json, summary)
@@ -215,7 +206,7 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
         warnings.simplefilter("always")
         merged, stats = aggregate(rule_sets, cfg.max_rules)
     for w in caught:
-        _log(cfg, f"warning: {w.message}")
+        log(cfg, f"warning: {w.message}")
     C = len(enc.classes)
     if not merged:
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
@@ -225,7 +216,7 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
     tree = build(merged, C, max_depth=cfg.global_max_depth or max_depth, max_nodes=cfg.global_max_nodes,
                  info=info)
     if info.get("truncated"):
-        _log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
+        log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
                   "nodes beyond it were left as leaves")
     if enc.tree_type == "cart":
         tree = {k: v for k, v in tree.items() if k != "n_rules"}
@@ -236,7 +227,7 @@ def _server_icdta4fl(comm, cfg, enc, max_depth, summary):
         global_tree_truncated=bool(info.get("truncated")),
         aggregate_seconds=time.perf_counter() - t0,
         local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
-    _log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
+    log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
               f"{cfg.filter_metric}); {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
     n_feat = len(enc.columns)
@@ -304,10 +295,10 @@ def client_train(comm, cfg):
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
-    msg = _expect(comm.recv(MASTER), "load")
+    msg = expect(comm.recv(MASTER), "load")
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
     comm.send(MASTER, table.describe(msg["tree_type"]))
-    setup = _expect(comm.recv(MASTER), "setup")
+    setup = expect(comm.recv(MASTER), "setup")
     enc = Encoding.from_dict(setup["encoding"])
     what = f"client {rank}"
     X = enc.features(table.X, what)

@@ -40,21 +40,23 @@ class Rule:
     def predicted(self):
         return int(np.argmax(self.dist))
 
-    def text(self, names=None):
+    def text(self, names=None, categories=None, joiner=" and ", empty="(always)"):
+        """The conditions as text; ``names``: column names (default ``x<f>``),
+        ``categories``: per column, the category value of each code."""
         def name(f):
             return names[f] if names is not None else f"x{f}"
         parts = []
         for f in sorted(self.conditions):
             c = self.conditions[f]
             if self.kind == CATEGORICAL:
-                parts.append(f"{name(f)} == {c}")
+                parts.append(f"{name(f)} == {categories[f][c] if categories is not None else c}")
                 continue
             lo, hi = c
             if lo > -math.inf:
                 parts.append(f"{name(f)} > {lo:g}")
             if hi < math.inf:
                 parts.append(f"{name(f)} <= {hi:g}")
-        return " and ".join(parts) or "(always)"
+        return joiner.join(parts) or empty
 
 
 def rules_from_tree(children_left, children_right, feature, threshold, value, n_node_samples):
