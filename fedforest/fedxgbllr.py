@@ -27,15 +27,14 @@ from .errors import InputError
 from .horizontal import (
     FORMAT,
     FORMAT_VERSION,
-    ClientTable,
     Encoding,
-    agree,
     check_clients,
-    check_world,
     client_dir,
+    client_setup,
     expect,
     log,
     server_dir,
+    server_setup,
 )
 from .model_io import write_summary
 
@@ -154,12 +153,8 @@ def _metrics(enc, y, pred):
 def server_train(comm, cfg):
     t0 = time.perf_counter()
     check_config(cfg)
-    check_world(comm, cfg)
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
     clients = comm.clients
-    infos = comm.exchange({r: {"op": "load", "task": cfg.task} for r in clients})
-    enc = agree(infos, "xgboost", cfg.task)
+    infos, enc = server_setup(comm, cfg, "xgboost", cfg.task)
     K = len(clients)
     T_req = cfg.xgb_trees // K
     setup = {"op": "setup", "encoding": enc.to_dict(), "trees_per_client": T_req,
@@ -231,21 +226,8 @@ def aggregate_ensembles(by_rank):
 def client_train(comm, cfg):
     rank = comm.rank
     check_config(cfg)
-    check_world(comm, cfg)
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
-    msg = expect(comm.recv(MASTER), "load")
-    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
-    comm.send(MASTER, table.describe("xgboost", msg["task"]))
-    setup = expect(comm.recv(MASTER), "setup")
-    enc = Encoding.from_dict(setup["encoding"])
+    setup, enc, X, y, test = client_setup(comm, cfg)
     what = f"client {rank}"
-    X = enc.features(table.X, what)
-    y = enc.labels(table.y, what)
-    test = None
-    if cfg.test_data:
-        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
-        test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
     bytes0 = comm.bytes_sent
     kind = kind_of(enc)
     expect(comm.recv(MASTER), "train_xgb")

@@ -84,6 +84,38 @@ def check_world(comm, cfg):
                                       f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
 
 
+def server_setup(comm, cfg, tree_type, task="classification"):
+    """Server start-up shared by every horizontal mode: world size, handshake,
+    the clients' descriptions and the job-wide encoding.  Returns (infos, Encoding)."""
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    comm.handshake()
+    infos = comm.exchange({r: {"op": "load", "tree_type": tree_type, "task": task} for r in comm.clients})
+    return infos, agree(infos, tree_type, task)
+
+
+def client_setup(comm, cfg):
+    """Client start-up matching :func:`server_setup`, up to the server's
+    ``setup`` message.  Returns (setup message, Encoding, X, y, test) where
+    ``test`` is ``(X, y)`` of the client's ``test_data`` file or None."""
+    rank = comm.rank
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    comm.handshake()
+    msg = expect(comm.recv(0), "load")
+    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
+    comm.send(0, table.describe(msg["tree_type"], msg["task"]))
+    setup = expect(comm.recv(0), "setup")
+    enc = Encoding.from_dict(setup["encoding"])
+    what = _what(rank)
+    X, y = enc.features(table.X, what), enc.labels(table.y, what)
+    test = None
+    if cfg.test_data:
+        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
+        test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
+    return setup, enc, X, y, test
+
+
 def server_dir(model_dir):
     return os.path.join(model_dir, "server")
 

@@ -28,18 +28,15 @@ from sklearn.tree import DecisionTreeClassifier
 
 from .errors import InputError
 from .horizontal import (
-    ClientTable,
-    Encoding,
-    agree,
     check_clients,
-    check_world,
     client_dir,
-    expect,
+    client_setup,
     log,
     predict_proba,
     save_model,
     save_rules,
     server_dir,
+    server_setup,
 )
 from .model_io import write_summary
 from .tree.id3 import _Builder, _entropy, fit_id3, id3_from_rules, rules_from_id3
@@ -134,12 +131,8 @@ def filter_trees(scores, how, percentile=75.0):
 def server_train(comm, cfg):
     t0 = time.perf_counter()
     check_config(cfg)
-    check_world(comm, cfg)
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
     clients = comm.clients
-    infos = comm.exchange({r: {"op": "load", "tree_type": cfg.tree_type} for r in clients})
-    enc = agree(infos, cfg.tree_type)
+    infos, enc = server_setup(comm, cfg, cfg.tree_type)
     max_depth = _depth(cfg, enc)
     seed = cfg.random_state if cfg.random_state is not None else 0
     comm.bcast({"op": "setup", "encoding": enc.to_dict(), "max_depth": max_depth, "seed": seed,
@@ -292,21 +285,7 @@ def _server_federated_id3(comm, enc, max_depth, summary):
 def client_train(comm, cfg):
     rank = comm.rank
     check_config(cfg)
-    check_world(comm, cfg)
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
-    msg = expect(comm.recv(MASTER), "load")
-    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
-    comm.send(MASTER, table.describe(msg["tree_type"]))
-    setup = expect(comm.recv(MASTER), "setup")
-    enc = Encoding.from_dict(setup["encoding"])
-    what = f"client {rank}"
-    X = enc.features(table.X, what)
-    y = enc.labels(table.y, what)
-    test = None
-    if cfg.test_data:
-        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
-        test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
+    setup, enc, X, y, test = client_setup(comm, cfg)
     bytes0 = comm.bytes_sent
     own = None
     node_of_row = np.zeros(X.shape[0], dtype=np.int64)
