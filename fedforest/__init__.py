@@ -2,19 +2,22 @@
 
 The vertical Federated Forest runs as one MPI job (``python -m fedforest``);
 :class:`ForestClassifier` and :class:`ForestRegressor` run the same algorithm
-in one process.
+in one process.  Horizontal algorithms run over the same transport
+(``--mode``; see :mod:`fedforest.horizontal`).
 """
-__version__ = "0.1.0"
+from .errors import ChannelError, FedForestError, InputError, RemoteError
+from .version import __version__
 
-from .errors import ChannelError, FedForestError, InputError, RemoteError  # noqa: E402
+__all__ = ["ForestClassifier", "ForestRegressor", "run_job", "run_vertical", "run_horizontal",
+           "FedForestError", "InputError", "ChannelError", "RemoteError", "__version__"]
 
-__all__ = ["ForestClassifier", "ForestRegressor", "FedForestError", "InputError",
-           "ChannelError", "RemoteError", "__version__"]
+_LAZY = {"ForestClassifier": ".vertical.estimator", "ForestRegressor": ".vertical.estimator",
+         "run_job": ".jobs", "run_vertical": ".jobs", "run_horizontal": ".jobs"}
 
 
 def __getattr__(name):
-    # the estimators import scikit-learn, which MPI ranks do not need: load on first use
-    if name in ("ForestClassifier", "ForestRegressor"):
-        from . import forest
-        return getattr(forest, name)
+    # scikit-learn takes a second to import and MPI ranks do not need it: load on first use
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'fedforest' has no attribute {name!r}")

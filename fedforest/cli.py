@@ -1,91 +1,118 @@
 """Command line: ``python -m fedforest <command>``.
 
-MPI commands (start with ``mpiexec -n K+1``): ``train``, ``predict`` (vertical).
+Jobs (start with ``mpiexec -n K+1``; rank 0 is the server, ranks 1..K the
+parties/clients): ``train``, and ``predict`` for vertical models.
 Local commands: ``predict`` (horizontal models), ``explain``, ``evaluate``,
-``split``, ``demo-data``, ``demo-report``.
+``split``, ``modes``, ``demo-data``, ``demo-report``.
+
+Every setting of docs/config.md is also a flag (``max_depth`` -> ``--max-depth``);
+``--mode`` picks the algorithm (``python -m fedforest modes`` lists them).
 """
 import argparse
 import sys
 
-from .config import ALL_KEYS, parse_flag_value, resolve
 from .errors import InputError
+from .federation.config import JOB_PARAMS, parse_flag_value, resolve
+from .federation.registry import REGISTRY
 
-BOOL_KEYS = [k for k, v in ALL_KEYS.items() if isinstance(v, bool)]
-# values that are names or paths: never read as numbers (a column may be called "7")
-TEXT_KEYS = ("task", "id_column", "label_column", "model_dir", "output", "summary_json",
-             "label_privacy", "predict_method", "criterion", "split_method", "feature_sampling",
-             "mode", "tree_type", "filter", "filter_metric")
+
+def _mode_list():
+    return "\n".join(f"  {m.name:<14} {m.summary} (settings: [{m.table}])" for m in REGISTRY.modes())
+
+
+def _flag_help(param, modes):
+    """A flag's help: its text, constraints and default (per mode where they differ)."""
+    def one(p):
+        return f"{p.help} [{p.describe()}; default {p.default!r}]"
+    if not modes:
+        return one(param)
+    texts = {}
+    for m in modes:
+        texts.setdefault(one(m.param(param.name)), []).append(m.name)
+    if len(texts) == 1:
+        (text, names), = texts.items()
+        return f"({', '.join(names)}) {text}"
+    return "; ".join(f"({', '.join(names)}) {text}" for text, names in texts.items())
+
+
+def _add_flag(group, param, help_text):
+    if param.is_paths:
+        group.add_argument(param.flag, nargs="+", default=argparse.SUPPRESS, metavar="FILE", help=help_text)
+    elif param.is_bool:
+        group.add_argument(param.flag, nargs="?", const=True, type=parse_flag_value, default=argparse.SUPPRESS,
+                           metavar="BOOL", help=help_text)
+    elif param.text or param.path:
+        group.add_argument(param.flag, type=str, default=argparse.SUPPRESS, metavar="TEXT", help=help_text)
+    else:
+        group.add_argument(param.flag, type=parse_flag_value, default=argparse.SUPPRESS, metavar="VALUE",
+                           help=help_text)
+
+
+def setting_names():
+    """Every setting any mode (or [job]) declares."""
+    names = [p.name for p in JOB_PARAMS]
+    for m in REGISTRY.modes():
+        names += [p.name for p in m.params if p.name not in names]
+    return names
 
 
 def _add_job_flags(p):
-    p.add_argument("--config", help="TOML job file ([job] and [forest] tables)")
-    for key in ALL_KEYS:
-        flag = "--" + key.replace("_", "-")
-        if key in ("data", "test_data"):
-            p.add_argument(flag, nargs="+", default=argparse.SUPPRESS, metavar="FILE",
-                           help=f"{'test ' if key == 'test_data' else ''}data file of each party, in rank order")
-        elif key in TEXT_KEYS:
-            p.add_argument(flag, type=str, default=argparse.SUPPRESS, metavar="VALUE")
-        elif key in BOOL_KEYS:
-            p.add_argument(flag, nargs="?", const=True, type=parse_flag_value,
-                           default=argparse.SUPPRESS, metavar="BOOL")
-        else:
-            p.add_argument(flag, type=parse_flag_value, default=argparse.SUPPRESS, metavar="VALUE")
+    p.add_argument("--config", help="TOML job file: a [job] table and the mode's table (docs/config.md)")
+    job = p.add_argument_group("job settings (TOML table [job]; every mode)")
+    for param in JOB_PARAMS:
+        text = _flag_help(param, None)
+        if param.name == "mode":
+            text = f"the algorithm to run, one of: {', '.join(REGISTRY.names())} [default 'vertical']"
+        _add_flag(job, param, text)
+    done = {param.name for param in JOB_PARAMS}
+    for mode in REGISTRY.modes():
+        new = [q for q in mode.params if q.name not in done]
+        if not new:
+            continue
+        group = p.add_argument_group(f"mode {mode.name} (TOML table [{mode.table}])", mode.summary)
+        for q in new:
+            owners = REGISTRY.owners(q.name)
+            _add_flag(group, q, _flag_help(q, owners) if len(owners) > 1 else _flag_help(q, None))
+            done.add(q.name)
 
 
 def _flags(args):
-    return {k: v for k, v in vars(args).items() if k in ALL_KEYS}
+    names = set(setting_names())
+    return {k: v for k, v in vars(args).items() if k in names}
 
 
-def _mpi_command(args, master_fn, party_fn):
+def _mpi_command(args, server_role, client_role):
+    """Run one role of a job on this MPI rank."""
     from .transport.base import Comm
     from .transport.mpi import world_transport
     from .transport.runner import run_master, run_rank
     comm = Comm(world_transport())
-    flags = _flags(args)
-    state = {"verbose": bool(flags.get("verbose", False))}
-
-    def load():
-        cfg = resolve(args.config, flags)
-        state["verbose"] = bool(cfg.verbose)
-        if comm.rank != 0:
-            cfg.values["progress"] = cfg.progress = False
-            cfg.values["quiet"] = cfg.quiet = True
-        return cfg
-
-    if comm.rank == 0:
-        run_master(comm, lambda c: master_fn(c, load()), verbose=lambda: state["verbose"])
+    try:
+        cfg = resolve(args.config, _flags(args))
+        role = cfg.spec.role(server_role if comm.rank == 0 else client_role)
+    except InputError as exc:
+        # every rank reads the same settings and fails the same way: rank 0 says so, all stop
+        if comm.rank == 0:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    if comm.rank != 0:
+        cfg.set("progress", False)
+        cfg.set("quiet", True)
+        run_rank(comm, None, lambda c: role(c, cfg))
     else:
-        run_rank(comm, None, lambda c: party_fn(c, load()))
+        run_master(comm, lambda c: role(c, cfg), verbose=lambda: bool(cfg.verbose))
     return 0
 
 
-def _by_mode(name, vertical_fn):
-    """The master or party function of the configured mode."""
-    def run(comm, cfg):
-        if cfg.mode == "vertical":
-            return vertical_fn(comm, cfg)
-        from .horizontal import roles
-        return roles(cfg.mode)[0 if name == "server" else 1](comm, cfg)
-    return run
-
-
 def cmd_train(args):
-    from .vertical import master_train, party_train
-    return _mpi_command(args, _by_mode("server", master_train), _by_mode("client", party_train))
+    return _mpi_command(args, "server_train", "client_train")
 
 
 def cmd_predict(args):
     cfg = resolve(args.config, _flags(args))
-    if cfg.mode != "vertical":
-        return _predict_horizontal(cfg)
-    from .vertical import master_predict, party_predict
-    return _mpi_command(args, master_predict, party_predict)
-
-
-def _predict_horizontal(cfg):
-    """A horizontal model predicts locally, one rows file at a time (no MPI job)."""
-    from .horizontal import predict_file
+    if cfg.spec.has("server_predict"):
+        return _mpi_command(args, "server_predict", "client_predict")
+    from .horizontal.common import predict_file
     if not isinstance(cfg.data, list) or len(cfg.data) != 1:
         raise InputError("data", "horizontal prediction reads one rows file (--data FILE)")
     out = predict_file(cfg.model_dir, cfg.data[0], cfg.output, id_column=cfg.id_column)
@@ -96,13 +123,43 @@ def _predict_horizontal(cfg):
 
 
 def cmd_explain(args):
-    from .horizontal import explain
-    print(explain(args.model_dir, args.data, args.row, args.id_column))
+    from .horizontal.common import explain_model
+    print(explain_model(args.model_dir, args.data, args.row, args.id_column))
+    return 0
+
+
+def _md(value):
+    return "none" if value is None else f"`{value!r}`".replace("|", "\\|")
+
+
+def settings_markdown():
+    """The settings reference of docs/config.md: one table for [job], one per mode."""
+    out = [f"### `[job]`: every mode\n", "| key | accepts | default | meaning |", "|---|---|---|---|"]
+    for p in JOB_PARAMS:
+        only = "" if len(p.families) > 1 else f" ({' and '.join(p.families)} modes only)"
+        out.append(f"| `{p.name}` | {p.describe()} | {_md(p.default)} | {p.help}{only} |")
+    for m in REGISTRY.modes():
+        out += ["", f"### `[{m.table}]`: mode `{m.name}` ({m.family}; {', '.join(m.tasks)})", "",
+                m.summary + ".", "", "| key | accepts | default | meaning |", "|---|---|---|---|"]
+        for p in m.params:
+            out.append(f"| `{p.name}` | {p.describe()} | {_md(p.default)} | {p.help} |")
+    return "\n".join(out) + "\n"
+
+
+def cmd_modes(args):
+    if args.markdown:
+        print(settings_markdown(), end="")
+        return 0
+    for m in REGISTRY.modes():
+        print(f"{m.name} ({m.family}; {', '.join(m.tasks)}): {m.summary}")
+        print(f"  settings in [{m.table}]:")
+        for p in m.params:
+            print(f"    {p.name} = {p.default!r}  -- {p.help} [{p.describe()}]")
     return 0
 
 
 def cmd_evaluate(args):
-    from .evaluate import evaluate_files, format_metrics
+    from .federation.metrics import evaluate_files, format_metrics
     metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task)
     print(format_metrics(metrics))
     return 0
@@ -113,11 +170,9 @@ def cmd_split(args):
     if args.by == "rows":
         paths = split_rows_file(args.input, args.parties, args.label_column, args.out, args.scheme,
                                 args.alpha, args.test_size, args.seed)
-        for p in paths:
-            print(p)
-        return 0
-    paths = split_file(args.input, args.parties, args.id_column, args.label_column, args.out,
-                       label_party=args.label_party, test_size=args.test_size, seed=args.seed)
+    else:
+        paths = split_file(args.input, args.parties, args.id_column, args.label_column, args.out,
+                           label_party=args.label_party, test_size=args.test_size, seed=args.seed)
     for p in paths:
         print(p)
     return 0
@@ -136,51 +191,60 @@ def cmd_demo_report(args):
 
 
 def build_parser():
+    raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__, allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=raw, epilog="modes:\n" + _mode_list())
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", allow_abbrev=False,
-                       help="train a vertical Federated Forest or a horizontal model (--mode; under mpiexec)")
+    p = sub.add_parser("train", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
+                       help="train a model of the chosen mode (under mpiexec -n K+1)",
+                       description="Train a model: rank 0 is the server, ranks 1..K the parties/clients.")
     _add_job_flags(p)
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("predict", allow_abbrev=False,
-                       help="predict with a trained model (vertical: under mpiexec; horizontal: locally)")
+    p = sub.add_parser("predict", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
+                       help="predict with a trained model (vertical: under mpiexec; horizontal: locally)",
+                       description="Predict with a trained model.  A vertical model is split across the "
+                                   "parties: predict runs as a job under mpiexec.  A horizontal model "
+                                   "predicts one rows file locally (--data FILE).")
     _add_job_flags(p)
     p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("modes", help="list the modes and their settings")
+    p.add_argument("--markdown", action="store_true", help="print the settings reference as markdown tables")
+    p.set_defaults(func=cmd_modes)
     p = sub.add_parser("evaluate", help="metrics of a predictions file against true labels")
-    p.add_argument("--predictions", required=True)
+    p.add_argument("--predictions", required=True, help="predictions file written by predict")
     p.add_argument("--truth", required=True, help="file with the ID and label columns")
-    p.add_argument("--id-column", default="id")
-    p.add_argument("--label-column", required=True)
+    p.add_argument("--id-column", default="id", help="name of the ID column (default 'id')")
+    p.add_argument("--label-column", required=True, help="name of the label column in --truth")
     p.add_argument("--task", choices=["classification", "regression"], default=None,
                    help="default: guessed from the predictions file (proba_ columns)")
     p.set_defaults(func=cmd_evaluate)
-    p = sub.add_parser("explain", help="print a horizontal model's tree as rules (and the rule of one row)")
-    p.add_argument("--model-dir", required=True)
+    p = sub.add_parser("explain", help="print a horizontal model as rules (and the rule of one row)")
+    p.add_argument("--model-dir", required=True, help="the job's model_dir, or one client's folder in it")
     p.add_argument("--data", default=None, help="rows file holding the row to explain")
     p.add_argument("--row", type=int, default=None, help="0-based row number in --data")
-    p.add_argument("--id-column", default="id")
+    p.add_argument("--id-column", default="id", help="name of the ID column (default 'id')")
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("split", help="split one table into per-party files by columns (vertical) "
                                      "or per-client files by rows (horizontal)")
-    p.add_argument("--input", required=True)
+    p.add_argument("--input", required=True, help="the table to split (CSV, Parquet, .npy/.npz)")
     p.add_argument("--parties", type=int, required=True, help="parties (by columns) or clients (by rows)")
-    p.add_argument("--by", choices=["columns", "rows"], default="columns")
+    p.add_argument("--by", choices=["columns", "rows"], default="columns",
+                   help="columns: vertical parties; rows: horizontal clients (default columns)")
     p.add_argument("--scheme", choices=["iid", "dirichlet"], default="iid",
                    help="rows: stratified equal shares, or Dirichlet label skew")
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration (--scheme dirichlet)")
     p.add_argument("--id-column", default="id", help="created (row numbers) if the input lacks it")
-    p.add_argument("--label-column", required=True)
-    p.add_argument("--label-party", type=int, default=1)
+    p.add_argument("--label-column", required=True, help="name of the label column")
+    p.add_argument("--label-party", type=int, default=1, help="columns: the party that gets the label")
     p.add_argument("--test-size", type=float, default=0.0, help="also write test files with this share of rows")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0, help="seed of the split")
+    p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=cmd_split)
     p = sub.add_parser("demo-data", help="write the bundled demo job (breast cancer, 2 parties)")
-    p.add_argument("--out", default="build/demo")
+    p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
     p.set_defaults(func=cmd_demo_data)
     p = sub.add_parser("demo-report", help="compare the demo's federated predictions with scikit-learn")
-    p.add_argument("--dir", default="build/demo")
+    p.add_argument("--dir", default="build/demo", help="the demo folder (default build/demo)")
     p.set_defaults(func=cmd_demo_report)
     return parser
 

@@ -7,7 +7,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import train_test_split
 
-from .evaluate import compute_metrics
+from .federation.metrics import compute_metrics
 
 N_ESTIMATORS = 100
 SEED = 0

@@ -1,17 +1,17 @@
 """Shared helpers for the vertical-forest tests."""
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
 
-from fedforest import model_io
+from fedforest.vertical import model_files as model_io
 from fedforest.tree.builder import merge_partials
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)
-MPIEXEC = os.path.join(VENV_BIN, "mpiexec")
 TREE_KEYS = ("children_left", "children_right", "feature", "threshold", "missing_left", "value")
 
 
@@ -51,14 +51,28 @@ def random_groups(n_features, n_parties, rng):
     return [list(g) for g in np.split(perm, cuts)]
 
 
+def find_mpiexec():
+    """The ``mpiexec`` beside the running interpreter (the one the mpi4py/mpich wheels
+    install), else the first on ``PATH``; a clear error if there is none."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    raise RuntimeError(f"no mpiexec found: neither {beside} nor one on PATH; install an MPI "
+                       "(e.g. `pip install mpich` in this environment) to run the MPI tests")
+
+
 def mpirun(n_ranks, args, timeout=240, env=None, cwd=ROOT):
-    """Run ``python -m fedforest <args>`` under the wheel's mpiexec; returns CompletedProcess."""
+    """Run ``python -m fedforest <args>`` under mpiexec (see ``find_mpiexec``); returns
+    CompletedProcess."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    cmd = [MPIEXEC, "-n", str(n_ranks), sys.executable, "-m", "fedforest"] + list(args)
+    cmd = [find_mpiexec(), "-n", str(n_ranks), sys.executable, "-m", "fedforest"] + list(args)
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def write_job(folder, frames, task, n_estimators=4, fmt="csv", extra=""):
+def write_job(folder, frames, task, n_estimators=4, fmt="csv", extra="", forest=""):
     """Party files + a job TOML in ``folder``; returns the TOML path."""
     paths = []
     for p, f in enumerate(frames, start=1):
@@ -75,5 +89,5 @@ def write_job(folder, frames, task, n_estimators=4, fmt="csv", extra=""):
     with open(toml, "w") as fh:
         fh.write(f'[job]\ntask = "{task}"\ndata = {paths!r}\nlabel_column = "y"\n'
                  f'model_dir = "model"\nprogress = false\n{extra}\n'
-                 f'[forest]\nn_estimators = {n_estimators}\nrandom_state = 7\n'.replace("'", '"'))
+                 f'[forest]\nn_estimators = {n_estimators}\nrandom_state = 7\n{forest}'.replace("'", '"'))
     return toml

@@ -8,7 +8,7 @@ be refused with a clear error before any work, with nothing written.  String
 categorical columns are ordinal-encoded per party.  Prediction refuses "a
 mismatched party, model version or column set with a clear error".
 
-Most cases run in-process through ``fedforest.local.run_vertical`` (the same
+Most cases run in-process through ``fedforest.jobs.run_vertical`` (the same
 master/party code as under mpiexec): a master-side problem raises
 ``InputError``; a party-side one reaches the master as ``RemoteError`` with
 the party's rank.  A few cases run under the real ``mpiexec``.
@@ -18,21 +18,23 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from fedforest.cli import main as cli_main
-from fedforest.config import load_toml, resolve
+from fedforest.federation.config import resolve
 from fedforest.data.split import split_columns
 from fedforest.errors import InputError, RemoteError
-from fedforest.local import run_vertical
+from fedforest.jobs import run_vertical
+
+from _util import find_mpiexec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV_BIN = os.path.join(ROOT, ".venv", "bin")
-PYTHON = os.path.join(VENV_BIN, "python")
-MPIEXEC = os.path.join(VENV_BIN, "mpiexec")
+VENV_BIN = os.path.dirname(sys.executable)
+PYTHON = sys.executable
 MPI_TIMEOUT = 120
 
 N_ROWS = 60
@@ -421,18 +423,23 @@ def test_split_command_refuses_more_parties_than_features(tmp_path, capsys):
 @pytest.mark.parametrize("toml, key, suggestion", [
     ("[forest]\nn_estimator = 3\n", "n_estimator", "n_estimators"),
     ("[job]\nlabel_colum = \"label\"\n", "label_colum", "label_column"),
-    ("[forests]\nmax_depth = 3\n", "forests", "forest"),
     ("n_estimatorss = 3\n", "n_estimatorss", "n_estimators"),
 ])
 def test_unknown_toml_key_is_refused_with_a_suggestion(tmp_path, toml, key, suggestion):
     path = tmp_path / "job.toml"
     path.write_text(toml)
-    for call in (lambda: load_toml(str(path)), lambda: resolve(str(path), {})):
-        with pytest.raises(InputError) as info:
-            call()
-        msg = str(info.value)
-        assert f"unknown key {key!r}" in msg
-        assert f"did you mean {suggestion!r}" in msg
+    with pytest.raises(InputError) as info:
+        resolve(str(path), {})
+    msg = str(info.value)
+    assert f"unknown key {key!r}" in msg
+    assert f"did you mean {suggestion!r}" in msg
+
+
+def test_unknown_toml_table_is_refused_with_a_suggestion(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[forests]\nmax_depth = 3\n")
+    with pytest.raises(InputError, match=r"unknown table \[forests\]; did you mean \[forest\]"):
+        resolve(str(path), {})
 
 
 def test_toml_key_in_the_wrong_table_names_the_right_table(tmp_path):
@@ -441,7 +448,7 @@ def test_toml_key_in_the_wrong_table_names_the_right_table(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text("[job]\nmax_depth = 3\n")
     with pytest.raises(InputError) as info:
-        load_toml(str(path))
+        resolve(str(path), {})
     msg = str(info.value)
     assert "'max_depth'" in msg
     assert "did you mean 'max_depth'" not in msg, f"suggests the key itself: {msg!r}"
@@ -729,7 +736,7 @@ def _mpi_env():
 
 def run_mpi(n, *args):
     """Run ``mpiexec -n n python -m fedforest ...``; a hang fails the test."""
-    cmd = [MPIEXEC, "-n", str(n), PYTHON, "-m", "fedforest", *args]
+    cmd = [find_mpiexec(), "-n", str(n), PYTHON, "-m", "fedforest", *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_mpi_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -796,7 +803,7 @@ def test_predict_refuses_party_models_from_another_run(tmp_path):
     """Two runs of the same job (no fixed seed): mixing their party folders is refused,
     whatever the prediction method."""
     import shutil
-    from fedforest.local import run_vertical as _run
+    from fedforest.jobs import run_vertical as _run
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 4))
     y = (X[:, 0] + X[:, 2] > 0).astype(int)
@@ -853,7 +860,7 @@ def test_true_false_keys_need_real_booleans(tmp_path, value):
 
 
 def test_a_party_refuses_to_reveal_its_splits_unless_its_own_config_allows_it(tmp_path):
-    from fedforest.config import resolve
+    from fedforest.federation.config import resolve
     from fedforest.transport.inprocess import run_inprocess
     from fedforest.vertical import master_train, party_train
     opts = dict(train_opts(tmp_path, model_dir=str(tmp_path / "m")), data=[party1(), party2()],

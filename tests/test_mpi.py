@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from sklearn.datasets import make_classification
 
-from fedforest import ForestClassifier, model_io
+from fedforest import ForestClassifier
+from fedforest.vertical import model_files as model_io
 
 from _util import assert_same_trees, complete_trees, mpirun, party_frames, write_job
 
@@ -102,17 +103,17 @@ def test_mpi_party_failure_names_rank_and_resume_gives_same_forest(tmp_path):
     assert model_io.read_manifest(str(tmp_path / "model" / "party-2"))["complete"]
 
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 def test_cli_end_to_end_on_real_data_with_missing_values(tmp_path):
     """split -> train -> predict -> evaluate, as the README describes, on the UCI breast
-    cancer table (NA cells).  Its sample Id repeats, which fedforest refuses as an ID
-    column, so the table is split with row numbers as IDs (split creates them)."""
+    cancer (diagnostic) table in tests/data (NA cells; see tests/data/README.md).  Its Id
+    column is dropped and the table is split with row numbers as IDs (split creates them)."""
     import subprocess
     import sys
-    original = os.path.join(SHARED, "breastcancer.csv")
-    assert os.path.isfile(original), "the shared data folder is missing"
+    original = os.path.join(DATA, "breastcancer.csv")
+    assert os.path.isfile(original), f"{original} is missing"
     src = str(tmp_path / "breastcancer.csv")
     pd.read_csv(original, na_values=["NA"]).drop(columns=["Id"]).to_csv(src, index=False)
     py = [sys.executable, "-m", "fedforest"]
@@ -145,8 +146,8 @@ def test_mpi_paillier_labels_equal_centralized(tmp_path, n_parties):
     groups = _groups(n_parties)
     frames = party_frames(X, y, groups, label_party=n_parties - 1)
     job = write_job(str(tmp_path), frames, "classification", n_estimators=3,
-                    extra='label_privacy = "paillier"\nkey_length = 512\ninsecure_key = true\n'
-                          'summary_json = "train.json"')
+                    forest='label_privacy = "paillier"\nkey_length = 512\ninsecure_key = true\n',
+                    extra='summary_json = "train.json"')
     out = _check(mpirun(n_parties + 1, ["train", "--config", job, "--max-depth", "5"]))
     assert "labels encrypted" in out and "Paillier key: 512 bits" in out
     order = [c for g in groups for c in g]
@@ -168,9 +169,9 @@ def _horizontal_job(folder, n_clients, mode, tree_type="id3"):
         df.iloc[rows].to_csv(folder / f"c{k}.csv", index=False)
         files.append(f"c{k}.csv")
     toml = folder / "job.toml"
-    toml.write_text(f'[job]\nmode = "{mode}"\ntree_type = "{tree_type}"\ntask = "classification"\n'
+    toml.write_text(f'[job]\nmode = "{mode}"\ntask = "classification"\n'
                     f'data = {files!r}\nlabel_column = "y"\nmodel_dir = "model"\n'
-                    f'summary_json = "summary.json"\n'.replace("'", '"'))
+                    f'summary_json = "summary.json"\n[{mode}]\ntree_type = "{tree_type}"\n'.replace("'", '"'))
     return str(toml)
 
 
@@ -210,8 +211,8 @@ def test_mpi_fedxgbllr(tmp_path, n_clients):
         files.append(f"c{k}.csv")
     toml = tmp_path / "job.toml"
     toml.write_text(f'[job]\nmode = "fedxgbllr"\ntask = "classification"\ndata = {files!r}\n'
-                    f'label_column = "y"\nmodel_dir = "model"\nsummary_json = "s.json"\nxgb_trees = 40\n'
-                    f'rounds = 3\nlocal_epochs = 5\n[forest]\nmax_depth = 3\n'.replace("'", '"'))
+                    f'label_column = "y"\nmodel_dir = "model"\nsummary_json = "s.json"\n[fedxgbllr]\n'
+                    f'xgb_trees = 40\nrounds = 3\nlocal_epochs = 5\nmax_depth = 3\n'.replace("'", '"'))
     out = _check(mpirun(n_clients + 1, ["train", "--config", str(toml)]))
     assert "fedxgbllr: 4 rounds" in out
     summary = json.loads((tmp_path / "s.json").read_text())

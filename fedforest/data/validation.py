@@ -2,7 +2,9 @@
 import numpy as np
 
 from ..errors import InputError
-from ..params import REGRESSION
+
+CLASSIFICATION = "classification"
+REGRESSION = "regression"
 
 
 def check_features(X, what="X"):

@@ -17,10 +17,10 @@ The centralized estimator runs the same two roles in one process
 """
 import numpy as np
 
-from . import kernels as K
+from . import kernels
 from .binning import fit_bins, transform_bins
 from .labels import PlainLabels, class_weight_vector
-from ..params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
+from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
 EPSILON = np.finfo(np.float64).eps
 LEAF = -1          # children_left/right of a leaf
@@ -55,7 +55,7 @@ def _unpack(packed, n):
     return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
 
 
-class _Nodes:
+class Nodes:
     """Per-node columns of one growing tree (the node id is the row) plus the
     in-bag rows grouped by node: node ``n`` owns ``rows[start[n]:end[n]]``.
     Master and parties allocate child ids the same way, so ids agree."""
@@ -92,7 +92,7 @@ class _Nodes:
         """Partition the listed nodes (ascending ids) by their concatenated bits;
         allocates (left, right) child ids in node order and returns them."""
         starts, ends = self.bounds(nodes)
-        n_left = K.apply_partition(self.rows, starts, ends, bits)
+        n_left = kernels.apply_partition(self.rows, starts, ends, bits)
         m = nodes.shape[0]
         self._grow(2 * m)
         lefts = np.arange(self.n, self.n + 2 * m, 2, dtype=np.int32)
@@ -111,7 +111,7 @@ class _Nodes:
         return {name: self.col[name][: self.n].copy() for name in names}
 
 
-_PARTY_COLUMNS = {"feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
+PARTY_COLUMNS = {"feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
                   "missing_left": (np.uint8, 0), "cand_feature": (np.int32, -1),
                   "cand_threshold": (np.float64, np.nan), "cand_missing_left": (np.uint8, 0)}
 
@@ -155,7 +155,7 @@ class PartySplitter:
     def _begin(self, msg):
         counts = msg["counts"]
         ycls, yw = self.labels.tree_stats(counts, msg["class_weight"])
-        self._tree = {"nodes": _Nodes(counts, _PARTY_COLUMNS), "ycls": ycls, "yw": yw,
+        self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "ycls": ycls, "yw": yw,
                       "total_w": float(yw[:, 0].sum())}
 
     def _find(self, msg):
@@ -169,10 +169,10 @@ class PartySplitter:
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
                 self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)
         if s.split_method == "hist":
-            gain, feat, b, ml = K.best_splits_hist(self.Xb, self.n_bins, *args)
+            gain, feat, b, ml = kernels.best_splits_hist(self.Xb, self.n_bins, *args)
             thr = self.bin_threshold(feat, b)
         else:
-            gain, feat, thr, ml = K.best_splits_exact(self.X, *args)
+            gain, feat, thr, ml = kernels.best_splits_exact(self.X, *args)
         c = tree.col
         c["cand_feature"][nodes] = feat
         c["cand_threshold"][nodes] = thr
@@ -199,7 +199,7 @@ class PartySplitter:
         thr = c["cand_threshold"][nodes]
         ml = c["cand_missing_left"][nodes]
         starts, ends = tree.bounds(nodes)
-        bits = K.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
+        bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml
@@ -298,7 +298,7 @@ class TreeGrower:
                                   self.labels.n_classes, self.classes)
               if self.labels.is_classification else np.empty(0))
         tree_mask = self._draw_features(rng) if self.params.feature_sampling == "tree" else None
-        tree = _Nodes(counts, {
+        tree = Nodes(counts, {
             "owner": (np.int32, -1), "depth": (np.int64, 0),
             "stats": (np.float64, 0.0, self.labels.n_stats),
             "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
@@ -397,7 +397,7 @@ class TreeGrower:
 
     def _record_stats(self, tree, nodes):
         """Label statistics of new nodes from the labels held here."""
-        stats, w, imp, _ = K.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
+        stats, w, imp, _ = kernels.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
                                              self.s.is_classification, self.labels.n_stats,
                                              self.s.crit)
         self._set_stats(tree, nodes, stats, w, imp)
@@ -431,7 +431,7 @@ class TreeGrower:
 def warm_up(split_method, is_classification=True):
     """Load (or compile) the growth kernels for this process on a tiny problem,
     so the first real tree does not pay for it."""
-    from ..params import ForestParams, validate
+    from .params import ForestParams, validate
     task = "classification" if is_classification else "regression"
     params = validate(ForestParams(n_estimators=1, split_method=split_method, max_features=None,
                                    bootstrap=False), task)

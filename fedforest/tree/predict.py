@@ -2,7 +2,7 @@
 (paper Algorithms 3 and 4: parties send per-leaf row sets, the master intersects)."""
 import numpy as np
 
-from . import kernels as K
+from . import kernels
 from ..errors import InputError
 
 
@@ -26,9 +26,9 @@ def warm_up():
         Xn = np.resize(X, (n, 1))
         msg = pack_leaf_sets(party_leaf_sets(Xn, [tree], "hist"))
         leaf_positions(n, [unpack_leaf_sets(msg, [tree], n)], 0, 2)
-    K.apply_tree(prepare_X(X, "hist"), tree["children_left"], tree["children_right"],
+    kernels.apply_tree(prepare_X(X, "hist"), tree["children_left"], tree["children_right"],
                  tree["feature"], tree["threshold"], tree["missing_left"])
-    K.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
+    kernels.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
 
 
 def leaves_of(tree):
@@ -40,7 +40,7 @@ def mean_leaf_values(trees, X, split_method):
     X = prepare_X(X, split_method)
     out = np.zeros((X.shape[0], trees[0]["value"].shape[1]))
     for t in trees:
-        leaf = K.apply_tree(X, t["children_left"], t["children_right"], t["feature"],
+        leaf = kernels.apply_tree(X, t["children_left"], t["children_right"], t["feature"],
                             t["threshold"], t["missing_left"])
         out += t["value"][leaf]
     return out / len(trees)
@@ -52,7 +52,7 @@ def party_leaf_sets(X_local, partial_trees, split_method):
     when there are at most 65,536 rows, else 4)."""
     X = prepare_X(X_local, split_method)
     index_bytes = 2 if X.shape[0] <= 65536 else 4
-    return [K.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
+    return [kernels.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
                                 t["threshold"], t["missing_left"], leaves_of(t), index_bytes)
             for t in partial_trees]
 
@@ -112,7 +112,7 @@ def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
     dense_row = (np.cumsum(is_dense, dtype=np.int64) - 1)
     rows = np.concatenate([q[3] for q in parts]) if parts else np.empty(0, np.uint32)
     dense = np.concatenate([q[4] for q in parts]) if parts else np.empty((0, nw), np.uint64)
-    pos = K.intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row,
+    pos = kernels.intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row,
                                 dense.reshape(-1, nw), n_leaves)
     if n_rows and pos.min() < 0:
         bad = int(np.count_nonzero(pos < 0))

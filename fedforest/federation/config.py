@@ -1,0 +1,211 @@
+"""Job configuration: a TOML file with one table per concern, every setting also a flag.
+
+* ``[job]``: the settings every mode shares (mode, task, data files, columns,
+  model folder, output, logging);
+* one table per mode for that mode's settings: ``[forest]`` for the vertical
+  Federated Forest, ``[icdta4fl]``, ``[fedxgbllr]``, ... (see docs/config.md).
+
+Precedence: built-in defaults < TOML file < flags.  A flag is the setting's
+name with dashes (``max_depth`` -> ``--max-depth``).  A setting the chosen
+mode does not use is an error naming the mode that owns it, and so is a
+table of another mode; an unknown mode or setting is an error with a
+suggestion.  Every value is checked against its declared constraints before
+any work starts.
+"""
+import difflib
+import numbers
+import os
+import sys
+
+from ..constraints import Interval, Options, Paths, check
+from ..data.validation import CLASSIFICATION, REGRESSION
+from ..errors import InputError
+from .mode import HORIZONTAL, Param
+from .registry import REGISTRY
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+JOB_TABLE = "job"
+DEFAULT_MODE = "vertical"
+
+JOB_PARAMS = (
+    Param("mode", DEFAULT_MODE, (str,), "the algorithm to run (see the list of modes below)", text=True),
+    Param("task", None, (None, Options(CLASSIFICATION, REGRESSION)),
+          "'classification' or 'regression' (required for training)", text=True),
+    Param("n_parties", None, (None, Interval(int, 1)),
+          "number of parties/clients = MPI ranks - 1 (default: the number of data files)"),
+    Param("data", None, (None, Paths()), "data file of each party/client, in rank order", path=True),
+    Param("test_data", None, (None, Paths()),
+          "optional test file of each client, in rank order (horizontal modes)", path=True,
+          families=(HORIZONTAL,)),
+    Param("id_column", "id", (str,), "name of the ID column", text=True),
+    Param("label_column", None, (None, str), "name of the label column (required for training)", text=True),
+    Param("model_dir", "fedforest-model", (str,), "folder of the model files", path=True),
+    Param("overwrite", False, (bool,), "replace a model already in model_dir"),
+    Param("output", "predictions.csv", (str,), "predictions file written by predict", path=True),
+    Param("summary_json", None, (None, str), "the server writes its run summary (JSON) here", path=True),
+    Param("reply_timeout", None, (None, Interval(numbers.Real, 0, closed="neither")),
+          "seconds the server waits for one message before naming the silent rank (none: no limit)"),
+    Param("progress", True, (bool,), "show progress bars"),
+    Param("verbose", False, (bool,), "print remote tracebacks with errors"),
+    Param("quiet", False, (bool,), "no progress bars or summary lines"),
+)
+JOB_INDEX = {p.name: p for p in JOB_PARAMS}
+
+
+def _owner_text(key, registry):
+    owners = registry.owners(key)
+    if not owners:
+        return None
+    return ", ".join(f"mode {m.name!r} (table [{m.table}])" for m in owners)
+
+
+def _unknown(key, where, mode, registry):
+    """The error for a key that is not a setting of ``mode`` where it was given
+    (``where``: a table name, or "options" for flags and keyword options)."""
+    label = "options" if where == "options" else f"config [{where}]" if where else "config"
+    if where != JOB_TABLE and key in JOB_INDEX:
+        if where == "options":
+            return None
+        return InputError(label, f"key {key!r} belongs in the [{JOB_TABLE}] table")
+    if mode.param(key) is not None:
+        return InputError(label, f"key {key!r} belongs in the [{mode.table}] table "
+                                 f"(a setting of mode {mode.name!r})")
+    owners = _owner_text(key, registry)
+    if owners:
+        return InputError(label, f"key {key!r} is a setting of {owners}; mode {mode.name!r} does not use it")
+    known = list(JOB_INDEX) + mode.keys
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return InputError(label, f"unknown key {key!r}{hint}")
+
+
+def load_toml(path):
+    """The tables of a TOML job file, ``{table: {key: value}}`` (paths made
+    absolute, relative to the file's folder)."""
+    if not os.path.isfile(path):
+        raise InputError("config", f"file {path!r} does not exist")
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError("config", f"{path!r} is not valid TOML: {exc}") from None
+    doc["__base__"] = os.path.dirname(os.path.abspath(path))
+    return doc
+
+
+def _relative_to(value, base):
+    """Paths in a config file are relative to the file's folder."""
+    if isinstance(value, list):
+        return [_relative_to(v, base) for v in value]
+    if isinstance(value, str) and value and not os.path.isabs(value):
+        return os.path.normpath(os.path.join(base, value))
+    return value
+
+
+def parse_flag_value(text):
+    """A flag value as TOML would read it: int, float, true/false, none, or text."""
+    low = text.lower()
+    if low in ("none", "null"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+class JobConfig:
+    """Resolved configuration of one command: every [job] setting and every
+    setting of the chosen mode, as attributes and in ``values``."""
+
+    def __init__(self, mode, values, given=()):
+        self.spec = mode
+        self.values = dict(values)
+        self.given = set(given)        # settings the user set (file or flags)
+        for k, v in self.values.items():
+            setattr(self, k, v)
+
+    def set(self, key, value):
+        self.values[key] = value
+        setattr(self, key, value)
+
+    def check_parties(self, who="party"):
+        """``data`` lists one file per party/client and agrees with ``n_parties``."""
+        if not isinstance(self.data, list) or not self.data:
+            raise InputError("data", f"must list one data file per {who}")
+        if self.n_parties is None:
+            self.set("n_parties", len(self.data))
+        if len(self.data) != self.n_parties:
+            raise InputError("data", f"lists {len(self.data)} files but n_parties is {self.n_parties}")
+
+    def check_train(self):
+        """Settings every training job needs."""
+        if self.task is None:
+            raise InputError("task", "must be 'classification' or 'regression', got None")
+        if self.task not in self.spec.tasks:
+            raise InputError("task", f"mode {self.spec.name!r} supports {' and '.join(self.spec.tasks)} "
+                                     f"only, got {self.task!r}")
+        if not self.label_column:
+            raise InputError("label_column", "is required for training")
+
+
+def resolve(config_path, flag_values, registry=REGISTRY):
+    """Defaults < TOML < flags (``flag_values`` holds only flags the user gave).
+    Returns a :class:`JobConfig`; raises InputError on any bad setting."""
+    doc = load_toml(config_path) if config_path else {}
+    base = doc.pop("__base__", None)
+    job_table = doc.get(JOB_TABLE, {})
+    mode_name = flag_values.get("mode", job_table.get("mode", DEFAULT_MODE) if isinstance(job_table, dict)
+                                else DEFAULT_MODE)
+    if not isinstance(mode_name, str):
+        raise InputError("mode", f"must be a mode name, got {mode_name!r}")
+    mode = registry.get(mode_name)
+    for table, keys in doc.items():
+        if not isinstance(keys, dict):   # a key outside any table
+            raise _unknown(table, None, mode, registry)
+    values = {p.name: p.default for p in JOB_PARAMS}
+    values.update({p.name: p.default for p in mode.params})
+    given = set()
+    for table, keys in doc.items():
+        if table == JOB_TABLE:
+            index = JOB_INDEX
+        elif table == mode.table:
+            index = mode._param_index
+        else:
+            other = registry.by_table(table)
+            if other is not None:
+                raise InputError(f"config [{table}]", f"holds settings of mode {other.name!r}, but this "
+                                                      f"job runs mode {mode.name!r}")
+            tables = [JOB_TABLE] + [m.table for m in registry.modes()]
+            near = difflib.get_close_matches(table, tables, n=1)
+            hint = f"; did you mean [{near[0]}]?" if near else ""
+            raise InputError("config", f"unknown table [{table}]{hint} (tables: [{JOB_TABLE}] and the "
+                                       "mode's table)")
+        for k, v in keys.items():
+            p = index.get(k)
+            if p is None:
+                raise _unknown(k, table, mode, registry)
+            values[k] = _relative_to(v, base) if p.path else v
+            given.add(k)
+    for k, v in flag_values.items():
+        if k not in JOB_INDEX and mode.param(k) is None:
+            raise _unknown(k, "options", mode, registry)
+        values[k] = v
+        given.add(k)
+    for p in JOB_PARAMS:
+        if p.name in given and mode.family not in p.families:
+            raise InputError(p.name, f"is a setting of {' and '.join(p.families)} modes; mode "
+                                     f"{mode.name!r} does not use it")
+    for p in JOB_PARAMS + tuple(mode.params):
+        check(p.name, values[p.name], p.constraints)
+    cfg = JobConfig(mode, values, given)
+    if mode.check is not None:
+        mode.check(cfg)
+    return cfg

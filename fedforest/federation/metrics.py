@@ -1,0 +1,91 @@
+"""Metrics: of a predictions file against the true labels (joined by ID), and
+the scores clients report on their own rows."""
+import numpy as np
+
+from ..data.io import read_table
+from ..errors import InputError
+
+
+def evaluate_files(predictions, truth, id_column, label_column, task=None):
+    pred = read_table(predictions, id_column, "predictions")
+    true = read_table(truth, id_column, "truth")
+    if label_column not in true.columns:
+        raise InputError("truth", f"{truth!r} has no label column {label_column!r}")
+    if "prediction" not in pred.columns:
+        raise InputError("predictions", f"{predictions!r} has no 'prediction' column")
+    if task is None:
+        task = "classification" if any(c.startswith("proba_") for c in pred.columns) else "regression"
+    true = true[[id_column, label_column]].dropna(subset=[label_column])
+    # IDs and class labels compared in one text form (1, 1.0 and "1" agree)
+    pred = pred.assign(**{id_column: pred[id_column].map(_text)})
+    true = true.assign(**{id_column: true[id_column].map(_text)})
+    joined = pred.merge(true, on=id_column, how="inner")
+    if joined.empty:
+        raise InputError("evaluate", "no ID of the predictions file has a label in the truth file")
+    y_true, y_pred = joined[label_column], joined["prediction"]
+    if task == "classification":
+        y_true, y_pred = y_true.map(_text), y_pred.map(_text)
+    return compute_metrics(y_true.to_numpy(), y_pred.to_numpy(), task,
+                           n_missing=len(pred) - len(joined))
+
+
+def _text(v):
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def compute_metrics(y_true, y_pred, task, n_missing=0):
+    from sklearn import metrics as skm  # a second to import: only where used
+    out = {"task": task, "rows": int(len(y_true))}
+    if n_missing:
+        out["rows_without_truth"] = int(n_missing)  # no ID match or no true label
+    if task == "classification":
+        yt = np.asarray(y_true).astype(str)
+        yp = np.asarray(y_pred).astype(str)
+        labels = np.unique(np.concatenate([yt, yp]))
+        out["accuracy"] = float(skm.accuracy_score(yt, yp))
+        average = "binary" if labels.size == 2 else "macro"
+        pos = labels[-1] if average == "binary" else 1
+        out[f"f1_{average}"] = float(skm.f1_score(yt, yp, average=average, pos_label=pos))
+    else:
+        yt = np.asarray(y_true, dtype=float)
+        yp = np.asarray(y_pred, dtype=float)
+        out["r2"] = float(skm.r2_score(yt, yp))
+        out["rmse"] = float(np.sqrt(skm.mean_squared_error(yt, yp)))
+        out["mae"] = float(skm.mean_absolute_error(yt, yp))
+    return out
+
+
+def format_metrics(m):
+    return "\n".join(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}"
+                     for k, v in m.items())
+
+
+def accuracy(y, pred):
+    y, pred = np.asarray(y), np.asarray(pred)
+    return float(np.mean(y == pred)) if y.size else 0.0
+
+
+def macro_f1(y, pred):
+    """Macro-averaged F1 over the classes present in ``y`` or ``pred`` (a class
+    with no true or predicted row scores 0), as scikit-learn's
+    ``f1_score(average="macro", zero_division=0)``."""
+    y, pred = np.asarray(y), np.asarray(pred)
+    labels = np.union1d(y, pred)
+    if labels.size == 0:
+        return 0.0
+    scores = []
+    for c in labels:
+        tp = np.count_nonzero((y == c) & (pred == c))
+        fp = np.count_nonzero((y != c) & (pred == c))
+        fn = np.count_nonzero((y == c) & (pred != c))
+        scores.append(2.0 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return float(np.mean(scores))
+
+
+def class_scores(y, proba):
+    """``{"accuracy", "f1"}`` (macro-F1) of class codes ``y`` against the argmax of ``proba``."""
+    pred = np.asarray(proba).argmax(axis=1)
+    return {"accuracy": accuracy(y, pred), "f1": macro_f1(y, pred)}

@@ -1,0 +1,98 @@
+"""The mode contract: what an algorithm declares to run under fedforest.
+
+A *mode* is one algorithm (or baseline) runnable with ``--mode <name>``.  Its
+declaration (:class:`Mode`) is cheap to import: a name, its family, a one-line
+summary, the TOML table that holds its settings and their :class:`Param`
+declarations, the tasks it supports, and the module that implements its roles
+(imported only when the mode runs).  The implementation module provides:
+
+* ``server_train(comm, cfg)`` and ``client_train(comm, cfg)``: rank 0 and
+  ranks 1..K of a training job (required);
+* ``server_predict`` / ``client_predict``: prediction as a job over the
+  transport (vertical models, which are split across parties);
+* ``predict_proba(doc, X)``: prediction with a saved model in one process
+  (horizontal models; ``doc`` is the loaded model document);
+* ``explain(doc, X_row, raw_row)``: the model (and optionally the rule that
+  decided one row) as text.
+"""
+import importlib
+from dataclasses import dataclass, field
+
+from ..constraints import Paths, describe
+from ..data.validation import CLASSIFICATION, REGRESSION
+
+VERTICAL = "vertical"
+HORIZONTAL = "horizontal"
+FAMILIES = (VERTICAL, HORIZONTAL)
+
+ROLES = ("server_train", "client_train", "server_predict", "client_predict", "predict_proba", "explain")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One setting: its name (also the flag ``--name-with-dashes``), default,
+    constraints (see :mod:`fedforest.constraints`) and help text.  ``text``
+    marks values that are names or paths (a flag value is then never read as
+    a number); ``path`` marks file paths (relative to the config file's
+    folder when given there); ``families`` limits a [job] setting to some
+    families of modes."""
+    name: str
+    default: object
+    constraints: tuple
+    help: str
+    text: bool = False
+    path: bool = False
+    families: tuple = FAMILIES
+
+    @property
+    def flag(self):
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def is_paths(self):
+        return any(isinstance(c, Paths) for c in self.constraints)
+
+    @property
+    def is_bool(self):
+        return bool in self.constraints and all(c in (bool, None) for c in self.constraints)
+
+    def describe(self):
+        return describe(self.constraints)
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    family: str
+    summary: str
+    table: str
+    params: tuple
+    impl: str
+    tasks: tuple = (CLASSIFICATION, REGRESSION)
+    check: object = None          # optional cfg -> None, cross-setting checks (raise InputError)
+    roles: tuple = ("server_train", "client_train")
+    _param_index: dict = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"mode {self.name!r}: family must be one of {FAMILIES}")
+        unknown = set(self.roles) - set(ROLES)
+        if unknown:
+            raise ValueError(f"mode {self.name!r}: unknown roles {sorted(unknown)}")
+        object.__setattr__(self, "_param_index", {p.name: p for p in self.params})
+
+    def param(self, name):
+        return self._param_index.get(name)
+
+    @property
+    def keys(self):
+        return list(self._param_index)
+
+    def has(self, role):
+        return role in self.roles
+
+    def role(self, name):
+        """The function implementing ``name`` (imports the implementation module)."""
+        if name not in self.roles:
+            raise LookupError(f"mode {self.name!r} has no {name!r} role")
+        return getattr(importlib.import_module(self.impl), name)

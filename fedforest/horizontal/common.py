@@ -1,0 +1,584 @@
+"""What every horizontal mode shares: clients share columns and hold different rows.
+
+Rank 0 is the server, ranks 1..K the clients; each client reads its own rows
+file (features + label, an ID column is optional).
+
+* :func:`server_setup` / :func:`client_setup`: the clients report their
+  column names and kinds, classes and (for categorical trees) category
+  values; the server checks that the column sets agree and sends back the
+  common encoding (class list, per-column categories), so every client codes
+  its rows the same way;
+* :class:`Encoding`: the common encoding of rows — numeric columns as floats
+  (CART, XGBoost), or every column as category codes with a missing value as
+  a category of its own (ID3);
+* the client-tree job shared by the tree modes (:func:`run_tree_server`,
+  :func:`run_tree_client`): set-up, the mode's own rounds, then the final tree
+  sent to every client, which evaluates it on its rows and saves it;
+* model files (``fedforest-horizontal`` JSON, written atomically) and local
+  prediction / explanation of a saved model, which need no MPI job.
+
+See docs/horizontal.md.
+"""
+import json
+import os
+import time
+
+import numpy as np
+import pandas as pd
+
+from ..version import __version__
+from ..constraints import Interval, Options
+from ..data.io import read_table
+from ..errors import InputError
+from ..federation import protocol
+from ..federation.aggregate import client_metrics
+from ..federation.files import atomic_write, write_summary
+from ..federation.metrics import class_scores
+from ..federation.mode import Param
+from ..federation.registry import get_mode
+from ..federation.rounds import Done, serve
+from ..tree import format as tree_format
+from ..tree.id3 import fit_id3
+from ..tree.rules import CATEGORICAL, NUMERIC
+
+SERVER = 0
+FORMAT = "fedforest-horizontal"
+FORMAT_VERSION = 2           # 2: ID3 leaves marked with tree.format.LEAF (version 1: -1), upgraded on load
+READABLE_VERSIONS = (1, 2)
+MISSING = "NA"               # the category of a missing value (ID3)
+MAX_CATEGORIES = 64          # distinct values a column may have in an ID3 job
+CART_DEFAULT_DEPTH = 5
+
+TRAIN_LOCAL = "train_local"  # server -> client: fit your own tree, send it
+
+
+def log(cfg, text):
+    """A summary line on the server (nothing when ``quiet``)."""
+    if not cfg.quiet:
+        print(text, flush=True)
+
+
+def check_clients(cfg):
+    """The job settings every horizontal mode reads: one data file (and
+    optional test file) per client."""
+    cfg.check_parties("client")
+    if cfg.test_data is not None and len(cfg.test_data) != cfg.n_parties:
+        raise InputError("test_data", f"must list one test file per client ({cfg.n_parties}), "
+                                      f"got {cfg.test_data!r}")
+
+
+def check_world(comm, cfg):
+    if comm.size - 1 != cfg.n_parties:
+        raise InputError("n_parties", f"the job names {cfg.n_parties} clients but runs {comm.size} "
+                                      f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+
+
+def check_model_folder(folder, cfg, what):
+    """Refuse to replace a model already in ``folder`` unless ``overwrite``."""
+    if os.path.isfile(os.path.join(folder, "model.json")) and not cfg.overwrite:
+        raise InputError(what, f"{folder!r} already holds a model; use another model_dir or pass --overwrite")
+
+
+def server_setup(comm, cfg, tree_type, task="classification"):
+    """Server start-up shared by every horizontal mode: world size, handshake,
+    the clients' descriptions and the job-wide encoding.  Returns (infos, Encoding)."""
+    cfg.check_train()
+    check_clients(cfg)
+    check_world(comm, cfg)
+    check_model_folder(server_dir(cfg.model_dir), cfg, "model_dir")
+    comm.reply_timeout = cfg.reply_timeout
+    comm.handshake()
+    infos = comm.exchange({r: {"op": protocol.LOAD, "tree_type": tree_type, "task": task}
+                           for r in comm.clients})
+    return infos, agree(infos, tree_type, task)
+
+
+def client_setup(comm, cfg):
+    """Client start-up matching :func:`server_setup`, up to the server's
+    ``setup`` message.  Returns (setup message, Encoding, X, y, test) where
+    ``test`` is ``(X, y)`` of the client's ``test_data`` file or None."""
+    rank = comm.rank
+    cfg.check_train()
+    check_clients(cfg)
+    check_world(comm, cfg)
+    check_model_folder(client_dir(cfg.model_dir, rank), cfg, f"{client_what(rank)} model_dir")
+    comm.reply_timeout = cfg.reply_timeout
+    comm.handshake()
+    msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
+    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
+    comm.send(SERVER, table.describe(msg["tree_type"], msg["task"]))
+    setup = protocol.expect(comm.recv(SERVER), protocol.SETUP)
+    enc = Encoding.from_dict(setup["encoding"])
+    what = client_what(rank)
+    X, y = enc.features(table.X, what), enc.labels(table.y, what)
+    test = None
+    if cfg.test_data:
+        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
+        test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
+    return setup, enc, X, y, test
+
+
+def server_dir(model_dir):
+    return os.path.join(model_dir, "server")
+
+
+def client_dir(model_dir, rank):
+    return os.path.join(model_dir, f"client-{rank}")
+
+
+def client_what(rank):
+    return f"client {rank}"
+
+
+def text_of(v):
+    """A value as the text every client agrees on (1.0 and 1 are both "1")."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+
+class ClientTable:
+    """One client's rows: features (DataFrame) and labels."""
+
+    def __init__(self, path, rank, label_column, id_column, need_label=True):
+        what = client_what(rank)
+        df = read_table(path, None, what)
+        df.columns = [str(c) for c in df.columns]
+        if need_label and label_column not in df.columns:
+            raise InputError(what, f"{path!r} has no label column {label_column!r}")
+        self.ids = df[id_column].astype(str).to_numpy() if id_column in df.columns else None
+        self.y = df[label_column] if label_column in df.columns else None
+        if self.y is not None and self.y.isna().any():
+            raise InputError(what, f"{int(self.y.isna().sum())} rows have no label")
+        self.X = df[[c for c in df.columns if c not in (label_column, id_column)]]
+        if self.X.shape[1] == 0:
+            raise InputError(what, f"{path!r} has no feature columns")
+
+    def describe(self, tree_type, task="classification"):
+        """What the server needs to agree on an encoding (no row values; for
+        regression not even the label values)."""
+        kinds = ["numeric" if pd.api.types.is_numeric_dtype(self.X[c]) or pd.api.types.is_bool_dtype(self.X[c])
+                 else "text" for c in self.X.columns]
+        classes = []
+        if self.y is not None and task == "classification":
+            classes = sorted({text_of(v) for v in self.y})
+        out = {"n_rows": int(self.X.shape[0]), "columns": list(self.X.columns), "kinds": kinds,
+               "classes": classes}
+        if tree_type == "id3":
+            out["categories"] = [sorted({text_of(v) for v in self.X[c].dropna()})
+                                 + ([MISSING] if self.X[c].isna().any() else []) for c in self.X.columns]
+        return out
+
+
+class Encoding:
+    """The job-wide encoding of rows (sent by the server to every client)."""
+
+    def __init__(self, tree_type, columns, classes, categories=None, task="classification"):
+        self.tree_type = tree_type
+        self.columns = list(columns)
+        self.classes = list(classes)
+        self.categories = categories
+        self.task = task
+
+    def to_dict(self):
+        return {"tree_type": self.tree_type, "columns": self.columns, "classes": self.classes,
+                "categories": self.categories, "task": self.task}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["tree_type"], d["columns"], d["classes"], d.get("categories"),
+                   d.get("task", "classification"))
+
+    @property
+    def kind(self):
+        return CATEGORICAL if self.tree_type == "id3" else NUMERIC
+
+    @property
+    def n_values(self):
+        return [len(c) for c in self.categories] if self.categories else None
+
+    def labels(self, y, what):
+        if self.task == "regression":
+            try:
+                values = pd.to_numeric(pd.Series(y)).to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(what, "regression labels must be numeric") from None
+            if not np.isfinite(values).all():
+                raise InputError(what, "regression labels must be finite numbers")
+            return values
+        codes = {c: i for i, c in enumerate(self.classes)}
+        text = [text_of(v) for v in y]
+        unknown = sorted({t for t in text if t not in codes})
+        if unknown:
+            raise InputError(what, f"labels {unknown[:5]} are not among the job's classes {self.classes}")
+        return np.array([codes[t] for t in text], dtype=np.int64)
+
+    def features(self, X, what):
+        """Rows as floats (CART) or category codes (ID3; an unseen category is
+        coded -1 and handled by prediction as "no branch")."""
+        missing = [c for c in self.columns if c not in X.columns]
+        extra = [c for c in X.columns if c not in self.columns]
+        if missing or extra:
+            raise InputError(what, f"column set differs from the job's: missing {missing}, unexpected {extra}")
+        X = X[self.columns]
+        if self.tree_type == "xgboost":  # numeric; missing values allowed, XGBoost learns where they go
+            try:
+                out = X.to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(what, "XGBoost needs numeric columns") from None
+            if np.isinf(out).any():
+                cols = [c for c, bad in zip(self.columns, np.isinf(out).any(axis=0)) if bad]
+                raise InputError(what, f"infinite values in {cols[:5]}")
+            return out
+        if self.tree_type == "cart":
+            try:
+                out = X.to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(what, "tree_type 'cart' needs numeric columns") from None
+            if np.isnan(out).any():
+                cols = [c for c, bad in zip(self.columns, np.isnan(out).any(axis=0)) if bad]
+                raise InputError(what, f"missing values in {cols[:5]}: tree_type 'cart' needs complete "
+                                       "numeric columns (impute them, or use tree_type 'id3')")
+            return out
+        out = np.empty(X.shape, dtype=np.int64)
+        for j, (c, cats) in enumerate(zip(self.columns, self.categories)):
+            index = {v: i for i, v in enumerate(cats)}
+            col = X[c]
+            text = [MISSING if pd.isna(v) else text_of(v) for v in col]
+            out[:, j] = [index.get(t, -1) for t in text]
+        return out
+
+
+def agree(infos, tree_type, task="classification"):
+    """The server's checks of the clients' descriptions; returns the Encoding."""
+    ranks = sorted(infos)
+    first = infos[ranks[0]]
+    for r in ranks[1:]:
+        cols = infos[r]["columns"]
+        if set(cols) != set(first["columns"]):
+            missing = [c for c in first["columns"] if c not in cols]
+            extra = [c for c in cols if c not in first["columns"]]
+            raise InputError(client_what(r), f"has other columns than client {ranks[0]}: missing {missing}, "
+                                       f"unexpected {extra}")
+    columns = first["columns"]
+    classes = sorted({c for r in ranks for c in infos[r]["classes"]})
+    if task == "classification" and len(classes) < 2:
+        raise InputError("labels", f"all clients together have only the class(es) {classes}; "
+                                   "a classifier needs at least two")
+    if tree_type in ("cart", "xgboost"):
+        text = sorted({c for r in ranks for c, k in zip(infos[r]["columns"], infos[r]["kinds"])
+                       if k == "text"})
+        if text:
+            raise InputError("tree_type", f"{tree_type!r} needs numeric columns; text columns: {text[:5]} "
+                                          "(encode them as numbers" + (", or use tree_type 'id3')"
+                                                                      if tree_type == "cart" else ")"))
+        return Encoding(tree_type, columns, classes, task=task)
+    categories = []
+    for c in columns:
+        values = set()
+        for r in ranks:
+            values |= set(infos[r]["categories"][infos[r]["columns"].index(c)])
+        if len(values) > MAX_CATEGORIES:
+            raise InputError("tree_type", f"column {c!r} has {len(values)} distinct values; 'id3' takes "
+                                          f"at most {MAX_CATEGORIES} per column (discretize it, or use "
+                                          "tree_type 'cart')")
+        categories.append(sorted(values - {MISSING}) + ([MISSING] if MISSING in values else []))
+    return Encoding("id3", columns, classes, categories)
+
+
+# ---------------------------------------------------------------------------
+# The client-tree job of the tree modes (ICDTA4FL, its baselines, Federated-ID3)
+# ---------------------------------------------------------------------------
+def tree_params(tree_types=("cart", "id3"), default_type="cart"):
+    """The settings of a client-tree mode."""
+    return (
+        Param("tree_type", default_type, (Options(*tree_types),),
+              "'cart' (numeric columns, scikit-learn's CART) or 'id3' (categorical columns)"
+              if len(tree_types) > 1 else f"{tree_types[0]!r} (the only kind this mode grows)", text=True),
+        Param("max_depth", None, (None, Interval(int, 1)),
+              f"depth of the trees (None: {CART_DEFAULT_DEPTH} for CART, half the columns for ID3)"),
+        Param("criterion", None, (None, Options("gini", "entropy")),
+              "split quality of CART client trees (None: 'gini')", text=True),
+        Param("random_state", None, (None, Interval(int, 0)), "seed of the client trees"),
+    )
+
+
+def tree_depth(cfg, enc):
+    if cfg.max_depth is not None:
+        return int(cfg.max_depth)
+    return max(1, len(enc.columns) // 2) if enc.tree_type == "id3" else CART_DEFAULT_DEPTH
+
+
+def fit_client_tree(X, y, enc, max_depth, seed, criterion="gini"):
+    """A client's tree (canonical flat arrays, class columns of the whole job):
+    ID3 on category codes, or scikit-learn's CART on numeric columns."""
+    C = len(enc.classes)
+    if enc.tree_type == "id3":
+        return fit_id3(X, y, enc.n_values, C, max_depth=max_depth)
+    from sklearn.tree import DecisionTreeClassifier  # a second to import: only where used
+    clf = DecisionTreeClassifier(max_depth=max_depth, criterion=criterion, random_state=seed).fit(X, y)
+    return tree_format.from_sklearn(clf, C)
+
+
+def tree_proba(tree, X):
+    """Class distributions of the rows of ``X`` in a canonical tree."""
+    return tree_format.node_values(tree, np.asarray(X, dtype=np.float64))
+
+
+class TreeJob:
+    """What the server's part of a tree mode sees: the config, the encoding,
+    the clients' row counts, the depth and seed, and the summary to fill."""
+
+    def __init__(self, cfg, enc, infos, max_depth, seed, summary):
+        self.cfg, self.enc, self.infos = cfg, enc, infos
+        self.max_depth, self.seed, self.summary = max_depth, seed, summary
+
+
+def run_tree_server(comm, cfg, build):
+    """Server of a tree mode: set-up, then ``build(comm, job)`` (the mode's own
+    rounds) returns ``(tree, rules)`` — the global tree (None: every client
+    keeps its own) and the merged rules to send back (may be empty) — then the
+    final round, the summary and the server's model file."""
+    t0 = time.perf_counter()
+    clients = comm.clients
+    tree_type = cfg.tree_type
+    infos, enc = server_setup(comm, cfg, tree_type)
+    max_depth = tree_depth(cfg, enc)
+    seed = cfg.random_state if cfg.random_state is not None else 0
+    comm.bcast({"op": protocol.SETUP, "encoding": enc.to_dict(), "max_depth": max_depth, "seed": seed,
+                "mode": cfg.mode, "criterion": cfg.criterion or "gini"})
+    rows = {r: infos[r]["n_rows"] for r in clients}
+    log(cfg, f"{cfg.mode}: {len(clients)} clients, {sum(rows.values())} rows "
+              f"({', '.join(f'client {r}: {rows[r]}' for r in clients)}), {enc.tree_type}, "
+              f"max_depth {max_depth}")
+    summary = {"mode": cfg.mode, "tree_type": enc.tree_type, "n_clients": len(clients),
+               "rows": rows, "max_depth": max_depth}
+    rounds0, bytes0 = comm.rounds, comm.bytes_sent
+    tree, rules = build(comm, TreeJob(cfg, enc, infos, max_depth, seed, summary))
+    final = comm.exchange({r: {"op": protocol.FINAL, "tree": tree, "rules": rules} for r in clients})
+    summary["rounds"] = comm.rounds - rounds0
+    summary["bytes_sent_by_server"] = comm.bytes_sent - bytes0
+    summary["bytes_sent_by_clients"] = {r: final[r]["bytes_sent"] for r in clients}
+    for key in ("train", "test"):
+        if final[clients[0]].get(key):
+            per = {r: final[r][key] for r in clients}
+            summary[f"{key}_metrics"] = per
+            for m, v in client_metrics(per).items():
+                summary[f"{key}_{m}"] = v
+    summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
+    if tree is not None:
+        path = save_model(server_dir(cfg.model_dir), {
+            "mode": cfg.mode, "encoding": enc.to_dict(), "label_column": cfg.label_column,
+            "tree": tree, "summary": {k: v for k, v in summary.items() if k != "model_dirs"}})
+        summary["model_dirs"][0] = path
+    summary["seconds"] = time.perf_counter() - t0
+    if "test_accuracy" in summary or "train_accuracy" in summary:
+        which = "test" if "test_accuracy" in summary else "train"
+        log(cfg, f"{cfg.mode}: mean client {which} accuracy {summary[f'{which}_accuracy']:.4f}, "
+                  f"macro-F1 {summary[f'{which}_f1']:.4f} ({summary['rounds']} rounds, "
+                  f"{summary['seconds']:.2f}s)")
+    write_summary(cfg.summary_json, summary)
+    return summary
+
+
+class ClientTree:
+    """What a tree mode's client handlers see: its rows, encoding and set-up."""
+
+    def __init__(self, comm, cfg, setup, enc, X, y, test):
+        self.comm, self.cfg, self.setup, self.enc = comm, cfg, setup, enc
+        self.X, self.y, self.test = X, y, test
+        self.own = None
+
+    def own_tree(self):
+        """This client's own tree (fitted once)."""
+        if self.own is None:
+            s = self.setup
+            self.own = fit_client_tree(self.X, self.y, self.enc, s["max_depth"], s["seed"] + self.comm.rank,
+                                       s["criterion"])
+        return self.own
+
+
+def run_tree_client(comm, cfg, handlers=None):
+    """Client of a tree mode: set-up, then the mode's ``handlers`` (``{message
+    name: handler(client, msg)}``, plus ``train_local``), until the final tree
+    arrives: it is evaluated on this client's rows (and test file) and saved."""
+    rank = comm.rank
+    client = ClientTree(comm, cfg, *client_setup(comm, cfg))
+    bytes0 = comm.bytes_sent
+
+    def final(msg):
+        tree = msg["tree"] if msg["tree"] is not None else client.own_tree()
+        reply = {"train": class_scores(client.y, tree_proba(tree, client.X))}
+        if client.test is not None:
+            reply["test"] = class_scores(client.test[1], tree_proba(tree, client.test[0]))
+        folder = client_dir(cfg.model_dir, rank)
+        if msg.get("rules"):
+            save_rules(folder, msg["rules"])
+        save_model(folder, {"mode": client.setup["mode"], "encoding": client.enc.to_dict(),
+                            "label_column": cfg.label_column, "tree": tree, "client": rank,
+                            "metrics": reply})
+        reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
+        return Done(folder, reply)
+
+    table = {TRAIN_LOCAL: lambda msg: {"tree": client.own_tree()}, protocol.FINAL: final}
+    for op, handler in (handlers or {}).items():
+        table[op] = (lambda h: lambda msg: h(client, msg))(handler)
+    return serve(comm, table)
+
+
+def predict_proba(doc, X):
+    """Prediction with a saved tree model (the tree modes' ``predict_proba`` role)."""
+    return tree_proba(doc["tree"], X)
+
+
+def rule_text(rule, enc):
+    """A rule in the job's column names and category values."""
+    text = rule.text(names=enc.columns, categories=enc.categories, joiner=" AND ", empty="always")
+    return f"IF {text} THEN {enc.classes[int(np.argmax(rule.dist))]}"
+
+
+def explain(doc, X=None, raw=None, row=None):
+    """The saved tree as rules; with one encoded row ``X`` (and its raw values
+    ``raw``), the rule that decided it (the tree modes' ``explain`` role)."""
+    enc = doc["encoding"]
+    kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
+    rules = tree_format.leaf_rules(doc["tree"], kind)
+    lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):"]
+    order = sorted(rules)
+    for k, n in enumerate(order, start=1):
+        lines.append(f"  rule {k}: {rule_text(rules[n], enc)}")
+    if X is not None:
+        leaf = int(tree_format.apply(doc["tree"], np.asarray(X, dtype=np.float64))[0])
+
+        def shown(features):
+            return ", ".join(f"{enc.columns[f]}={text_of(raw[enc.columns[f]])}" for f in sorted(features))
+        if leaf in rules:
+            lines.append(f"row {row} ({shown(rules[leaf].conditions) or 'no conditions'}) is decided by "
+                         f"rule {order.index(leaf) + 1}: {rule_text(rules[leaf], enc)}")
+        else:  # an ID3 node without a branch for the row's category
+            f = int(doc["tree"]["feature"][leaf])
+            lines.append(f"row {row} ({shown([f])}) has a category with no branch at an inner node; "
+                         f"it takes that node's class {enc.classes[int(np.argmax(doc['tree']['value'][leaf]))]}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Model files
+# ---------------------------------------------------------------------------
+def _jsonable(tree):
+    return {k: np.asarray(v).tolist() for k, v in tree.items()}
+
+
+_FLOAT_KEYS = ("value", "threshold", "support")
+
+
+def _arrays(tree):
+    out = {}
+    for k, v in tree.items():
+        a = np.asarray(v)
+        out[k] = a.astype(np.float64) if k in _FLOAT_KEYS else a.astype(np.int64)
+    return out
+
+
+def write_model_doc(folder, doc):
+    """Write ``folder/model.json`` atomically with the format header."""
+    doc = dict(doc, format=FORMAT, format_version=FORMAT_VERSION, fedforest_version=__version__)
+    data = json.dumps(doc, indent=1, sort_keys=True, default=float).encode()
+    path = os.path.join(folder, "model.json")
+    atomic_write(path, lambda fh: fh.write(data))
+    return path
+
+
+def save_model(folder, doc):
+    """A tree model: ``folder/model.json`` (tree arrays as lists), written atomically."""
+    return write_model_doc(folder, dict(doc, tree=_jsonable(doc["tree"])))
+
+
+def save_rules(folder, rules):
+    """The merged rule set of an ICDTA4FL job as ``folder/rules.npz`` (written atomically)."""
+    path = os.path.join(folder, "rules.npz")
+    atomic_write(path, lambda fh: np.savez(fh, **rules))
+    return path
+
+
+def model_file(model_dir):
+    """The model file of a job folder (server copy first) or of a client folder."""
+    for cand in (os.path.join(model_dir, "server", "model.json"), os.path.join(model_dir, "model.json")):
+        if os.path.isfile(cand):
+            return cand
+    clients = sorted(d for d in os.listdir(model_dir) if d.startswith("client-")) \
+        if os.path.isdir(model_dir) else []
+    for d in clients:
+        cand = os.path.join(model_dir, d, "model.json")
+        if os.path.isfile(cand):
+            return cand
+    raise InputError("model_dir", f"{model_dir!r} holds no horizontal model (model.json)")
+
+
+def load_model(model_dir):
+    """The model document of a horizontal model folder, with ``folder``, the
+    :class:`Encoding` and (tree modes) the canonical tree arrays."""
+    path = model_file(model_dir)
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InputError("model_dir", f"cannot read {path!r}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        fmt = doc.get("format") if isinstance(doc, dict) else None
+        raise InputError("model_dir", f"{path!r} is not a {FORMAT} model (format {fmt!r})")
+    if doc.get("format_version") not in READABLE_VERSIONS:
+        raise InputError("model_dir", f"{path!r} has format version {doc.get('format_version')}; this "
+                                      f"fedforest reads versions {', '.join(map(str, READABLE_VERSIONS))}")
+    doc["folder"] = os.path.dirname(path)
+    if "tree" in doc:
+        tree = _arrays(doc["tree"])
+        if doc["format_version"] == 1:
+            tree = tree_format.upgrade_v1(tree)
+        tree_format.check(tree, f"model {path!r}")
+        doc["tree"] = tree
+    doc["encoding"] = Encoding.from_dict(doc["encoding"])
+    return doc
+
+
+def _mode_of(doc):
+    mode = get_mode(doc.get("mode"))
+    if not (mode.has("predict_proba") and mode.has("explain")):
+        raise InputError("model_dir", f"mode {mode.name!r} models are not predicted locally")
+    return mode
+
+
+def predict_file(model_dir, data, output, label_column=None, id_column="id"):
+    """Predict one rows file with a saved horizontal model; writes ``output``."""
+    doc = load_model(model_dir)
+    enc = doc["encoding"]
+    table = ClientTable(data, 0, label_column or doc["label_column"], id_column, need_label=False)
+    X = enc.features(table.X, "data")
+    proba = _mode_of(doc).role("predict_proba")(doc, X)
+    df = pd.DataFrame({id_column: table.ids if table.ids is not None else np.arange(X.shape[0])})
+    if enc.task == "regression":
+        df["prediction"] = proba
+    else:
+        df["prediction"] = np.array(enc.classes, dtype=object)[proba.argmax(axis=1)]
+        for k, c in enumerate(enc.classes):
+            df[f"proba_{c}"] = proba[:, k]
+    path = os.path.abspath(output)
+    atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
+    n_unseen = int((X < 0).sum()) if enc.tree_type == "id3" else 0
+    return {"path": path, "n_rows": X.shape[0], "n_unseen": n_unseen,
+            "prediction": df["prediction"].to_numpy()}
+
+
+def explain_model(model_dir, data=None, row=None, id_column="id"):
+    """Text: the saved model; with ``data`` and ``row``, the rule that decided that row."""
+    doc = load_model(model_dir)
+    enc = doc["encoding"]
+    X = raw = None
+    if data is not None and row is not None:
+        table = ClientTable(data, 0, doc["label_column"], id_column, need_label=False)
+        if not 0 <= row < table.X.shape[0]:
+            raise InputError("row", f"must be in 0..{table.X.shape[0] - 1}, got {row}")
+        X = enc.features(table.X.iloc[[row]], "data")
+        raw = table.X.iloc[row]
+    return _mode_of(doc).role("explain")(doc, X, raw, row)

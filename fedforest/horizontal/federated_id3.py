@@ -1,0 +1,123 @@
+"""Federated-ID3 (Truex et al., without differential privacy), horizontal mode ``federated_id3``.
+
+The server grows one ID3 tree level by level.  Each round it sends the splits
+made at the last level and asks every client for the class counts of its rows
+per open node and per (node, feature, category); it sums the counts, takes
+the unused feature of highest information gain at each node (one child per
+category with rows) and stops a node when it is pure, at ``max_depth``, when
+no feature is left or no gain is positive.  One round per level.
+"""
+import numpy as np
+
+from ..data.validation import CLASSIFICATION
+from ..federation.mode import HORIZONTAL, Mode
+from ..federation.rounds import ask
+from ..tree.id3 import Builder
+from ..tree.impurity import entropy
+from .common import run_tree_client, run_tree_server, tree_params
+from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
+
+COUNTS = "counts"            # server -> client: route rows through the last splits, send class counts
+
+PARAMS = tree_params(tree_types=("id3",), default_type="id3")
+
+
+def information_gains(cls, tables):
+    """Information gain of each feature at a node: ``cls`` the node's class
+    counts, ``tables[k]`` the (category, class) counts of the k-th candidate."""
+    total = cls.sum()
+    h = float(entropy(cls))
+    gains = []
+    for t in tables:
+        sizes = t.sum(axis=1)
+        present = sizes > 0
+        gains.append(h - float((sizes[present] / total * entropy(t[present])).sum()))
+    return np.array(gains)
+
+
+def _build(comm, job):
+    enc, max_depth = job.enc, job.max_depth
+    C = len(enc.classes)
+    nv = enc.n_values
+    b = Builder(C)
+    root = b.node(np.zeros(C), 0.0)
+    frontier = [(root, frozenset(), 0)]
+    splits = []
+    levels = 0
+    while frontier:
+        asked = [(node, sorted(set(range(len(nv))) - used)) for node, used, _ in frontier]
+        replies = ask(comm, COUNTS, {"splits": splits, "nodes": [a[0] for a in asked],
+                                     "features": [a[1] for a in asked]})
+        levels += 1
+        counts = sum(replies[r]["counts"] for r in comm.clients)
+        pos = 0
+        splits, nxt = [], []
+        for (node, used, depth), (_, feats) in zip(frontier, asked):
+            cls = counts[pos:pos + C].astype(np.float64)
+            pos += C
+            tables = []
+            for f in feats:
+                tables.append(counts[pos:pos + nv[f] * C].reshape(nv[f], C).astype(np.float64))
+                pos += nv[f] * C
+            total = cls.sum()
+            b.value[node] = cls / total if total > 0 else cls
+            b.support[node] = total
+            if depth >= max_depth or np.count_nonzero(cls) <= 1 or not feats:
+                continue
+            gains = information_gains(cls, tables)
+            k = int(np.argmax(gains))
+            if gains[k] <= 1e-12:
+                continue
+            f = feats[k]
+            values = np.flatnonzero(tables[k].sum(axis=1)).tolist()
+            children = [(v, b.node(np.zeros(C), 0.0)) for v in values]
+            b.link(node, f, children)
+            splits.append((node, f, [v for v, _ in children], [c for _, c in children]))
+            nxt += [(c, used | {f}, depth + 1) for _, c in children]
+        frontier = nxt
+    job.summary["levels"] = levels
+    return b.arrays(), {}
+
+
+def client_counts(X, y, n_values, n_classes, node_of_row, msg):
+    """Route rows through the last level's splits (updating ``node_of_row``),
+    then class counts per node and per (node, feature, category)."""
+    for node, f, values, children in msg["splits"]:
+        at = node_of_row == node
+        for v, c in zip(values, children):
+            node_of_row[at & (X[:, f] == v)] = c
+    parts = []
+    for node, feats in zip(msg["nodes"], msg["features"]):
+        rows = np.flatnonzero(node_of_row == node)
+        parts.append(np.bincount(y[rows], minlength=n_classes))
+        for f in feats:
+            table = np.zeros((n_values[f], n_classes), dtype=np.int64)
+            codes = X[rows, f]
+            ok = codes >= 0
+            np.add.at(table, (codes[ok], y[rows][ok]), 1)
+            parts.append(table.ravel())
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+
+
+def server_train(comm, cfg):
+    return run_tree_server(comm, cfg, _build)
+
+
+def client_train(comm, cfg):
+    state = {}
+
+    def counts(client, msg):
+        if "node_of_row" not in state:
+            state["node_of_row"] = np.zeros(client.X.shape[0], dtype=np.int64)
+        return {"counts": client_counts(client.X, client.y, client.enc.n_values, len(client.enc.classes),
+                                        state["node_of_row"], msg)}
+
+    return run_tree_client(comm, cfg, {COUNTS: counts})
+
+
+MODE = Mode(
+    name="federated_id3", family=HORIZONTAL, table="federated_id3",
+    summary="Federated-ID3: the server grows one ID3 tree level by level from the clients' class counts",
+    params=PARAMS, impl=__name__, tasks=(CLASSIFICATION,),
+    roles=("server_train", "client_train", "predict_proba", "explain"))
+MODES = (MODE,)

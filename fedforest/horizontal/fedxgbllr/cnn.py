@@ -1,0 +1,120 @@
+"""The one-layer 1D CNN of FedXGBllr, in numpy with hand-written gradients.
+
+Input: the outputs of all K·T trees of the aggregated ensemble for a row,
+client ensembles side by side (client 1's T trees, then client 2's, ...).
+Layers: Conv1d(1 -> C channels, kernel = stride = T) -> ReLU -> flatten
+(channel-major, as PyTorch flattens (N, C, K)) -> Linear(C·K -> out).
+A channel's kernel ``W[c]`` holds one learning rate per tree position; the
+head's weights ``V[:, c·K + k]`` weigh client k's ensemble under channel c.
+
+Losses (mean over the batch): binary cross-entropy on one logit, softmax
+cross-entropy on ``out`` logits, or squared error for regression.
+"""
+import numpy as np
+
+BINARY, MULTICLASS, REGRESSION = "binary", "multiclass", "regression"
+
+
+def init_params(n_trees, n_clients, n_out, channels=64, seed=0):
+    """Kaiming (He) normal weights for the ReLU network, zero biases."""
+    rng = np.random.default_rng(seed)
+    return {"W": rng.normal(0.0, np.sqrt(2.0 / n_trees), (channels, n_trees)),
+            "b": np.zeros(channels),
+            "V": rng.normal(0.0, np.sqrt(2.0 / (channels * n_clients)), (n_out, channels * n_clients)),
+            "c": np.zeros(n_out)}
+
+
+def _blocks(X, params):
+    T = params["W"].shape[1]
+    if X.shape[1] % T:
+        raise ValueError(f"{X.shape[1]} tree outputs are not a whole number of {T}-tree ensembles")
+    return X.reshape(X.shape[0], X.shape[1] // T, T)
+
+
+def forward(params, X):
+    """Logits / predictions (N, out) and the cache for :func:`backward`."""
+    Xb = _blocks(X, params)                                       # (N, K, T)
+    Z = np.einsum("nkt,ct->nck", Xb, params["W"]) + params["b"][None, :, None]
+    A = np.maximum(Z, 0.0)                                        # (N, C, K)
+    F = A.reshape(A.shape[0], -1)                                 # channel-major flatten
+    out = F @ params["V"].T + params["c"]
+    return out, (Xb, Z, F)
+
+
+def loss_and_grad(params, X, y, task):
+    """Mean loss over the rows and the gradients of every parameter."""
+    out, (Xb, Z, F) = forward(params, X)
+    n = X.shape[0]
+    if task == BINARY:
+        z = out[:, 0]
+        loss = np.mean(np.logaddexp(0.0, z) - y * z)
+        d_out = ((1.0 / (1.0 + np.exp(-z))) - y)[:, None] / n
+    elif task == MULTICLASS:
+        shifted = out - out.max(axis=1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        idx = np.asarray(y, dtype=np.int64)
+        loss = -np.mean(logp[np.arange(n), idx])
+        d_out = np.exp(logp)
+        d_out[np.arange(n), idx] -= 1.0
+        d_out /= n
+    else:
+        r = out[:, 0] - y
+        loss = np.mean(r * r)
+        d_out = (2.0 * r / n)[:, None]
+    grads = {"V": d_out.T @ F, "c": d_out.sum(axis=0)}
+    dZ = (d_out @ params["V"]).reshape(Z.shape) * (Z > 0)
+    grads["W"] = np.einsum("nck,nkt->ct", dZ, Xb)
+    grads["b"] = dZ.sum(axis=(0, 2))
+    return float(loss), grads
+
+
+def predict(params, X, task):
+    """Class probabilities (classification) or values (regression)."""
+    out, _ = forward(params, X)
+    if task == BINARY:
+        p = 1.0 / (1.0 + np.exp(-out[:, 0]))
+        return np.column_stack((1.0 - p, p))
+    if task == MULTICLASS:
+        e = np.exp(out - out.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    return out[:, 0]
+
+
+class Adam:
+    """Adam (Kingma & Ba) over a dict of arrays."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.5, 0.999), eps=1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def step(self, params, grads):
+        self.t += 1
+        for k in params:
+            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * grads[k]
+            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * grads[k] ** 2
+            m_hat = self.m[k] / (1 - self.b1 ** self.t)
+            v_hat = self.v[k] / (1 - self.b2 ** self.t)
+            params[k] = params[k] - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def train_local(params, X, y, task, epochs=100, batch_size=64, lr=1e-3, seed=0):
+    """One client's update: ``epochs`` passes of shuffled mini-batches with a
+    fresh Adam (betas 0.5, 0.999).  Returns new parameters and the last epoch's mean loss."""
+    params = {k: v.copy() for k, v in params.items()}
+    opt = Adam(params, lr=lr)
+    rng = np.random.default_rng(seed)
+    n = X.shape[0]
+    batch_size = max(1, min(int(batch_size), n))
+    last = 0.0
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        total = 0.0
+        for s in range(0, n, batch_size):
+            idx = order[s:s + batch_size]
+            loss, grads = loss_and_grad(params, X[idx], y[idx], task)
+            opt.step(params, grads)
+            total += loss * idx.size
+        last = total / n
+    return params, last

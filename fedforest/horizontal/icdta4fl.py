@@ -1,0 +1,138 @@
+"""ICDTA4FL: rule aggregation of the clients' trees into one global tree (horizontal mode ``icdta4fl``).
+
+Each client trains a local tree (CART with scikit-learn, or ID3) and sends
+it; the server sends all trees to every client, which evaluates the other
+clients' trees on its rows (accuracy, macro-F1); the server drops trees whose
+mean score over the other clients does not reach the filter (mean of the
+scores by default, median or a percentile), turns the kept trees into rules,
+merges the rule sets by Cartesian product and grows the global tree from the
+merged rules.  The final tree and the merged rules go back to every client,
+which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
+"""
+import time
+import warnings
+
+import numpy as np
+
+from ..constraints import Interval, Options
+from ..data.validation import CLASSIFICATION
+from ..errors import InputError
+from ..federation.metrics import class_scores
+from ..federation.mode import HORIZONTAL, Mode, Param
+from ..federation.rounds import ask
+from ..tree import format as tree_format
+from ..tree.id3 import id3_from_rules
+from ..tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, tree_from_rules
+from .common import TRAIN_LOCAL, log, run_tree_client, run_tree_server, tree_params, tree_proba
+from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
+
+EVALUATE = "evaluate"        # server -> client: score these trees on your rows
+FILTERS = ("mean", "median", "percentile", "none")
+
+PARAMS = tree_params() + (
+    Param("filter", "mean", (Options(*FILTERS),),
+          "tree filter: keep trees whose mean score on the other clients reaches the mean, median or a "
+          "percentile of all trees' scores, or keep every tree ('none')", text=True),
+    Param("filter_percentile", 75.0, (Interval(float, 0, 100), Interval(int, 0, 100)),
+          "percentile of the 'percentile' filter"),
+    Param("filter_metric", "accuracy", (Options("accuracy", "f1"),),
+          "score the filter compares: 'accuracy' or 'f1' (macro)", text=True),
+    Param("max_rules", 10000, (Interval(int, 1),), "cap on merged rules after each merge step"),
+    Param("global_max_depth", None, (None, Interval(int, 1)),
+          "depth of the global tree (None: the client trees' depth)"),
+    Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (grown breadth first)"),
+)
+
+
+def cross_scores(matrix):
+    """Each tree's mean score over the clients that did not train it:
+    ``matrix[evaluating client, tree]`` -> one score per tree (with one client,
+    its own score)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    n = m.shape[0]
+    if n == 1:
+        return m[0].copy()
+    off = ~np.eye(n, dtype=bool)
+    return np.array([m[off[:, i], i].mean() for i in range(n)])
+
+
+def filter_trees(scores, how, percentile=75.0):
+    """Indices of the trees whose score reaches the filter threshold."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if how == "none" or scores.size <= 1:
+        return np.arange(scores.size)
+    cut = {"mean": np.mean, "median": np.median}.get(how)
+    threshold = cut(scores) if cut else np.percentile(scores, percentile)
+    return np.flatnonzero(scores >= threshold - 1e-12)
+
+
+def rule_arrays(merged, n_features, tree_type):
+    """The merged rules as the arrays every client saves (``rules.npz``)."""
+    arrays = RuleArrays.from_rules(merged, n_features)
+    if tree_type == "id3":
+        return {"val": arrays.cond, "dist": arrays.dist, "support": arrays.support}
+    return {"lo": arrays.cond[0], "hi": arrays.cond[1], "dist": arrays.dist, "support": arrays.support}
+
+
+def _build(comm, job):
+    cfg, enc, summary = job.cfg, job.enc, job.summary
+    clients = comm.clients
+    trees = ask(comm, TRAIN_LOCAL)
+    trees = [trees[r]["tree"] for r in clients]
+    evals = ask(comm, EVALUATE, {"trees": trees})
+    acc = np.array([evals[r]["accuracy"] for r in clients])   # [evaluating client, tree]
+    f1 = np.array([evals[r]["f1"] for r in clients])
+    scores = cross_scores(acc if cfg.filter_metric == "accuracy" else f1)
+    kept = filter_trees(scores, cfg.filter, cfg.filter_percentile)
+    t0 = time.perf_counter()
+    kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
+    rule_sets = [list(tree_format.leaf_rules(trees[i], kind).values()) for i in kept]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        merged, stats = aggregate(rule_sets, cfg.max_rules)
+    for w in caught:
+        log(cfg, f"warning: {w.message}")
+    if not merged:
+        raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
+                                  "or fewer clients")
+    grow = id3_from_rules if enc.tree_type == "id3" else tree_from_rules
+    info = {}
+    tree = grow(merged, len(enc.classes), max_depth=cfg.global_max_depth or job.max_depth,
+                max_nodes=cfg.global_max_nodes, info=info)
+    if info.get("truncated"):
+        log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
+                  "nodes beyond it were left as leaves")
+    if enc.tree_type == "cart":
+        tree = {k: v for k, v in tree.items() if k != "n_rules"}
+    summary.update(
+        scores=scores.tolist(), kept_trees=[int(clients[i]) for i in kept],
+        rules_per_tree=[len(rs) for rs in rule_sets], merged_rules=len(merged),
+        merge_steps=stats.steps, rules_capped=stats.capped,
+        global_tree_truncated=bool(info.get("truncated")),
+        aggregate_seconds=time.perf_counter() - t0,
+        local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
+    log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
+              f"{cfg.filter_metric}); {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
+              f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
+    return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
+
+
+def _evaluate(client, msg):
+    scores = [class_scores(client.y, tree_proba(t, client.X)) for t in msg["trees"]]
+    return {"accuracy": np.array([s["accuracy"] for s in scores]), "f1": np.array([s["f1"] for s in scores])}
+
+
+def server_train(comm, cfg):
+    return run_tree_server(comm, cfg, _build)
+
+
+def client_train(comm, cfg):
+    return run_tree_client(comm, cfg, {EVALUATE: _evaluate})
+
+
+MODE = Mode(
+    name="icdta4fl", family=HORIZONTAL, table="icdta4fl",
+    summary="ICDTA4FL: client trees filtered by cross-evaluation, merged as rules into one global tree",
+    params=PARAMS, impl=__name__, tasks=(CLASSIFICATION,),
+    roles=("server_train", "client_train", "predict_proba", "explain"))
+MODES = (MODE,)

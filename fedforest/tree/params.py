@@ -1,0 +1,134 @@
+"""Forest hyper-parameters: defaults, validation and resolution.
+
+Names and defaults follow scikit-learn's RandomForest where they mean the same.
+"""
+import math
+import numbers
+from dataclasses import dataclass, fields, asdict
+
+from ..data.validation import CLASSIFICATION, REGRESSION
+from ..constraints import Interval, Options, check
+from ..errors import InputError
+
+CRITERIA = {CLASSIFICATION: ("gini", "entropy", "log_loss"), REGRESSION: ("squared_error",)}
+CRITERION_CODE = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2}
+
+
+@dataclass
+class ForestParams:
+    n_estimators: int = 100
+    criterion: str = None            # "gini" for classification, "squared_error" for regression
+    max_depth: int = None
+    min_samples_split: object = 2
+    min_samples_leaf: object = 1
+    min_impurity_decrease: float = 0.0
+    max_features: object = "default"  # "sqrt" for classification, 1.0 for regression
+    bootstrap: bool = True
+    max_samples: object = None
+    random_state: int = None
+    class_weight: object = None
+    split_method: str = "hist"       # "hist" (quantile bins) or "exact"
+    max_bins: int = 255
+    feature_sampling: str = "node"   # "node": a subset per node (as scikit-learn); "tree": per tree (the paper)
+
+    @classmethod
+    def names(cls):
+        return [f.name for f in fields(cls)]
+
+    def to_dict(self):
+        return asdict(self)
+
+
+FRACTION = Interval(float, 0.0, 1.0, closed="right")
+
+# scikit-learn style: each parameter's accepted values (one of them must hold)
+PARAMETER_CONSTRAINTS = {
+    "n_estimators": (Interval(int, 1),),
+    "criterion": (None, Options("gini", "entropy", "log_loss", "squared_error")),
+    "max_depth": (None, Interval(int, 1)),
+    "min_samples_split": (Interval(int, 2), FRACTION),
+    "min_samples_leaf": (Interval(int, 1), FRACTION),
+    "min_impurity_decrease": (Interval(numbers.Real, 0.0),),
+    "max_features": (None, Options("sqrt", "log2", "default"), Interval(int, 1), FRACTION),
+    "bootstrap": (bool,),
+    "max_samples": (None, Interval(int, 1), FRACTION),
+    "random_state": (None, Interval(int, 0)),
+    "class_weight": (None, Options("balanced", "balanced_subsample"), dict),
+    "split_method": (Options("hist", "exact"),),
+    "max_bins": (Interval(int, 2, 255),),
+    "feature_sampling": (Options("node", "tree"),),
+}
+
+HELP = {
+    "n_estimators": "number of trees",
+    "criterion": "split quality: 'gini', 'entropy'/'log_loss' (classification) or 'squared_error' "
+                 "(regression; default: 'gini' or 'squared_error' by task)",
+    "max_depth": "maximum tree depth (None: grow until leaves are pure or too small)",
+    "min_samples_split": "rows a node needs to be split (int, or a fraction of the rows)",
+    "min_samples_leaf": "rows each leaf keeps at least (int, or a fraction of the rows)",
+    "min_impurity_decrease": "a split must decrease the weighted impurity by at least this",
+    "max_features": "features drawn per node or tree: 'sqrt', 'log2', None (all), an int or a "
+                    "fraction (default: 'sqrt' for classification, 1.0 for regression)",
+    "bootstrap": "draw each tree's rows with replacement",
+    "max_samples": "rows drawn per tree with bootstrap (None: as many as there are rows)",
+    "random_state": "seed of the whole forest (None: a fresh seed, recorded in the model)",
+    "class_weight": "None, 'balanced', 'balanced_subsample' or a table {class = weight}",
+    "split_method": "'hist' (quantile bins, max_bins per feature) or 'exact' (every threshold)",
+    "max_bins": "bins per feature with split_method 'hist' (2..255)",
+    "feature_sampling": "'node': a feature subset per node (as scikit-learn); 'tree': one subset "
+                        "per tree (the Federated Forest paper)",
+}
+
+
+def validate(params, task):
+    """Check every parameter; raise :class:`InputError` naming the first bad one.
+    Returns a copy with task-dependent defaults filled in."""
+    p = ForestParams(**params.to_dict())
+    if task not in CRITERIA:
+        raise InputError("task", f"must be 'classification' or 'regression', got {task!r}")
+    for name in ForestParams.names():
+        check(name, getattr(p, name), PARAMETER_CONSTRAINTS[name])
+    if p.criterion is None:
+        p.criterion = CRITERIA[task][0]
+    if p.criterion not in CRITERIA[task]:
+        raise InputError("criterion", f"must be one of {CRITERIA[task]} for {task}, got {p.criterion!r}")
+    if p.max_features == "default":
+        p.max_features = "sqrt" if task == CLASSIFICATION else 1.0
+    if p.max_samples is not None and not p.bootstrap:
+        raise InputError("max_samples", "can only be set when bootstrap is true")
+    if p.class_weight is not None and task != CLASSIFICATION:
+        raise InputError("class_weight", "only applies to classification")
+    return p
+
+
+def resolve_max_features(max_features, n_features):
+    if max_features == "sqrt":
+        k = int(math.sqrt(n_features))
+    elif max_features == "log2":
+        k = int(math.log2(n_features))
+    elif max_features is None:
+        k = n_features
+    elif isinstance(max_features, numbers.Integral):
+        if max_features > n_features:
+            raise InputError("max_features", f"is {max_features} but there are only {n_features} features")
+        k = max_features
+    else:
+        k = int(max_features * n_features)
+    return min(n_features, max(1, k))
+
+
+def resolve_count(value, n):
+    """min_samples_split / min_samples_leaf / max_samples as an absolute count."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return max(1, int(math.ceil(value * n)))
+
+
+def resolve_max_samples(max_samples, n):
+    if max_samples is None:
+        return n
+    if isinstance(max_samples, numbers.Integral):
+        if max_samples > n:
+            raise InputError("max_samples", f"is {max_samples} but there are only {n} rows")
+        return int(max_samples)
+    return max(1, int(max_samples * n))

@@ -1,0 +1,58 @@
+"""The vertical Federated Forest: parties share rows (matched by ID) and hold
+different columns; one party holds the label.
+
+* :mod:`.master` and :mod:`.party`: the two policies of a job (training and
+  one-round prediction);
+* :mod:`.encrypted_labels`: the growers of the Paillier label-privacy mode;
+* :mod:`.model_files`: the ``fedforest-vertical`` model format;
+* :mod:`.estimator`: :class:`ForestClassifier` / :class:`ForestRegressor`, the
+  same algorithm in one process on pooled columns.
+
+This module declares the mode (``--mode vertical``, settings in ``[forest]``).
+"""
+from ..constraints import Interval, Options
+from ..errors import InputError
+from ..federation.mode import VERTICAL, Mode, Param
+from ..tree.params import HELP, PARAMETER_CONSTRAINTS, ForestParams
+
+_TEXT = ("criterion", "split_method", "feature_sampling")
+
+PARAMS = tuple(
+    Param(name, getattr(ForestParams(), name), PARAMETER_CONSTRAINTS[name], HELP[name], text=name in _TEXT)
+    for name in ForestParams.names()
+) + (
+    Param("label_privacy", "plain", (Options("plain", "paillier"),),
+          "'plain': labels shared with the parties; 'paillier': labels encrypted for all but their "
+          "holder (needs split_method 'hist', no class_weight)", text=True),
+    Param("key_length", 2048, (Interval(int, 256),), "Paillier key bits: 2048 or 3072"),
+    Param("insecure_key", False, (bool,), "allow Paillier keys shorter than 2048 bits (tests only)"),
+    Param("slot_bits", None, (None, Interval(int, 1)),
+          "bits per encrypted statistic (None: just enough for the rows)"),
+    Param("encrypt_workers", 1, (Interval(int, 1),), "processes the label holder uses to encrypt the labels"),
+    Param("master_full_model", False, (bool,),
+          "the master also stores every split's feature and threshold (each party must allow it)"),
+    Param("resume", False, (bool,), "continue training from the checkpoint in model_dir"),
+    Param("result_party", 1, (Interval(int, 1),), "party that receives the predictions and writes them"),
+    Param("predict_method", "oneshot", (Options("oneshot", "classical"),),
+          "'oneshot': one round for the whole forest; 'classical': node by node", text=True),
+)
+
+
+def _check(cfg):
+    cfg.check_parties("party")
+    if cfg.result_party > cfg.n_parties:
+        raise InputError("result_party", f"must be a party rank in 1..{cfg.n_parties}, got {cfg.result_party!r}")
+
+
+def forest_params(cfg):
+    """The forest hyper-parameters of a resolved job configuration."""
+    return ForestParams(**{k: cfg.values[k] for k in ForestParams.names()})
+
+
+MODE = Mode(
+    name="vertical", family=VERTICAL, table="forest",
+    summary="Federated Forest: parties hold different columns of the same rows",
+    params=PARAMS, impl="fedforest.vertical.roles", check=_check,
+    roles=("server_train", "client_train", "server_predict", "client_predict"))
+MODES = (MODE,)
+__all__ = ["MODE", "MODES", "forest_params"]

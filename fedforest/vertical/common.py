@@ -1,0 +1,170 @@
+"""What the vertical master and parties share: a party's table, helpers, the
+tree grower's view of the remote parties, job identity and model folders."""
+import hashlib
+import json
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from ..data.io import check_ids, encode_features, read_table
+from ..data.validation import CLASSIFICATION
+from ..errors import InputError
+from . import model_files
+
+MASTER = 0
+
+
+def log(cfg, text):
+    if cfg.quiet:
+        return
+    print(text, flush=True)
+
+
+def progress_bar(cfg, **kw):
+    return tqdm(disable=not cfg.progress or cfg.quiet, **kw)
+
+
+def plural_rounds(n):
+    return f"{n} round" + ("" if n == 1 else "s")
+
+
+def expect(msg, op):
+    if msg.get("op") != op:
+        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
+    return msg
+
+
+def check_world(comm, cfg):
+    if comm.size - 1 != cfg.n_parties:
+        raise InputError("n_parties", f"the config names {cfg.n_parties} parties but the job has "
+                                      f"{comm.size} ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+
+
+def party_what(rank):
+    return f"party {rank}"
+
+
+# ---------------------------------------------------------------------------
+# Party data
+# ---------------------------------------------------------------------------
+class PartyTable:
+    """One party's rows: IDs, encoded features and (for the label party) labels."""
+
+    def __init__(self, cfg, rank, source, columns=None, categories=None, label_column=None):
+        what = party_what(rank)
+        df = source if not isinstance(source, str) else read_table(source, cfg.id_column, what)
+        if source is not df:
+            df = df.copy()
+        df.columns = [str(c) for c in df.columns]
+        if cfg.id_column not in df.columns:
+            raise InputError(what, f"the data has no ID column {cfg.id_column!r}")
+        if df.shape[0] == 0:
+            raise InputError(what, "the data has no rows")
+        self.ids = check_ids(df[cfg.id_column], what)
+        label = label_column if label_column in df.columns else None
+        self.has_label = label is not None
+        self.y = df[label].to_numpy() if label else None
+        present = [c for c in df.columns if c not in (cfg.id_column, label)]
+        if columns is None:
+            self.columns = [str(c) for c in present]
+        else:
+            missing = [c for c in columns if c not in df.columns]
+            extra = [c for c in present if c not in columns]
+            if missing or extra:
+                raise InputError(what, f"column set differs from the model's: missing {missing}, "
+                                       f"unexpected {extra}")
+            self.columns = list(columns)
+        if columns is None and not self.columns and not self.has_label:
+            raise InputError(what, "holds neither feature columns nor the label: nothing to contribute")
+        self.X, self.categories, self.n_unseen = encode_features(df, self.columns, what, categories)
+
+    def fingerprint(self):
+        h = hashlib.sha256()
+        h.update(json.dumps(self.columns).encode())
+        h.update(np.ascontiguousarray(self.X).tobytes())
+        h.update("\x00".join(self.ids).encode())
+        if self.y is not None:
+            h.update(np.asarray(self.y).astype(str).tobytes())
+        return h.hexdigest()
+
+
+def label_array(y, task, what):
+    """Labels as a buffer-friendly array (text labels as unicode)."""
+    y = np.asarray(y)
+    if y.dtype.kind == "O":
+        missing = pd.isna(y)
+        if missing.any():
+            raise InputError(what, f"{int(missing.sum())} rows have no label")
+        if task == CLASSIFICATION:
+            return y.astype(str)
+        try:
+            return y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InputError(what, "regression labels must be numeric") from None
+    return y
+
+
+# ---------------------------------------------------------------------------
+# ID alignment (shared by training and prediction)
+# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------
+# Remote parties for the tree grower
+# ---------------------------------------------------------------------------
+class RemoteParties:
+    """The parties of an MPI (or in-process) job, as seen by the tree grower."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def exchange(self, msgs):
+        replies = self.comm.exchange({p + 1: m for p, m in enumerate(msgs) if m is not None})
+        return [replies.get(p + 1) for p in range(len(msgs))]
+
+    def broadcast(self, msgs):
+        self.comm.scatter({p + 1: m for p, m in enumerate(msgs)})
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+def job_id_of(params, cfg, infos):
+    doc = {"params": params.to_dict(), "task": cfg.task, "n_parties": cfg.n_parties,
+           "parties": [infos[r]["fingerprint"] for r in sorted(infos)],
+           "master_full_model": bool(cfg.master_full_model), "label_privacy": cfg.label_privacy}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def check_model_dir(folder, job_id, resume, overwrite, what):
+    """How many finished trees to keep (0 = start fresh); refuses a model of another job."""
+    existing = model_files.existing_model(folder)
+    if existing is None:
+        if resume:
+            raise InputError(what, f"--resume given but {folder!r} holds no checkpoint")
+        return 0
+    if existing.get("job_id") != job_id:
+        if overwrite:
+            return 0
+        raise InputError(what, f"{folder!r} holds a model from another job (job id "
+                               f"{existing.get('job_id')}, this job is {job_id}); use another "
+                               "model_dir or pass --overwrite")
+    if resume:
+        return int(existing.get("n_trees", 0))
+    if overwrite:
+        return 0
+    raise InputError(what, f"{folder!r} already holds a model of this job; pass --resume to "
+                           "continue it or --overwrite to start again")
+
+
+def load_role_model(cfg, rank):
+    folder = model_files.party_dir(cfg.model_dir, rank)
+    what = f"party {rank} model" if rank else "master model"
+    m = model_files.read_manifest(folder, what)
+    role = "master" if rank == 0 else "party"
+    if m.get("role") != role or m.get("rank") != rank:
+        raise InputError(what, f"{folder!r} holds the model of {m.get('role')} rank {m.get('rank')}, "
+                               f"not of {role} rank {rank}")
+    if not m.get("complete"):
+        raise InputError(what, f"{folder!r} holds an unfinished training checkpoint "
+                               f"({m.get('n_trees')} of {m.get('n_estimators')} trees); resume training first")
+    return folder, m, model_files.read_trees(folder, m["n_trees"], what)

@@ -1,0 +1,105 @@
+"""Single-process estimators running the Federated Forest algorithm on one machine.
+
+They grow exactly the trees a federated run grows with the same seed (same
+bootstrap draws, feature subsets, split search and tie-breaking), which makes
+them the reference for losslessness and a convenient way to use the algorithm
+on pooled data.
+"""
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+
+from ..data.validation import CLASSIFICATION, REGRESSION, check_features, encode_labels
+from ..errors import InputError
+from ..tree.params import ForestParams, validate
+from ..tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
+from ..tree.labels import PlainLabels
+from ..tree.predict import mean_leaf_values
+
+
+class _BaseForest(BaseEstimator):
+    _task = None
+
+    def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
+                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
+                 bootstrap=True, max_samples=None, random_state=None, class_weight=None,
+                 split_method="hist", max_bins=255, feature_sampling="node"):
+        self.n_estimators = n_estimators
+        self.criterion = criterion
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_impurity_decrease = min_impurity_decrease
+        self.max_features = max_features
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.random_state = random_state
+        self.class_weight = class_weight
+        self.split_method = split_method
+        self.max_bins = max_bins
+        self.feature_sampling = feature_sampling
+
+    def _params(self):
+        return validate(ForestParams(**self.get_params()), self._task)
+
+    def fit(self, X, y):
+        params = self._params()
+        X = check_features(X)
+        codes, classes = encode_labels(y, self._task)
+        if codes.shape[0] != X.shape[0]:
+            raise InputError("y", f"has {codes.shape[0]} labels but X has {X.shape[0]} rows")
+        is_clf = self._task == CLASSIFICATION
+        n_classes = classes.size if is_clf else 1
+        labels = PlainLabels(codes, is_clf, n_classes)
+        settings = SplitSettings(params, X.shape[0], is_clf, n_classes)
+        splitter = PartySplitter(X, settings, labels)
+        grower = TreeGrower(LocalParties([splitter]), labels, params, settings, [X.shape[1]],
+                            y_codes=codes if is_clf else None, classes=classes)
+        seed = params.random_state if params.random_state is not None else \
+            int(np.random.SeedSequence().entropy % (2 ** 63))
+        masters = [grower.grow(s) for s in tree_seeds(seed, params.n_estimators)]
+        self.estimators_ = [merge_partials(m, [p], [0]) for m, p in zip(masters, splitter.trees)]
+        self.n_features_in_ = X.shape[1]
+        self.random_state_ = seed
+        self.params_ = params
+        if is_clf:
+            self.classes_ = classes
+            self.n_classes_ = n_classes
+        return self
+
+    def _mean_values(self, X):
+        if not hasattr(self, "estimators_"):
+            raise InputError(type(self).__name__, "is not fitted yet; call fit first")
+        X = check_features(X)
+        if X.shape[1] != self.n_features_in_:
+            raise InputError("X", f"has {X.shape[1]} features but the forest was fitted with {self.n_features_in_}")
+        return mean_leaf_values(self.estimators_, X, self.params_.split_method)
+
+
+class ForestClassifier(ClassifierMixin, _BaseForest):
+    """Random forest classifier grown with the Federated Forest algorithm on one machine."""
+    _task = CLASSIFICATION
+
+    def predict_proba(self, X):
+        return self._mean_values(X)
+
+    def predict(self, X):
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class ForestRegressor(RegressorMixin, _BaseForest):
+    """Random forest regressor grown with the Federated Forest algorithm on one machine."""
+    _task = REGRESSION
+
+    def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
+                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
+                 bootstrap=True, max_samples=None, random_state=None,
+                 split_method="hist", max_bins=255, feature_sampling="node"):
+        super().__init__(n_estimators, criterion=criterion, max_depth=max_depth,
+                         min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
+                         min_impurity_decrease=min_impurity_decrease, max_features=max_features,
+                         bootstrap=bootstrap, max_samples=max_samples, random_state=random_state,
+                         split_method=split_method, max_bins=max_bins,
+                         feature_sampling=feature_sampling)
+
+    def predict(self, X):
+        return self._mean_values(X)[:, 0]

@@ -1,0 +1,275 @@
+"""Vertical Federated Forest, the master's policy (rank 0): training and prediction.
+
+Rank 0 is the master; ranks 1..K are parties that share rows (matched by ID)
+and hold different columns; exactly one party holds the label column.  See
+docs/protocol.md for the message sequence and the threat model.
+"""
+import secrets
+import time
+
+import numpy as np
+
+from ..crypto import paillier
+from ..data.alignment import master_align
+from ..data.validation import CLASSIFICATION, encode_labels
+from ..errors import InputError
+from ..tree import builder, predict
+from ..tree.builder import SplitSettings, TreeGrower, tree_seeds
+from ..tree.labels import PlainLabels, class_weight_vector
+from ..tree.params import resolve_max_samples, validate
+from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
+from . import encrypted_labels as encrypted
+from ..federation.files import write_summary
+from . import forest_params, model_files
+from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
+                     plural_rounds, progress_bar)
+
+def master_train(comm, cfg):
+    """Master side of training; returns a summary dict."""
+    t_start = time.perf_counter()
+    cfg.check_train()
+    params = validate(forest_params(cfg), cfg.task)
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    if cfg.label_privacy == "paillier":
+        _check_paillier(params, cfg)
+    comm.handshake()
+    infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column,
+                               "label_privacy": cfg.label_privacy} for r in comm.clients})
+    holders = [r for r in comm.clients if infos[r]["has_label"]]
+    if len(holders) != 1:
+        where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
+        raise InputError("label_column", f"{cfg.label_column!r} must be held by exactly one party, "
+                                         f"found on {where}")
+    feature_counts = [infos[r]["n_features"] for r in comm.clients]
+    if sum(feature_counts) == 0:
+        raise InputError("data", "no party holds any feature column")
+    job_id = job_id_of(params, cfg, infos)
+    my_dir = model_files.party_dir(cfg.model_dir, 0)
+    dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id,
+                              "full_model": bool(cfg.master_full_model)} for r in comm.clients})
+    done = [check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
+    done += [dirs[r]["n_trees"] for r in comm.clients]
+    start = min(done)
+    # a run id tells models of different runs apart (kept when resuming); without a
+    # fixed random_state the seed is drawn once and kept in the checkpoint too
+    previous = model_files.read_manifest(my_dir) if start else {}
+    run_id = previous.get("run_id") or secrets.token_hex(16)
+    random_state = params.random_state
+    if random_state is None:
+        random_state = previous["random_state_used"] if start else \
+            int(np.random.SeedSequence().entropy % (2 ** 63))
+    n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    label_party = holders[0]
+    is_clf = cfg.task == CLASSIFICATION
+    common = {"op": "setup", "start": start, "job_id": job_id, "run_id": run_id,
+              "params": params.to_dict(), "task": cfg.task}
+    he = {}
+    if cfg.label_privacy == "paillier":
+        grower, classes, he = _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts,
+                                              common)
+        n_classes = classes.size if is_clf else 1
+    else:
+        y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
+        codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
+        n_classes = classes.size if is_clf else 1
+        settings = SplitSettings(params, n_rows, is_clf, n_classes)
+        settings.reveal_splits = bool(cfg.master_full_model)
+        labels = PlainLabels(codes, is_clf, n_classes)
+        grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
+                            y_codes=codes if is_clf else None, classes=classes)
+        if is_clf:
+            class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
+        # validation is complete: from here on work starts and files get written
+        comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings))
+    manifest = {
+        "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "run_id": run_id,
+        "task": cfg.task,
+        "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
+        "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
+        "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
+        "random_state_used": random_state, "label_privacy": cfg.label_privacy,
+    }
+    if start == 0:
+        model_files.clear(my_dir)
+    builder.warm_up(params.split_method, is_clf)
+    seeds = tree_seeds(random_state, params.n_estimators)
+    rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
+    if start:
+        log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
+    bar = progress_bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
+    writer = model_files.CheckpointWriter(my_dir)
+    for t in range(start, params.n_estimators):
+        tree = grower.grow(seeds[t])
+        writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
+        bar.update(1)
+    writer.close()
+    bar.close()
+    train_seconds = time.perf_counter() - t_trees
+    tree_bytes = comm.bytes_sent - bytes0
+    acks = comm.exchange({r: {"op": "done"} for r in comm.clients})
+    n_built = params.n_estimators - start
+    party_bytes = sum(a["tree_bytes_sent"] for a in acks.values())
+    summary = {
+        "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
+        "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
+        "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
+        "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
+        "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
+        "label_privacy": cfg.label_privacy, **he,
+    }
+    if he:
+        summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
+    log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
+              f"({summary['rounds_per_tree']:.1f} rounds per tree)")
+    log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
+                                            for r, d in summary["model_dirs"].items()))
+    write_summary(cfg.summary_json, summary)
+    return summary
+
+
+def _check_paillier(params, cfg):
+    """Settings the encrypted-label mode cannot honour, refused before any work."""
+    paillier.check_key_length(cfg.key_length, cfg.insecure_key)
+    if params.split_method != "hist":
+        raise InputError("split_method", "label_privacy = 'paillier' needs split_method = 'hist' "
+                                         "(encrypted statistics are summed per histogram bin)")
+    if params.class_weight is not None:
+        raise InputError("class_weight", "is not available with label_privacy = 'paillier' "
+                                         "(encrypted statistics are integer counts)")
+
+
+def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, common):
+    """Key generation, label encryption by the label holder, relay of the
+    ciphertexts to the other parties; returns the grower, the classes and
+    figures for the summary."""
+    is_clf = cfg.task == CLASSIFICATION
+    n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
+    log(cfg, f"Paillier key: {public.key_length} bits; party {label_party} encrypts the labels")
+    rep = comm.exchange({label_party: {"op": "encrypt_labels", "public_key": public.to_bytes(),
+                                       "n_total": n_total, "slot_bits": cfg.slot_bits}})[label_party]
+    if rep["fingerprint"] != public.fingerprint:
+        raise encrypted.ProtocolIntegrityError(
+            f"party {label_party} encrypted the labels under another public key (fingerprint "
+            f"{rep['fingerprint']}, the master's key is {public.fingerprint})")
+    spec = rep["spec"]
+    if spec.key_length != public.key_length or spec.n_total != n_total:
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
+    classes = np.asarray(rep["classes"]) if is_clf else np.empty(0)
+    n_classes = classes.size if is_clf else 1
+    settings = SplitSettings(params, n_rows, is_clf, n_classes)
+    settings.reveal_splits = bool(cfg.master_full_model)
+    # validation is complete: from here on work starts and files get written
+    comm.scatter({r: dict(common, settings=settings, n_classes=n_classes, spec=spec,
+                          public_key=public.to_bytes(),
+                          **({} if r == label_party else {"labels": rep["blocks"],
+                                                          "fingerprint": rep["fingerprint"]}))
+                  for r in comm.clients})
+    others = [r for r in comm.clients if r != label_party]
+    bins = comm.exchange({r: {"op": "bins"} for r in others}) if others else {}
+    party_bins = [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"])
+                  for r in comm.clients]
+    info = encrypted.LabelInfo(is_clf, n_classes, n_rows)
+    grower = encrypted.PaillierGrower(RemoteParties(comm), info, params, settings, feature_counts,
+                                      private, spec, label_party - 1, party_bins)
+    he = {"key_length": public.key_length, "label_encrypt_seconds": rep["seconds"],
+          "slot_bits": spec.width, "values_per_ciphertext": spec.per_ciphertext}
+    log(cfg, f"labels encrypted in {rep['seconds']:.1f}s ({n_rows} rows, {spec.width}-bit slots, "
+              f"{spec.per_ciphertext} statistics vectors per ciphertext)")
+    return grower, classes, he
+
+
+# ---------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------
+def master_predict(comm, cfg):
+    """Master side of prediction; returns a summary with the predictions."""
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    folder, manifest, trees = load_role_model(cfg, 0)
+    if manifest["n_parties"] != cfg.n_parties:
+        raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
+                                          f"this job has {cfg.n_parties}")
+    comm.handshake()
+    infos = comm.exchange({r: {"op": "load"} for r in comm.clients})
+    for r in comm.clients:
+        if infos[r]["job_id"] != manifest["job_id"]:
+            raise InputError(f"party {r} model", f"belongs to job {infos[r]['job_id']}, the master's "
+                                                 f"model to job {manifest['job_id']}")
+        if infos[r]["run_id"] != manifest.get("run_id"):
+            raise InputError(f"party {r} model", f"comes from another training run (run id "
+                                                 f"{infos[r]['run_id']}, the master's {manifest.get('run_id')})")
+        if infos[r]["n_trees"] != manifest["n_trees"]:
+            raise InputError(f"party {r} model", f"has {infos[r]['n_trees']} trees, the master's "
+                                                 f"{manifest['n_trees']}")
+        if infos[r]["n_unseen"]:
+            log(cfg, f"party {r}: {infos[r]['n_unseen']} values of text columns were not seen in "
+                      "training and are treated as missing")
+    n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    predict.warm_up()
+    comm.exchange({r: {"op": "ready"} for r in comm.clients})  # every rank has its kernels loaded
+    rounds0 = comm.rounds
+    t0 = time.perf_counter()
+    if cfg.predict_method == "oneshot":
+        values = _predict_oneshot(comm, cfg, trees, n_rows)
+    else:
+        values = _predict_classical(comm, cfg, trees, n_rows)
+    seconds = time.perf_counter() - t0
+    predict_rounds = comm.rounds - rounds0
+    values /= len(trees)
+    is_clf = manifest["task"] == CLASSIFICATION
+    msg = {"op": "result"}
+    if is_clf:
+        classes = np.array(manifest["classes"])
+        msg.update(prediction=classes[np.argmax(values, axis=1)], proba=values,
+                   classes=[str(c) for c in classes])
+    else:
+        msg.update(prediction=values[:, 0])
+    out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
+    comm.exchange({r: {"op": "done"} for r in comm.clients})
+    log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
+              f"({cfg.predict_method}, {plural_rounds(predict_rounds)}); predictions written by party "
+              f"{cfg.result_party} to {out['path']}")
+    summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
+               "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
+               "output": out["path"]}
+    write_summary(cfg.summary_json, summary)
+    return summary
+
+
+def _predict_oneshot(comm, cfg, trees, n_rows):
+    """Algorithm 4: one collective round for the whole forest."""
+    comm.scatter({r: {"op": "leaf_sets"} for r in comm.clients})
+    leaf_lists = [leaves_of(t) for t in trees]
+    per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
+    width = trees[0]["value"].shape[1]
+    values = np.zeros((n_rows, width))
+    for i in progress_bar(cfg, iterable=range(len(trees)), desc="combining leaf sets", unit="tree"):
+        pos = leaf_positions(n_rows, per_party, i, leaf_lists[i].size)
+        values += trees[i]["value"][leaf_lists[i][pos]]
+    return values
+
+
+def _predict_classical(comm, cfg, trees, n_rows):
+    """Node-by-node prediction: one round trip to the owning party per split node."""
+    comm.bcast({"op": "classical"})
+    width = trees[0]["value"].shape[1]
+    values = np.zeros((n_rows, width))
+    for i, t in enumerate(progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree")):
+        stack = [(0, np.arange(n_rows, dtype=np.int64))]
+        while stack:
+            node, rows = stack.pop()
+            if t["children_left"][node] < 0:
+                values[rows] += t["value"][node]
+                continue
+            if rows.size == 0:
+                continue
+            owner = int(t["owner"][node]) + 1
+            rep = comm.exchange({owner: {"op": "route", "tree": i, "node": node, "rows": rows}})[owner]
+            left = np.unpackbits(rep["bits"], count=rows.size).astype(bool)
+            stack.append((int(t["children_right"][node]), rows[~left]))
+            stack.append((int(t["children_left"][node]), rows[left]))
+    comm.bcast({"op": "end_classical"})
+    return values
+

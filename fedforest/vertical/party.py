@@ -1,0 +1,212 @@
+"""Vertical Federated Forest, a party's policy (ranks 1..K): training and prediction."""
+import os
+import time
+
+import numpy as np
+import pandas as pd
+
+from ..crypto import paillier
+from ..data.alignment import party_align
+from ..data.validation import CLASSIFICATION, encode_labels
+from ..errors import InputError
+from ..tree import builder, kernels, predict
+from ..tree.builder import PartySplitter
+from ..tree.labels import PlainLabels
+from ..tree.params import validate
+from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
+from ..federation.files import atomic_write
+from . import encrypted_labels as encrypted
+from . import forest_params, model_files
+from .common import MASTER, PartyTable, check_model_dir, check_world, expect, label_array, load_role_model
+
+def _crash_point(rank):
+    """Fault injection for tests: FEDFOREST_FAULT_CRASH=<rank>:<trees> makes that
+    party fail right after checkpointing that many trees."""
+    spec = os.environ.get("FEDFOREST_FAULT_CRASH")
+    if not spec:
+        return None
+    r, n = (int(x) for x in spec.split(":"))
+    return n if r == rank else None
+
+
+def party_train(comm, cfg):
+    """Party side of training."""
+    rank = comm.rank
+    cfg.check_train()
+    validate(forest_params(cfg), cfg.task)
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    comm.handshake()
+    msg = expect(comm.recv(MASTER), "load")
+    if cfg.label_privacy == "paillier" and msg["label_privacy"] != "paillier":
+        raise InputError("label_privacy", f"party {rank} requires 'paillier' but the master runs "
+                                          f"{msg['label_privacy']!r}")
+    table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
+    comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
+                       "has_label": table.has_label, "fingerprint": table.fingerprint()})
+    msg = expect(comm.recv(MASTER), "check_dir")
+    if msg["full_model"] and not cfg.master_full_model:
+        raise InputError("master_full_model", f"the master asks party {rank} for its split features "
+                                              "and thresholds, which this party's configuration "
+                                              "does not allow")
+    folder = model_files.party_dir(cfg.model_dir, rank)
+    n_done = check_model_dir(folder, msg["job_id"], cfg.resume, cfg.overwrite,
+                              f"party {rank} model_dir")
+    comm.send(MASTER, {"n_trees": n_done})
+    positions = party_align(comm, rank, table.ids)
+    X = table.X[positions]
+    msg = comm.recv(MASTER)
+    held = None
+    if msg["op"] == "send_labels":
+        comm.send(MASTER, {"y": label_array(table.y[positions], cfg.task,
+                                             f"label column {cfg.label_column!r}")})
+        msg = comm.recv(MASTER)
+    elif msg["op"] == "encrypt_labels":
+        held = _encrypt_labels(comm, cfg, msg, table.y[positions])
+        msg = comm.recv(MASTER)
+    setup = expect(msg, "setup")
+    settings = setup["settings"]
+    if "spec" in setup:
+        splitter = _paillier_splitter(comm, rank, X, settings, setup, held)
+    else:
+        labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
+        splitter = PartySplitter(X, settings, labels)
+    builder.warm_up(settings.split_method, settings.is_classification)
+    manifest = {
+        "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
+        "run_id": setup["run_id"],
+        "task": setup["task"], "params": setup["params"], "columns": table.columns,
+        "categories": table.categories, "has_label": table.has_label,
+        "label_column": cfg.label_column if table.has_label else None,
+        "id_column": cfg.id_column, "split_method": settings.split_method,
+        "n_estimators": setup["params"]["n_estimators"],
+        "label_privacy": "paillier" if "spec" in setup else "plain",
+    }
+    start = setup["start"]
+    if start == 0:
+        model_files.clear(folder)
+    crash_after = _crash_point(rank)
+    t = start
+    bytes0 = comm.bytes_sent
+    writer = model_files.CheckpointWriter(folder)
+    while True:
+        msg = comm.recv(MASTER)
+        op = msg["op"]
+        if op == "done":
+            writer.close()
+            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
+            return folder
+        reply = splitter.handle(msg)
+        if reply is not None:
+            comm.send(MASTER, reply)
+        if op == "finish":
+            t += 1
+            writer.submit(t - 1, splitter.trees.pop(),
+                          dict(manifest, n_trees=t, complete=t == manifest["n_estimators"]))
+            if crash_after is not None and t == crash_after:
+                writer.close()
+                raise RuntimeError(f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)")
+
+
+def _encrypt_labels(comm, cfg, msg, y):
+    """The label holder: encode and encrypt its labels under the master's key."""
+    what = f"label column {cfg.label_column!r}"
+    codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
+    public = paillier.PublicKey.from_bytes(msg["public_key"])
+    paillier.check_key_length(public.key_length, cfg.insecure_key)
+    is_clf = cfg.task == CLASSIFICATION
+    if is_clf:
+        spec = encrypted.EncryptionSpec(True, classes.size, msg["n_total"], public.key_length,
+                                        msg["slot_bits"])
+        scored = codes
+    else:
+        codes, step, bias = encrypted.regression_grid(codes, msg["n_total"])
+        spec = encrypted.EncryptionSpec(False, 1, msg["n_total"], public.key_length,
+                                        msg["slot_bits"], step=step, bias=bias)
+        scored = codes * step
+    t0 = time.perf_counter()
+    cts = encrypted.encrypt_rows(public, spec.row_plaintexts(codes), cfg.encrypt_workers)
+    seconds = time.perf_counter() - t0
+    comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec, "seconds": seconds,
+                       "blocks": public.serialize(cts), "fingerprint": public.fingerprint})
+    return {"codes": codes, "scored": scored, "public": public}
+
+
+def _paillier_splitter(comm, rank, X, settings, setup, held):
+    """The splitter of a party in the encrypted-label mode."""
+    spec = setup["spec"]
+    public = paillier.PublicKey.from_bytes(setup["public_key"])
+    if held is not None:
+        if public.fingerprint != held["public"].fingerprint:
+            raise InputError(f"party {rank}", "the master's public key changed during setup")
+        labels = PlainLabels(held["scored"], settings.is_classification, setup["n_classes"])
+        return encrypted.LabelHolderSplitter(X, settings, labels, held["codes"], spec, public)
+    if setup["fingerprint"] != public.fingerprint:
+        raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
+                                          f"(fingerprint {setup['fingerprint']}, the master's key is "
+                                          f"{public.fingerprint})")
+    labels_ct = public.deserialize(setup["labels"], "encrypted labels")
+    if len(labels_ct) != X.shape[0]:
+        raise InputError(f"party {rank}", f"received {len(labels_ct)} encrypted labels for "
+                                          f"{X.shape[0]} aligned rows")
+    splitter = encrypted.EncryptedHistSplitter(X, settings, labels_ct, spec, public)
+    expect(comm.recv(MASTER), "bins")
+    comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
+    return splitter
+
+
+def party_predict(comm, cfg):
+    rank = comm.rank
+    check_world(comm, cfg)
+    comm.reply_timeout = cfg.reply_timeout
+    folder, manifest, trees = load_role_model(cfg, rank)
+    comm.handshake()
+    expect(comm.recv(MASTER), "load")
+    table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
+                       categories=manifest["categories"], label_column=manifest.get("label_column"))
+    comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
+                       "n_trees": manifest["n_trees"],
+                       "n_rows": len(table.ids), "n_unseen": table.n_unseen})
+    positions = party_align(comm, rank, table.ids)
+    X = table.X[positions]
+    ids = table.ids[positions]
+    method = manifest["split_method"]
+    predict.warm_up()
+    while True:
+        msg = comm.recv(MASTER)
+        op = msg["op"]
+        if op == "ready":
+            comm.send(MASTER, {})
+        elif op == "leaf_sets":
+            comm.send(MASTER, pack_leaf_sets(party_leaf_sets(X, trees, method)))
+        elif op == "classical":
+            Xp = prepare_X(X, method)
+            while True:
+                m = comm.recv(MASTER)
+                if m["op"] == "end_classical":
+                    break
+                t = trees[m["tree"]]
+                node = m["node"]
+                f = int(t["feature"][node])
+                rows = m["rows"]
+                bits = kernels.goes_left(Xp[:, f], rows.astype(np.int32), 0, rows.size,
+                                   float(t["threshold"][node]), int(t["missing_left"][node]))
+                comm.send(MASTER, {"bits": np.packbits(bits)})
+        elif op == "result":
+            path = _write_predictions(cfg, ids, msg, manifest)
+            comm.send(MASTER, {"path": path})
+        elif op == "done":
+            comm.send(MASTER, {})
+            return None
+        else:
+            raise RuntimeError(f"protocol error: unexpected {op!r}")
+
+
+def _write_predictions(cfg, ids, msg, manifest):
+    df = pd.DataFrame({cfg.id_column: ids, "prediction": msg["prediction"]})
+    if "proba" in msg:
+        for k, c in enumerate(msg["classes"]):
+            df[f"proba_{c}"] = msg["proba"][:, k]
+    path = os.path.abspath(cfg.output)
+    atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
+    return path

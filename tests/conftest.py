@@ -1,0 +1,5 @@
+"""Test set-up: the tests' shared helpers (``_util``) are importable from every subfolder."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

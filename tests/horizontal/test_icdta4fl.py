@@ -1,0 +1,203 @@
+"""Horizontal mode over the in-process transport: ICDTA4FL and its baselines,
+model files, local prediction and explanation, and the bad inputs of the issue."""
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification
+
+from fedforest.cli import main
+from fedforest.errors import InputError, RemoteError
+from fedforest.horizontal.common import load_model
+from fedforest.horizontal.icdta4fl import filter_trees
+from fedforest.jobs import run_horizontal
+from fedforest.tree.id3 import fit_id3
+
+VOTES = ["y", "n", None]
+
+
+def _categorical_clients(folder, n_clients=3, n=240, seed=0, drop_class_on=None):
+    """Vote-like categorical rows split across clients; returns (train paths, test paths)."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 3, size=(n, 6))
+    y = np.where((X[:, 0] == 0) & (X[:, 1] != 1) | (X[:, 2] == 2), "dem", "rep")
+    flip = rng.random(n) < 0.05
+    y[flip] = np.where(y[flip] == "dem", "rep", "dem")
+    df = pd.DataFrame({f"v{j}": [VOTES[v] for v in X[:, j]] for j in range(6)})
+    df.insert(0, "id", [f"r{i}" for i in range(n)])
+    df["party"] = y
+    paths, tests = [], []
+    for k, rows in enumerate(np.array_split(rng.permutation(n), n_clients), start=1):
+        part = df.iloc[rows]
+        if drop_class_on == k:
+            part = part[part["party"] != "rep"]
+        cut = int(len(part) * 0.75)
+        paths.append(str(folder / f"c{k}.csv"))
+        tests.append(str(folder / f"c{k}-test.csv"))
+        part.iloc[:cut].to_csv(paths[-1], index=False)
+        part.iloc[cut:].to_csv(tests[-1], index=False)
+    return paths, tests
+
+
+def _numeric_clients(folder, n_clients=3, n=600, seed=0):
+    X, y = make_classification(n, 6, n_informative=4, random_state=seed)
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    df["label"] = np.where(y == 1, "yes", "no")
+    paths, tests = [], []
+    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
+        cut = int(rows.size * 0.75)
+        paths.append(str(folder / f"n{k}.csv"))
+        tests.append(str(folder / f"n{k}-test.csv"))
+        df.iloc[rows[:cut]].to_csv(paths[-1], index=False)
+        df.iloc[rows[cut:]].to_csv(tests[-1], index=False)
+    return paths, tests
+
+
+def _run(paths, tests, folder, **opts):
+    base = dict(task="classification", random_state=0, model_dir=str(folder / f"m-{opts.get('mode')}"),
+                test_data=tests)
+    base.update(opts)
+    return run_horizontal(paths, **base)
+
+
+@pytest.mark.parametrize("mode", ["icdta4fl", "local", "centralized", "federated_id3"])
+def test_modes_id3(tmp_path, mode):
+    paths, tests = _categorical_clients(tmp_path)
+    s = _run(paths, tests, tmp_path, mode=mode, tree_type="id3", label_column="party")
+    assert s["test_accuracy"] > 0.75, s["test_accuracy"]
+    assert s["max_depth"] == 3  # |features| / 2
+    for r in (1, 2, 3):
+        assert os.path.isfile(os.path.join(s["model_dirs"][r], "model.json"))
+    expected_rounds = {"icdta4fl": 3, "local": 1, "centralized": 2}.get(mode)
+    if expected_rounds:
+        assert s["rounds"] == expected_rounds
+    else:
+        assert s["rounds"] == s["levels"] + 1
+
+
+def test_federated_id3_equals_centralized_id3(tmp_path):
+    paths, tests = _categorical_clients(tmp_path, n_clients=4, n=400, seed=3)
+    a = _run(paths, tests, tmp_path, mode="federated_id3", tree_type="id3", label_column="party")
+    b = _run(paths, tests, tmp_path, mode="centralized", tree_type="id3", label_column="party")
+    ta = load_model(os.path.dirname(a["model_dirs"][0]))["tree"]
+    tb = load_model(os.path.dirname(b["model_dirs"][0]))["tree"]
+    # level-wise and depth-first growth number the nodes differently: compare the shapes
+    assert _shape(ta) == _shape(tb)
+    # and both are plain ID3 on the pooled rows
+    enc = load_model(os.path.dirname(a["model_dirs"][0]))["encoding"]
+    pooled = pd.concat([pd.read_csv(p, keep_default_na=False, na_values=["NA", ""]) for p in paths])
+    X = enc.features(pooled.drop(columns=["id", "party"]), "pooled")
+    ref = fit_id3(X, enc.labels(pooled["party"], "pooled"), enc.n_values, 2, max_depth=3)
+    assert _shape(ref) == _shape(ta)
+    assert len(_shape(ta)) > 1
+
+
+def _shape(tree, n=0):
+    """A tree as nested (feature, support, rounded value, {category: subtree})."""
+    s, c = tree["child_start"][n], tree["child_count"][n]
+    kids = {int(v): _shape(tree, int(k)) for v, k in zip(tree["child_value"][s:s + c], tree["child_node"][s:s + c])}
+    return (int(tree["feature"][n]), float(tree["support"][n]), tuple(np.round(tree["value"][n], 9)), kids)
+
+
+def test_icdta4fl_cart_numeric(tmp_path):
+    paths, tests = _numeric_clients(tmp_path)
+    s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
+             summary_json=str(tmp_path / "s.json"), global_max_depth=64)
+    assert s["max_depth"] == 5 and s["merged_rules"] > 0 and s["kept_trees"]
+    assert len(s["merge_steps"]) == len(s["kept_trees"]) - 1
+    with np.load(os.path.join(s["model_dirs"][2], "rules.npz")) as z:  # the merged rules reach every client
+        assert z["lo"].shape == (s["merged_rules"], 6) and z["dist"].shape == (s["merged_rules"], 2)
+    # balanced classes: a broken global tree would sit near 0.5
+    assert s["test_accuracy"] > 0.7, s["test_accuracy"]
+    doc = json.load(open(tmp_path / "s.json"))
+    assert doc["mode"] == "icdta4fl" and doc["merged_rules"] == s["merged_rules"]
+
+
+def test_filter_rules():
+    scores = [0.9, 0.5, 0.7, 0.8]
+    assert filter_trees(scores, "mean").tolist() == [0, 3]               # mean 0.725
+    assert filter_trees(scores, "median").tolist() == [0, 3]             # median 0.75
+    assert filter_trees(scores, "percentile", 25).tolist() == [0, 2, 3]  # 0.65
+    assert filter_trees(scores, "none").tolist() == [0, 1, 2, 3]
+    assert filter_trees([0.4], "mean").tolist() == [0]
+
+
+def test_class_absent_on_a_client(tmp_path):
+    paths, tests = _categorical_clients(tmp_path, drop_class_on=2)
+    s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="id3", label_column="party")
+    model = load_model(s["model_dirs"][2])
+    assert model["encoding"].classes == ["dem", "rep"]
+    assert model["tree"]["value"].shape[1] == 2
+
+
+def test_predict_and_explain_cli(tmp_path, capsys):
+    paths, tests = _categorical_clients(tmp_path)
+    s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="id3", label_column="party")
+    model_dir = str(tmp_path / "m-icdta4fl")
+    test = pd.read_csv(tests[0], keep_default_na=False, na_values=["NA", ""])
+    test.loc[test.index[0], "v0"] = "abstain"  # a category never seen in training
+    test.to_csv(tmp_path / "t.csv", index=False)
+    out = str(tmp_path / "pred.csv")
+    assert main(["predict", "--mode", "icdta4fl", "--model-dir", model_dir, "--data",
+                 str(tmp_path / "t.csv"), "--output", out]) == 0
+    printed = capsys.readouterr().out
+    assert "1 values of categories not seen in training" in printed
+    pred = pd.read_csv(out)
+    assert list(pred.columns) == ["id", "prediction", "proba_dem", "proba_rep"]
+    assert pred["id"].tolist() == test["id"].tolist()
+    assert main(["explain", "--model-dir", model_dir, "--data", str(tmp_path / "t.csv"), "--row", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "icdta4fl model (id3" in text and "rule 1: IF" in text
+    assert "row 1 (" in text and "is decided by rule" in text
+    assert s["test_accuracy"] > 0
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+def test_different_column_sets(tmp_path):
+    paths, tests = _categorical_clients(tmp_path)
+    df = pd.read_csv(paths[1]).rename(columns={"v3": "v3_renamed"})
+    df.to_csv(paths[1], index=False)
+    with pytest.raises(InputError, match=r"client 2: has other columns than client 1: missing \['v3'\], "
+                                         r"unexpected \['v3_renamed'\]"):
+        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="party")
+
+
+def test_client_with_zero_rows(tmp_path):
+    paths, tests = _categorical_clients(tmp_path)
+    pd.read_csv(paths[2]).iloc[:0].to_csv(paths[2], index=False)
+    with pytest.raises(RemoteError, match="client 3: .* has no rows"):
+        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="party")
+    assert not (tmp_path / "m-icdta4fl").exists()
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"mode": "icdta4fl", "tree_type": "cart"}, "'cart' needs numeric columns; text columns"),
+    ({"mode": "federated_id3", "tree_type": "cart"}, "tree_type: must be 'id3', got 'cart'"),
+    ({"mode": "icdta4f", "tree_type": "id3"}, "mode: unknown mode 'icdta4f'; did you mean 'icdta4fl'"),
+    ({"mode": "icdta4fl", "tree_type": "id3", "task": "regression"}, "supports classification only"),
+    ({"mode": "icdta4fl", "label_privacy": "paillier"}, "mode 'icdta4fl' does not use it"),
+    ({"mode": "centralized", "label_privacy": "paillier"}, "mode 'vertical'"),
+    ({"mode": "icdta4fl", "tree_type": "id3", "filter": "max"}, "filter: must be one of"),
+    ({"mode": "icdta4fl", "tree_type": "id3", "filter_percentile": 120}, "filter_percentile"),
+    ({"mode": "icdta4fl", "tree_type": "id3", "n_parties": 4}, "lists 3 files but n_parties is 4"),
+    ({"mode": "icdta4fl", "tree_type": "id3", "test_data": ["a.csv"]}, "one test file per client"),
+])
+def test_bad_settings(tmp_path, opts, match):
+    paths, _ = _categorical_clients(tmp_path)
+    with pytest.raises(InputError, match=match):
+        _run(paths, None, tmp_path, label_column="party", **opts)
+
+
+def test_cart_refuses_missing_values_and_id3_too_many_values(tmp_path):
+    paths, tests = _numeric_clients(tmp_path)
+    df = pd.read_csv(paths[0])
+    df.loc[3, "x2"] = np.nan
+    df.to_csv(paths[0], index=False)
+    with pytest.raises(RemoteError, match="missing values in \\['x2'\\]"):
+        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label")
+    with pytest.raises(InputError, match="distinct values; 'id3' takes at most 64"):
+        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="label")

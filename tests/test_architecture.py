@@ -1,0 +1,368 @@
+"""Package layering, checked statically: every module under ``fedforest/`` is parsed with
+``ast`` (nothing is imported) and each of its imports, including imports inside functions,
+is checked against the layers below.
+
+Layers (a module may import the layers listed for it, plus the standard library and
+third-party packages):
+
+* core: ``fedforest.transport``, ``fedforest.crypto``, ``fedforest.data``,
+  ``fedforest.tree``, ``fedforest.errors``, ``fedforest.constraints``, ``fedforest.version``.  Imports: core.
+* federation: ``fedforest.federation`` (mode contract, registry, config, model files,
+  metrics, rounds/aggregation).  Imports: core, federation.
+* horizontal common: ``fedforest.horizontal`` (its ``__init__``) and
+  ``fedforest.horizontal.common``.  Imports: core, federation, horizontal common.
+* algorithms: ``fedforest.vertical`` and every module or package directly under
+  ``fedforest/horizontal/`` other than ``common`` and ``__init__``.  Imports: core,
+  federation, horizontal common (horizontal algorithms only) and the algorithm's own
+  modules.  An algorithm never imports another algorithm.
+* application: ``fedforest`` (``__init__``), ``fedforest.__main__``, ``fedforest.cli``,
+  ``fedforest.jobs``, ``fedforest.demo``.  Imports: anything.
+
+Further rules: a module under ``fedforest/`` that fits no layer is an error; only
+``fedforest.transport.mpi`` imports ``mpi4py``; no module imports a private
+(underscore) name or private submodule from another module; and an import of a
+``fedforest`` module that does not exist is reported.
+
+Relative imports are resolved to absolute names.  ``from pkg import name`` counts as an
+import of ``pkg.name`` when ``pkg/name.py`` or ``pkg/name/`` exists, else of ``pkg``.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = "fedforest"
+
+CORE = "core"
+FEDERATION = "federation"
+HORIZONTAL_COMMON = "horizontal common"
+ALGORITHM = "algorithm"
+APPLICATION = "application"
+
+CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version")
+APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
+HORIZONTAL = f"{PACKAGE}.horizontal"
+HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common")
+MPI_MODULE = f"{PACKAGE}.transport.mpi"
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    unit: str = ""  # for an algorithm: its root module (fedforest.vertical, fedforest.horizontal.x)
+
+    def __str__(self):
+        return f"{self.name} {self.unit}" if self.unit else self.name
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    line: int
+    rule: str  # layer | unassigned | mpi4py | private | missing
+    message: str
+
+    def __str__(self):
+        return f"{self.path}:{self.line}: [{self.rule}] {self.message}"
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: str  # as shown in reports
+    source: str
+    is_package: bool
+
+
+def _within(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
+
+
+def layer_of(name: str) -> Optional[Layer]:
+    """The layer of module ``name`` (absolute, inside the package), or None if unassigned."""
+    if name in APPLICATION_MODULES:
+        return Layer(APPLICATION)
+    if any(_within(name, f"{PACKAGE}.{r}") for r in CORE_ROOTS):
+        return Layer(CORE)
+    if _within(name, f"{PACKAGE}.federation"):
+        return Layer(FEDERATION)
+    if name == HORIZONTAL or _within(name, f"{HORIZONTAL}.common"):
+        return Layer(HORIZONTAL_COMMON)
+    if _within(name, f"{PACKAGE}.vertical"):
+        return Layer(ALGORITHM, f"{PACKAGE}.vertical")
+    if name.startswith(HORIZONTAL + "."):
+        parts = name.split(".")
+        if parts[2] != "__init__":
+            return Layer(ALGORITHM, ".".join(parts[:3]))
+    return None
+
+
+def may_import(importer: Layer, target: Layer) -> bool:
+    if importer.name == APPLICATION:
+        return True
+    if target.name == CORE:
+        return True
+    if importer.name == CORE:
+        return False
+    if target.name == FEDERATION:
+        return True
+    if importer.name == FEDERATION:
+        return False
+    if target.name == HORIZONTAL_COMMON:
+        return importer.name == HORIZONTAL_COMMON or (
+            importer.name == ALGORITHM and importer.unit.startswith(HORIZONTAL + "."))
+    if target.name == ALGORITHM:
+        return importer.name == ALGORITHM and importer.unit == target.unit
+    return False  # application layer: imported by the application layer only
+
+
+# ---------------------------------------------------------------------------
+# Collecting imports
+# ---------------------------------------------------------------------------
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _resolve_relative(module: Module, level: int, target: Optional[str]) -> str:
+    parts = module.name.split(".")
+    if not module.is_package:
+        parts = parts[:-1]
+    if level - 1 > len(parts) - 1:
+        raise ValueError(f"{module.path}: relative import beyond the top-level package")
+    base = parts[:len(parts) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def imports_of(module: Module, existing: Set[str]) -> Iterable[Tuple[int, str, Optional[str]]]:
+    """Yield ``(line, imported module, private name or None)`` for every import in ``module``.
+
+    ``existing`` is the set of module and package names of the package; it decides whether
+    ``from pkg import name`` imports the submodule ``pkg.name`` or a name from ``pkg``.
+    """
+    tree = ast.parse(module.source, filename=module.path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, None
+        elif isinstance(node, ast.ImportFrom):
+            source = (_resolve_relative(module, node.level, node.module) if node.level
+                      else node.module)
+            for alias in node.names:
+                private = alias.name if _is_private(alias.name) and source != module.name else None
+                sub = f"{source}.{alias.name}"
+                if alias.name != "*" and sub in existing:
+                    yield node.lineno, sub, private
+                else:
+                    yield node.lineno, source, private
+
+
+# ---------------------------------------------------------------------------
+# The checker
+# ---------------------------------------------------------------------------
+def known_names(modules: Iterable[Module]) -> Set[str]:
+    """Every module name and every package (directory) name that holds one."""
+    names = set()
+    for m in modules:
+        parts = m.name.split(".")
+        names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return names
+
+
+def check_modules(modules: List[Module]) -> List[Violation]:
+    existing = known_names(modules)
+    violations = []
+    for module in modules:
+        importer = layer_of(module.name)
+        if importer is None:
+            violations.append(Violation(
+                module.path, 1, "unassigned",
+                f"unassigned module {module.name}: say which layer it belongs to "
+                "(core, federation, horizontal common, algorithm or application)"))
+        for line, target, private in imports_of(module, existing):
+            def report(rule, message):
+                violations.append(Violation(module.path, line, rule, message))
+
+            if private is not None:
+                report("private", f"{module.name} imports the private name {private!r} "
+                                  f"({target})")
+            if _within(target, "mpi4py") and module.name != MPI_MODULE:
+                report("mpi4py", f"{module.name} imports {target}; only {MPI_MODULE} may "
+                                 "import mpi4py")
+            if not _within(target, PACKAGE) or importer is None:
+                continue
+            if target not in existing:
+                report("missing", f"{module.name} imports {target}, which is not a module "
+                                  f"of the package")
+                continue
+            imported = layer_of(target)
+            if imported is None:
+                report("layer", f"{module.name} ({importer}) imports the unassigned "
+                                f"module {target}")
+            elif not may_import(importer, imported):
+                report("layer", f"{module.name} ({importer}) may not import {target} "
+                                f"({imported})")
+    return sorted(set(violations), key=lambda v: (v.path, v.line, v.rule, v.message))
+
+
+def package_modules(root: str = ROOT, package: str = PACKAGE) -> List[Module]:
+    """Every ``.py`` file under ``root/package`` as a Module (nothing is imported)."""
+    modules = []
+    top = os.path.join(root, package)
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        rel = os.path.relpath(dirpath, root)
+        parts = rel.split(os.sep)
+        for filename in sorted(filenames):
+            if not filename.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, filename)
+            stem = filename[:-3]
+            is_package = stem == "__init__"
+            name = ".".join(parts if is_package else parts + [stem])
+            with open(path, encoding="utf-8") as fh:
+                source = fh.read()
+            modules.append(Module(name, os.path.relpath(path, root).replace(os.sep, "/"),
+                                  source, is_package))
+    return modules
+
+
+# ---------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------
+def test_architecture_layers_are_respected():
+    modules = package_modules()
+    assert len(modules) > 20, f"only {len(modules)} modules found under {PACKAGE}/"
+    violations = check_modules(modules)
+    assert not violations, (f"{len(violations)} architecture violation(s):\n"
+                            + "\n".join(str(v) for v in violations))
+
+
+def _fake(files: Dict[str, str]) -> List[Module]:
+    modules = []
+    for path, source in files.items():
+        parts = path[:-3].split("/")
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        modules.append(Module(name, path, source, is_package))
+    return modules
+
+
+FAKE_BASE = {
+    "fedforest/__init__.py": "from .errors import InputError\n__version__ = '1'\n",
+    "fedforest/cli.py": "from .vertical import master\nfrom .horizontal import baselines\n",
+    "fedforest/errors.py": "class InputError(Exception):\n    pass\n",
+    "fedforest/constraints.py": "from .errors import InputError\n",
+    "fedforest/transport/__init__.py": "",
+    "fedforest/transport/mpi.py": "from mpi4py import MPI\nfrom . import base\n",
+    "fedforest/transport/base.py": "import numpy\n",
+    "fedforest/tree/__init__.py": "",
+    "fedforest/tree/rules.py": "def _entropy():\n    pass\n",
+    "fedforest/tree/kernels.py": "from .rules import Rule\n",
+    "fedforest/data/io.py": "from ..errors import InputError\n",
+    "fedforest/federation/__init__.py": "from .registry import REGISTRY\n",
+    "fedforest/federation/registry.py": "from ..tree import kernels\nfrom ..data.io import read\n",
+    "fedforest/horizontal/__init__.py": "from .common import Client\n",
+    "fedforest/horizontal/common.py": "from ..federation import registry\nfrom ..tree import rules\n",
+    "fedforest/horizontal/baselines.py": (
+        "from . import common\nfrom fedforest.horizontal import Client\n"
+        "from ..federation.registry import REGISTRY\n"),
+    "fedforest/horizontal/fedxgbllr/__init__.py": "from .roles import run\n",
+    "fedforest/horizontal/fedxgbllr/roles.py": (
+        "from . import cnn\nfrom ..common import Client\nfrom ...tree.kernels import njit\n"),
+    "fedforest/horizontal/fedxgbllr/cnn.py": "import numpy as np\n",
+    "fedforest/vertical/__init__.py": "from .master import train\n",
+    "fedforest/vertical/master.py": "from . import party\nfrom ..crypto import paillier\n",
+    "fedforest/vertical/party.py": "from ..federation import registry\n",
+    "fedforest/crypto/paillier.py": "import phe\n",
+}
+
+
+def test_architecture_checker_accepts_a_clean_package():
+    assert check_modules(_fake(FAKE_BASE)) == []
+
+
+def _found(extra: Dict[str, str]) -> Set[Tuple[str, int, str]]:
+    return {(v.path, v.line, v.rule) for v in check_modules(_fake({**FAKE_BASE, **extra}))}
+
+
+def test_architecture_checker_reports_each_kind_of_violation():
+    cases = [
+        # core importing an algorithm, federation and the application layer
+        ({"fedforest/tree/fake.py": "import os\nfrom ..vertical import master\n"},
+         ("fedforest/tree/fake.py", 2, "layer")),
+        ({"fedforest/data/fake.py": "import fedforest.federation.registry\n"},
+         ("fedforest/data/fake.py", 1, "layer")),
+        ({"fedforest/crypto/fake.py": "from .. import __version__\n"},
+         ("fedforest/crypto/fake.py", 1, "layer")),
+        # federation importing horizontal common; horizontal common importing an algorithm
+        ({"fedforest/federation/fake.py": "from ..horizontal.common import x\n"},
+         ("fedforest/federation/fake.py", 1, "layer")),
+        ({"fedforest/horizontal/common.py": "def f():\n    from .baselines import run\n"},
+         ("fedforest/horizontal/common.py", 2, "layer")),
+        # an algorithm importing another algorithm: ``from pkg import submodule`` form,
+        # inside a function, from a sub-package, and the vertical one importing horizontal
+        ({"fedforest/horizontal/fedga.py": "from fedforest.horizontal import baselines\n"},
+         ("fedforest/horizontal/fedga.py", 1, "layer")),
+        ({"fedforest/horizontal/efdt.py": "def f():\n    from .fedxgbllr import roles\n"},
+         ("fedforest/horizontal/efdt.py", 2, "layer")),
+        ({"fedforest/horizontal/fedxgbllr/cnn.py": "from .. import baselines\n"},
+         ("fedforest/horizontal/fedxgbllr/cnn.py", 1, "layer")),
+        ({"fedforest/vertical/party.py": "from ..horizontal import common\n"},
+         ("fedforest/vertical/party.py", 1, "layer")),
+        # private names and private submodules of another module
+        ({"fedforest/tree/kernels.py": "from .rules import _entropy\n"},
+         ("fedforest/tree/kernels.py", 1, "private")),
+        ({"fedforest/tree/_impl.py": "", "fedforest/tree/predict.py": "from . import _impl\n"},
+         ("fedforest/tree/predict.py", 1, "private")),
+        ({"fedforest/vertical/master.py": "def f():\n    from fedforest.tree.rules import _entropy\n"},
+         ("fedforest/vertical/master.py", 2, "private")),
+        # mpi4py outside fedforest.transport.mpi (even in the application layer)
+        ({"fedforest/transport/runner.py": "def f():\n    from mpi4py import MPI\n"},
+         ("fedforest/transport/runner.py", 2, "mpi4py")),
+        ({"fedforest/cli.py": "import mpi4py.futures\n"}, ("fedforest/cli.py", 1, "mpi4py")),
+        # a top-level module that fits no layer; importing it; importing a missing module
+        ({"fedforest/helpers.py": "import os\n"}, ("fedforest/helpers.py", 1, "unassigned")),
+        ({"fedforest/helpers.py": "", "fedforest/tree/fake.py": "from ..helpers import f\n"},
+         ("fedforest/tree/fake.py", 1, "layer")),
+        ({"fedforest/tree/fake.py": "from ..model_io import read\n"},
+         ("fedforest/tree/fake.py", 1, "missing")),
+    ]
+    missed = []
+    for extra, expected in cases:
+        found = _found(extra)
+        if expected not in found:
+            missed.append(f"{expected} not reported for {extra}; found {sorted(found)}")
+    assert not missed, "\n".join(missed)
+
+
+def test_architecture_checker_resolves_imports():
+    modules = _fake(FAKE_BASE)
+    existing = known_names(modules)
+    by_name = {m.name: m for m in modules}
+
+    def targets(name, source, is_package=False):
+        return [t for _, t, _ in imports_of(Module(name, "x.py", source, is_package), existing)]
+
+    # ``from pkg import name``: the submodule if it exists, else the package
+    assert targets("fedforest.horizontal.baselines", "from . import common") == \
+        ["fedforest.horizontal.common"]
+    assert targets("fedforest.horizontal.baselines", "from fedforest.horizontal import Client") == \
+        ["fedforest.horizontal"]
+    # relative imports from a module, a package __init__ and a nested package
+    assert targets("fedforest.tree.kernels", "from ..data import io") == ["fedforest.data.io"]
+    assert targets("fedforest.vertical", "from .master import train", is_package=True) == \
+        ["fedforest.vertical.master"]
+    assert targets("fedforest.horizontal.fedxgbllr.roles", "from ...tree.kernels import njit") == \
+        ["fedforest.tree.kernels"]
+    assert targets("fedforest.horizontal.fedxgbllr.roles", "from .. import common") == \
+        ["fedforest.horizontal.common"]
+    # layers
+    assert layer_of("fedforest.horizontal.efdt") == Layer(ALGORITHM, "fedforest.horizontal.efdt")
+    assert layer_of("fedforest.horizontal.fedxgbllr.cnn") == \
+        Layer(ALGORITHM, "fedforest.horizontal.fedxgbllr")
+    assert layer_of("fedforest.horizontal") == Layer(HORIZONTAL_COMMON)
+    assert layer_of("fedforest.helpers") is None
+    assert "fedforest.horizontal.fedxgbllr.cnn" in by_name

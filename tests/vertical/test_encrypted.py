@@ -1,0 +1,406 @@
+"""Encrypted labels (label_privacy = "paillier"): same trees as the plain mode,
+what crosses the transport, and clear errors for altered or foreign ciphertexts."""
+import os
+
+import numpy as np
+import pytest
+from _util import assert_same_trees, complete_trees, party_frames, random_groups
+from sklearn.datasets import make_classification, make_regression
+
+from fedforest.vertical import party as vertical_party
+from fedforest.vertical import roles as vertical_roles
+from fedforest.crypto import paillier as P
+from fedforest.errors import InputError, RemoteError
+from fedforest.jobs import run_vertical
+from fedforest.tree.params import ForestParams, validate
+from fedforest.transport import base
+from fedforest.vertical import encrypted_labels as E
+from fedforest.tree.builder import (
+    LocalParties,
+    PartySplitter,
+    SplitSettings,
+    TreeGrower,
+)
+from fedforest.tree.labels import PlainLabels
+
+KEY = 512  # insecure, for speed; one test below uses 2048 bits
+
+
+def _data(task, n, n_features, seed, n_classes=2, nan=0.05):
+    rng = np.random.default_rng(seed)
+    if task == "classification":
+        X, y = make_classification(n, n_features, n_informative=4, n_classes=n_classes,
+                                   random_state=seed)
+    else:
+        X, y = make_regression(n, n_features, n_informative=4, noise=5.0, random_state=seed)
+    X[rng.random(X.shape) < nan] = np.nan
+    return X, y
+
+
+def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **params):
+    """Trees of the plain grower and of the encrypted grower on the same data."""
+    is_clf = task == "classification"
+    params = validate(ForestParams(n_estimators=n_trees, random_state=seed, **params), task)
+    n = X.shape[0]
+    n_classes = int(y.max()) + 1 if is_clf else 1
+    settings = SplitSettings(params, n, is_clf, n_classes)
+    n_total = n
+    if is_clf:
+        codes = y.astype(np.int64)
+        spec_args = {}
+        scored = codes
+    else:
+        codes, step, bias = E.regression_grid(y, n_total)
+        spec_args = {"step": step, "bias": bias}
+        scored = codes * step
+    labels = PlainLabels(scored, is_clf, n_classes)
+    plain_parties = [PartySplitter(X[:, g], settings, labels) for g in groups]
+    plain = TreeGrower(LocalParties(plain_parties), labels, params, settings, [len(g) for g in groups],
+                       y_codes=labels.y if is_clf else None, classes=np.arange(n_classes))
+    pub, priv = key or P.generate_keypair(KEY, insecure=True)
+    spec = E.EncryptionSpec(is_clf, n_classes, n_total, pub.key_length, **spec_args)
+    enc = pub.encrypt_many(spec.row_plaintexts(codes))
+    parties, bins = [], []
+    for p, g in enumerate(groups):
+        if p == label_party:
+            parties.append(E.LabelHolderSplitter(X[:, g], settings, labels, codes, spec, pub))
+            bins.append(None)
+        else:
+            parties.append(E.EncryptedHistSplitter(X[:, g], settings, enc, spec, pub))
+            bins.append((parties[-1].n_bins, parties[-1].skip))
+    he = E.PaillierGrower(LocalParties(parties), E.LabelInfo(is_clf, n_classes, n), params, settings,
+                          [len(g) for g in groups], priv, spec, label_party, bins)
+    seeds = np.random.SeedSequence(seed).spawn(n_trees)
+    a = [plain.grow(s) for s in seeds]
+    b = [he.grow(s) for s in seeds]
+    return a, b, plain_parties, parties, he
+
+
+def _assert_equal_growth(a, b, plain_parties, parties):
+    assert len(a) == len(b)
+    for t, (x, z) in enumerate(zip(a, b)):
+        assert x.keys() == z.keys()
+        for k in x:
+            assert np.array_equal(x[k], z[k], equal_nan=True), f"tree {t}: master {k} differs"
+    for p, (u, v) in enumerate(zip(plain_parties, parties)):
+        for t, (x, z) in enumerate(zip(u.trees, v.trees)):
+            for k in x:
+                assert np.array_equal(x[k], z[k], equal_nan=True), f"party {p} tree {t}: {k} differs"
+
+
+@pytest.mark.parametrize("task,n_classes", [("classification", 2), ("classification", 4),
+                                             ("regression", 1)])
+@pytest.mark.parametrize("case", range(3))
+def test_same_trees_as_plain(task, n_classes, case):
+    rng = np.random.default_rng(100 + case)
+    X, y = _data(task, 260, 7, seed=case, n_classes=n_classes)
+    n_parties = 1 + case  # 1..3 parties
+    groups = random_groups(7, n_parties, rng) if n_parties > 1 else [list(range(7))]
+    label_party = int(rng.integers(n_parties))
+    if case == 2:  # a label holder without feature columns
+        groups.insert(label_party, [])
+    a, b, pp, hp, he = _grow_both(task, X, y, groups, label_party, seed=case, max_depth=6,
+                                  feature_sampling=("node", "tree", "node")[case],
+                                  min_samples_leaf=1 + case)
+    _assert_equal_growth(a, b, pp, hp)
+    assert sum(t["children_left"].size for t in a) > 3 * 9  # real trees, not stumps
+    assert he.decrypted > 0
+
+
+def test_histogram_subtraction_used_and_exact():
+    """With per-tree features every child shares its parent's features, so the
+    larger child's histograms are derived; the trees still match."""
+    X, y = _data("classification", 400, 6, seed=5)
+    calls = []
+    orig = E.EncryptedHistSplitter._find
+
+    def counting(self, msg):
+        calls.append(msg["pair_node"].size)
+        return orig(self, msg)
+
+    E.EncryptedHistSplitter._find = counting
+    try:
+        a, b, pp, hp, _ = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 0, seed=1,
+                                     n_trees=1, feature_sampling="tree", max_features=None,
+                                     max_depth=5)
+    finally:
+        E.EncryptedHistSplitter._find = orig
+    _assert_equal_growth(a, b, pp, hp)
+    internal = int((a[0]["children_left"] >= 0).sum())
+    # without subtraction every searched node needs all 3 features of party 2
+    searched = sum(calls)
+    assert searched < 3 * (2 * internal + 1)
+
+
+def test_regression_rounding_is_tiny_and_identity_on_grid():
+    y = np.random.default_rng(0).normal(50, 20, size=5000)
+    r = E.rounded_targets(y, 5000)
+    assert np.max(np.abs(r - y)) <= np.max(np.abs(y)) * 2.0 ** -18
+    on_grid = np.round(y * 8) / 8  # multiples of 1/8 are on the grid already
+    assert np.array_equal(E.rounded_targets(on_grid, 5000), on_grid)
+    q, step, bias = E.regression_grid(y, 5000)
+    assert 5000 * int(np.abs(q).max()) ** 2 < 2 ** 53 and np.abs(q).max() <= bias
+
+
+def _frames(task="classification", n=240, seed=3, n_classes=2):
+    X, y = _data(task, n, 6, seed=seed, n_classes=n_classes)
+    return party_frames(X, y, [[0, 1], [2, 3], [4, 5]], label_party=1), X, y
+
+
+OPTS = dict(label_column="y", key_length=KEY, insecure_key=True, n_estimators=2, random_state=4,
+            max_depth=4)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_protocol_same_model_as_plain(tmp_path, task):
+    """Through the transport: the encrypted run's saved trees equal the plain run's
+    (regression targets on the fixed-point grid, as :func:`rounded_targets` gives)."""
+    frames, X, y = _frames(task)
+    if task == "regression":
+        frames[1]["y"] = E.rounded_targets(y, len(y))
+    models = {}
+    for mode in ("plain", "paillier"):
+        d = str(tmp_path / mode)
+        s = run_vertical("train", frames, task=task, model_dir=d, label_privacy=mode, **OPTS)
+        models[mode] = complete_trees(d, 3, [0, 2, 4, 6])
+        if mode == "paillier":
+            assert s["key_length"] == KEY and s["decrypts_per_tree"] > 0
+    assert_same_trees(models["paillier"], models["plain"])
+    out = str(tmp_path / "pred.csv")
+    pred = run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames],
+                        model_dir=str(tmp_path / "paillier"), output=out)
+    assert os.path.exists(out) and pred["prediction"].shape == (len(y),)
+
+
+def test_2048_bit_key_same_trees():
+    X, y = _data("classification", 120, 6, seed=8, n_classes=3)
+    key = P.generate_keypair(2048)
+    a, b, pp, hp, he = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 1, seed=2, n_trees=1,
+                                  key=key, max_depth=3)
+    _assert_equal_growth(a, b, pp, hp)
+    assert he.spec.key_length == 2048
+
+
+# ---------------------------------------------------------------------------
+# Privacy audit
+# ---------------------------------------------------------------------------
+def _record_sends(monkeypatch):
+    log = []
+    orig = base.Comm.send
+
+    def send(self, dest, msg):
+        log.append((self.rank, dest, msg))
+        return orig(self, dest, msg)
+
+    monkeypatch.setattr(base.Comm, "send", send)
+    return log
+
+
+def _arrays(obj):
+    """Every numpy array or scalar inside a message."""
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _arrays(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _arrays(v)
+    elif isinstance(obj, np.ndarray):
+        yield obj
+    elif isinstance(obj, (int, float, np.number)) and not isinstance(obj, bool):
+        yield np.asarray(obj)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_privacy_audit(tmp_path, monkeypatch, task):
+    frames, X, y = _frames(task, n_classes=3 if task == "classification" else 2)
+    label_rank = 2
+    codes = np.unique(y, return_inverse=True)[1] if task == "classification" else None
+    log = _record_sends(monkeypatch)
+    run_vertical("train", frames, task=task, model_dir=str(tmp_path / "m"), label_privacy="paillier",
+                 **OPTS)
+    assert log
+    label_vectors = [np.asarray(y, dtype=np.float64)]
+    if codes is not None:
+        label_vectors.append(codes.astype(np.float64))
+    else:
+        label_vectors.append(E.rounded_targets(y, len(y)))
+    class_counts = np.bincount(codes) if codes is not None else None
+    features = {r: X[:, cols] for r, cols in ((1, [0, 1]), (2, [2, 3]), (3, [4, 5]))}
+    for src, dest, msg in log:
+        for a in _arrays(msg):
+            if a.dtype.kind in "iuf" and a.size >= len(y) // 2 and a.dtype != np.uint8:
+                flat = a.astype(np.float64).ravel()
+                for vec in label_vectors:
+                    # no plaintext label vector (nor a long stretch of it) travels anywhere
+                    assert not np.array_equal(flat[:len(vec)], vec), (src, dest, list(msg))
+            if src == label_rank and a.dtype.kind in "iu" and class_counts is not None:
+                assert not np.array_equal(a.ravel(), class_counts), (src, dest, list(msg))
+            if dest == 0 and a.dtype.kind == "f":
+                # the master never receives a raw feature value of any party
+                for r, Xr in features.items():
+                    vals = Xr[~np.isnan(Xr)]
+                    assert not np.isin(a[np.isfinite(a)], vals).any(), (src, r, list(msg))
+        if src == label_rank:
+            # after label encryption the label holder only sends gains, ciphertexts and bits
+            allowed = {"gain", "stats", "bits", "classes", "spec", "seconds", "blocks", "fingerprint",
+                       "n_rows", "n_features", "has_label", "n_trees", "public", "sealed",
+                       "digests", "tree_bytes_sent", "model_dir"}
+            allowed |= {k for k in msg if k.startswith("sealed")}
+            assert set(msg) <= allowed, set(msg) - allowed
+            if "stats" in msg:
+                assert msg["stats"].dtype == np.uint8 and msg["stats"].shape[1] == 2 * KEY // 8
+        if dest not in (0, label_rank) and src == 0 and "labels" in msg:
+            assert msg["labels"].dtype == np.uint8 and msg["labels"].shape == (len(y), 2 * KEY // 8)
+    # parties without labels receive no label statistic in plaintext: only ciphertext blocks
+    for src, dest, msg in log:
+        if dest in (1, 3):
+            assert not {"y", "stats", "hist"} & set(msg)
+
+
+# ---------------------------------------------------------------------------
+# Altered ciphertexts, foreign keys, overflow, settings
+# ---------------------------------------------------------------------------
+def test_tampered_histogram_ciphertext(tmp_path, monkeypatch):
+    frames, _, _ = _frames()
+    orig = E.EncryptedHistSplitter._find
+    state = {"n": 0}
+
+    def tamper(self, msg):
+        reply = orig(self, msg)
+        state["n"] += 1
+        if state["n"] == 2 and reply["hist"].size:
+            reply["hist"] = reply["hist"].copy()
+            reply["hist"][0, -1] ^= 0x01
+        return reply
+
+    monkeypatch.setattr(E.EncryptedHistSplitter, "_find", tamper)
+    with pytest.raises(E.ProtocolIntegrityError, match="altered or made under another key"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", **OPTS)
+
+
+def test_tampered_node_statistics(tmp_path, monkeypatch):
+    frames, _, _ = _frames()
+    orig = E.LabelHolderSplitter._find
+
+    def tamper(self, msg):
+        reply = orig(self, msg)
+        reply["stats"] = reply["stats"].copy()
+        reply["stats"][0, -3] ^= 0x10
+        return reply
+
+    monkeypatch.setattr(E.LabelHolderSplitter, "_find", tamper)
+    with pytest.raises(E.ProtocolIntegrityError, match="altered or made under another key"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", **OPTS)
+
+
+def test_foreign_public_key(tmp_path, monkeypatch):
+    """The label holder encrypts under a key that is not the master's."""
+    frames, _, _ = _frames()
+    foreign, _ = P.generate_keypair(KEY, insecure=True)
+    orig = vertical_party._encrypt_labels
+
+    def evil(comm, cfg, msg, y):
+        return orig(comm, cfg, dict(msg, public_key=foreign.to_bytes()), y)
+
+    monkeypatch.setattr(vertical_party, "_encrypt_labels", evil)
+    with pytest.raises(E.ProtocolIntegrityError, match="under another public key"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", **OPTS)
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_foreign_key_with_forged_fingerprint(tmp_path, monkeypatch):
+    """Ciphertexts under another key but labelled with the master's fingerprint
+    are caught when they are used, never turned into a model."""
+    frames, _, _ = _frames()
+    foreign, _ = P.generate_keypair(KEY, insecure=True)
+    orig_from_bytes = P.PublicKey.from_bytes.__func__
+    real = {}
+
+    def swap(cls, data):
+        key = orig_from_bytes(cls, data)
+        real.setdefault("fp", key.fingerprint)
+        if not real.get("swapped"):  # only the label holder's first read: it encrypts under foreign
+            real["swapped"] = True
+            foreign_fp = key.fingerprint
+            foreign.__dict__["_forged"] = foreign_fp
+            return _Forged(foreign.n, foreign_fp)
+        return key
+
+    monkeypatch.setattr(P.PublicKey, "from_bytes", classmethod(swap))
+    with pytest.raises((E.ProtocolIntegrityError, InputError, RemoteError),
+                       match="another key|not a valid value|public key changed"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", **OPTS)
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("tree_*"))
+
+
+class _Forged(P.PublicKey):
+    def __init__(self, n, fingerprint):
+        super().__init__(n)
+        self._fp = fingerprint
+
+    @property
+    def fingerprint(self):
+        return self._fp
+
+
+def test_slot_overflow_refused_before_work(tmp_path):
+    frames, _, _ = _frames()
+    with pytest.raises(RemoteError, match="overflow 4-bit slots: too many rows"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", slot_bits=4, **OPTS)
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_decrypted_overflow_detected():
+    key, priv = P.generate_keypair(KEY, insecure=True)
+    spec = E.EncryptionSpec(True, 2, 100, KEY)
+    values = np.array([[3, 4], [5, 6]])
+    cts = [key.encrypt(v) for v in spec.pack_values(values)]
+    assert np.array_equal(spec.unpack_values([priv.decrypt(c) for c in cts], 2), values)
+    big = key.encrypt(1 << (spec.width * 2 * 2 + 3))
+    with pytest.raises(InputError, match="overflows its slots"):
+        spec.unpack_values([priv.decrypt(big)], 2)
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"key_length": 1024}, "2048 or 3072"),
+    ({"key_length": 1004, "insecure_key": True}, "multiple of 8"),
+    ({"split_method": "exact"}, "needs split_method = 'hist'"),
+    ({"class_weight": "balanced"}, "not available with label_privacy = 'paillier'"),
+    ({"label_privacy": "Paillier"}, "must be one of 'plain', 'paillier'"),
+    ({"encrypt_workers": 0}, "encrypt_workers"),
+])
+def test_bad_settings_refused_before_work(tmp_path, opts, match):
+    frames, _, _ = _frames()
+    options = dict(OPTS, label_privacy="paillier", key_length=2048, insecure_key=False)
+    options.update(opts)
+    with pytest.raises(InputError, match=match):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"), **options)
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_party_requiring_encryption_refuses_plain_master(tmp_path, monkeypatch):
+    frames, _, _ = _frames()
+    orig = vertical_roles.client_train
+
+    def strict(comm, cfg):
+        if comm.rank == 2:
+            cfg.label_privacy = "paillier"
+        return orig(comm, cfg)
+
+    monkeypatch.setattr(vertical_roles, "client_train", strict)
+    with pytest.raises(RemoteError, match="party 2 requires 'paillier'"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="plain", **OPTS)
+
+
+def test_parallel_label_encryption_decrypts_right():
+    key, priv = P.generate_keypair(KEY, insecure=True)
+    values = list(range(40))
+    cts = E.encrypt_rows(key, values, workers=2)
+    assert [int(priv.decrypt(c)) for c in cts] == values
+    assert len(set(int(c) for c in cts)) == len(values)

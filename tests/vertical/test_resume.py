@@ -1,0 +1,33 @@
+"""Checkpoints and --resume (in-process; the mpiexec variant is in test_mpi.py)."""
+import pytest
+from sklearn.datasets import make_regression
+
+from fedforest import ForestRegressor, RemoteError
+from fedforest.vertical import model_files as model_io
+from fedforest.jobs import run_vertical
+
+from _util import assert_same_trees, complete_trees, party_frames
+
+
+@pytest.mark.parametrize("random_state", [5, None])
+def test_resume_after_party_failure_gives_the_uninterrupted_forest(tmp_path, monkeypatch, random_state):
+    X, y = make_regression(250, 6, random_state=1)
+    groups = [[0, 1, 2], [3, 4, 5]]
+    frames = party_frames(X, y, groups, label_party=1)
+    md = str(tmp_path / "model")
+    opts = dict(task="regression", label_column="y", model_dir=md, n_estimators=7,
+                random_state=random_state, max_depth=4)
+    monkeypatch.setenv("FEDFOREST_FAULT_CRASH", "1:4")
+    with pytest.raises(RemoteError) as err:
+        run_vertical("train", frames, **opts)
+    assert err.value.rank == 1
+    manifest = model_io.read_manifest(model_io.party_dir(md, 0))
+    assert manifest["n_trees"] == 4 and not manifest["complete"]
+    monkeypatch.delenv("FEDFOREST_FAULT_CRASH")
+    s = run_vertical("train", frames, resume=True, **opts)
+    assert s["trees_built"] == 3
+    seed = model_io.read_manifest(model_io.party_dir(md, 0))["random_state_used"]
+    if random_state is not None:
+        assert seed == random_state
+    ref = ForestRegressor(n_estimators=7, random_state=seed, max_depth=4).fit(X, y)
+    assert_same_trees(complete_trees(md, 2, [0, 3, 6]), ref.estimators_)
