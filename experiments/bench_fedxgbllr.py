@@ -45,8 +45,10 @@ task = "classification"
 data = ["client1.csv", "client2.csv"]
 label_column = "label"
 model_dir = "model"
-local_epochs = 5
 progress = false
+
+[fedxgbllr]
+local_epochs = 5
 """
 
 

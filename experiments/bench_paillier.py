@@ -53,13 +53,13 @@ data = ["party1.parquet", "party2.parquet"]
 label_column = "label"
 model_dir = "model-{tag}"
 progress = false
+overwrite = true
+
+[forest]
 label_privacy = "{privacy}"
 key_length = {key_length}
 insecure_key = {insecure}
 encrypt_workers = {workers}
-overwrite = true
-
-[forest]
 n_estimators = {trees}
 max_depth = {depth}
 random_state = 0
@@ -122,7 +122,7 @@ def crypto_rates(key_length, insecure=False, seconds=1.0):
 
 
 def same_master_trees(folder):
-    from fedforest import model_io
+    from fedforest.vertical import model_files as model_io
     a = model_io.party_dir(os.path.join(folder, "model-plain"), 0)
     b = model_io.party_dir(os.path.join(folder, "model-paillier"), 0)
     n = model_io.read_manifest(a)["n_trees"]

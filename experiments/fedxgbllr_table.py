@@ -6,7 +6,7 @@ the training rows are shuffled and divided equally among K clients (K = 2, 5,
 (so the clients' test figures are those of the one global model).
 
 * FedXGBllr: the product's horizontal protocol in one process
-  (``fedforest.local.run_horizontal(mode="fedxgbllr")``: server and K client
+  (``fedforest.run_horizontal(mode="fedxgbllr")``: server and K client
   threads over the in-process transport, encrypted channels) with the paper's
   settings: 500 trees over the clients, depth 8, eta 0.1, 10 rounds, 100
   local epochs, batch 64, 64 channels, Adam 1e-3 (0.5, 0.999).
@@ -37,7 +37,7 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.model_selection import train_test_split
 
-from fedforest.local import run_horizontal
+from fedforest import run_horizontal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -109,7 +109,8 @@ def run(name, k, seed, epochs):
         test.to_csv(tpath, index=False)
         t0 = time.perf_counter()
         s = run_horizontal(paths, mode="fedxgbllr", task=task, label_column="label", test_data=[tpath] * k,
-                           model_dir=os.path.join(work, "m"), random_state=seed, local_epochs=epochs)
+                           model_dir=os.path.join(work, "m"), random_state=seed, local_epochs=epochs,
+                           overwrite=True)
         out["fed"] = s["test_mse"] if task == "regression" else s["test_accuracy"]
         out["fed_seconds"] = time.perf_counter() - t0
         out["bytes_per_client"] = s["bytes_per_client"]

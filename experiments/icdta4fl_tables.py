@@ -5,7 +5,7 @@ For every data set, number of clients K in (2, 5, 10, 20, 50), distribution
 least 5 rows per client) and seed, the rows are split across K clients with
 ``fedforest.data.partition``; each client keeps a random 25 % of its rows as
 its own test set.  Each method then runs through the product's horizontal
-protocol in one process (``fedforest.local.run_horizontal``: the server and K
+protocol in one process (``fedforest.run_horizontal``: the server and K
 client threads over the in-process transport with encrypted channels, the
 same code as under mpiexec; 50 MPI ranks would oversubscribe this 2-core
 machine 25 times, so no many-client run uses MPI here).  Reported: accuracy
@@ -44,7 +44,7 @@ import pandas as pd
 
 from fedforest.data.partition import dirichlet_partition, iid_partition
 from fedforest.errors import InputError
-from fedforest.local import run_horizontal
+from fedforest import run_horizontal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -117,7 +117,7 @@ def run_one(name, X_by_type, y, k, dist, seed, workdir):
                 warnings.simplefilter("ignore")
                 s = run_horizontal(train, mode=mode, tree_type=tree_type, task="classification",
                                    label_column="label", test_data=test, random_state=seed,
-                                   model_dir=os.path.join(workdir, f"model-{tree_type}-{mode}"))
+                                   model_dir=os.path.join(workdir, f"model-{tree_type}-{mode}"), overwrite=True)
             out[label] = {"acc": s["test_accuracy"], "f1": s["test_f1"],
                           "seconds": time.perf_counter() - t0,
                           "merged_rules": s.get("merged_rules"), "kept": len(s.get("kept_trees", []))}

@@ -6,7 +6,7 @@ and a pooled random forest (NonFF) over 40 rounds and runs a Z-test on the
 means to show the federated forest is lossless.  This script does the same
 with the public API only:
 
-* the vertical federated forest runs through ``fedforest.local.run_vertical``
+* the vertical federated forest runs through ``fedforest.run_vertical``
   (the real protocol: master + 2 party threads, encrypted channels), once with
   ``feature_sampling="tree"`` (one feature subset per tree, as in the paper)
   and once with ``feature_sampling="node"`` (the default: a subset per node,
@@ -145,7 +145,7 @@ def metric(task, y_true, y_pred):
 
 def run_federated(task, train_frames, test_frames, test_ids, seed, n_estimators, sampling, split_method,
                   workdir):
-    from fedforest.local import run_vertical
+    from fedforest import run_vertical
     model_dir = os.path.join(workdir, f"model-{sampling}")
     out = os.path.join(workdir, f"pred-{sampling}.csv")
     t0 = time.perf_counter()
@@ -362,7 +362,7 @@ def write_markdown(path, rows, args, seeds, runtime, command, vers):
 (party 1 gets ⌊p/2⌋ columns and the label, party 2 the rest).
 - Forests: {args.n_estimators} trees, otherwise default parameters. **sklearn RF** = \
 `RandomForest{{Classifier,Regressor}}(n_estimators={args.n_estimators}, random_state=seed, n_jobs=-1)` on the \
-pooled data. **fedforest (tree)** = the vertical federated forest run through `fedforest.local.run_vertical` \
+pooled data. **fedforest (tree)** = the vertical federated forest run through `fedforest.run_vertical` \
 (real protocol, 2 parties + master, encrypted channels) with `feature_sampling="tree"` \
 (one random feature subset per tree, as in the paper); **fedforest (node)** = the same with \
 the default `feature_sampling="node"` (a new feature subset at every node, as scikit-learn does). Both fedforest runs use \

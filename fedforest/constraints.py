@@ -80,7 +80,14 @@ class Paths:
 
     def accepts(self, v):
         return isinstance(v, list) and len(v) > 0 and all(
-            (isinstance(p, str) and p) or hasattr(p, "columns") for p in v)
+            isinstance(p, str) or hasattr(p, "columns") for p in v)
+
+    def check_entries(self, name, v, who="party"):
+        """InputError naming the first empty entry of an accepted list (entry
+        ``i`` belongs to rank ``i``)."""
+        for i, p in enumerate(v, start=1):
+            if isinstance(p, str) and not p.strip():
+                raise InputError(name, f"no data file given for {who} {i} (entry {i} is empty)")
 
     def describe(self):
         return "a list of file paths"
@@ -122,8 +129,22 @@ def satisfied(value, constraints):
     return any(_accepts(c, value) for c in constraints)
 
 
+def show(value, limit=80):
+    """A short text for a value in an error message (tables are not printed)."""
+    if hasattr(value, "columns"):
+        return "<table>"
+    if isinstance(value, list):
+        text = "[" + ", ".join(show(v, limit) for v in value) + "]"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check(name, value, constraints):
     """Raise InputError naming ``name`` unless ``value`` meets one of ``constraints``."""
     if not satisfied(value, constraints):
-        raise InputError(name, f"must be {describe(constraints)}, got {value!r}")
+        raise InputError(name, f"must be {describe(constraints)}, got {show(value)}")
+    for c in constraints:
+        if isinstance(c, Paths) and c.accepts(value):
+            c.check_entries(name, value)
     return value

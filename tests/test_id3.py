@@ -1,13 +1,8 @@
 """ID3 on categorical codes, its rules, and the ICDTA4FL-ID3 global tree from rules."""
 import numpy as np
 
-from fedforest.tree.id3 import (
-    fit_id3,
-    id3_from_rules,
-    leaf_of,
-    predict_proba_id3,
-    rules_from_id3,
-)
+from fedforest.tree.format import LEAF, apply, node_values
+from fedforest.tree.id3 import fit_id3, id3_from_rules, rules_from_id3
 from fedforest.tree.rules import CATEGORICAL, Rule, aggregate
 
 # Quinlan's "play tennis" table: outlook, temperature, humidity, wind -> play
@@ -37,28 +32,28 @@ def test_play_tennis_tree():
     assert tree["feature"][0] == 0                     # outlook at the root (gain 0.246)
     kids = _children(tree, 0)
     assert tree["feature"][kids[0]] == 2               # sunny -> humidity
-    assert tree["feature"][kids[1]] == -1              # overcast -> yes
+    assert tree["feature"][kids[1]] == LEAF              # overcast -> yes
     assert tree["feature"][kids[2]] == 3               # rain -> wind
     assert tree["value"][kids[1]].tolist() == [0.0, 1.0]
     assert len(rules_from_id3(tree)) == 5
-    assert np.array_equal(predict_proba_id3(tree, X).argmax(axis=1), Y)
+    assert np.array_equal(node_values(tree, X).argmax(axis=1), Y)
 
 
 def test_max_depth_and_unseen_category():
     tree = fit_id3(X, Y, N_VALUES, 2, max_depth=1)
-    assert (tree["feature"][1:] == -1).all()
+    assert (tree["feature"][1:] == LEAF).all()
     sunny = _children(tree, 0)[0]
     assert np.allclose(tree["value"][sunny], [3 / 5, 2 / 5])
     full = fit_id3(X[Y == 1], Y[Y == 1], N_VALUES, 2)  # a pure table: a single leaf
-    assert full["feature"].tolist() == [-1]
+    assert full["feature"].tolist() == [LEAF]
     # a client that never saw "overcast": humidity at the root, then outlook
     # (sunny / rain only) under "high"; an overcast row stops at that node
     sub = fit_id3(X[X[:, 0] != 1], Y[X[:, 0] != 1], N_VALUES, 2)
     high = _children(sub, 0)[0]
     assert sub["feature"][0] == 2 and sub["feature"][high] == 0 and 1 not in _children(sub, high)
     row = np.array([[1, 0, 0, 0]])
-    assert leaf_of(sub, row)[0] == high
-    assert np.allclose(predict_proba_id3(sub, row)[0], sub["value"][high])
+    assert apply(sub, row)[0] == high
+    assert np.allclose(node_values(sub, row)[0], sub["value"][high])
 
 
 def test_rules_cover_every_row_once():
@@ -82,7 +77,7 @@ def test_global_id3_from_rules():
     tree = id3_from_rules(rules, 2)
     assert tree["feature"][0] == 7
     kids = _children(tree, 0)
-    assert tree["feature"][kids[0]] == -1 and tree["value"][kids[0]].argmax() == 0
+    assert tree["feature"][kids[0]] == LEAF and tree["value"][kids[0]].argmax() == 0
     assert tree["feature"][kids[1]] == 3
     below = _children(tree, kids[1])
     # the unconditioned rule {x7: 1} goes to both x3 children
@@ -98,5 +93,5 @@ def test_icdta4fl_id3_on_client_trees():
         sets.append(rules_from_id3(fit_id3(Xb[part], Yb[part], N_VALUES, 2, max_depth=2)))
     merged, _ = aggregate(sets)
     tree = id3_from_rules(merged, 2, max_depth=2)
-    acc = (predict_proba_id3(tree, X).argmax(axis=1) == Y).mean()
+    acc = (node_values(tree, X).argmax(axis=1) == Y).mean()
     assert acc == 1.0

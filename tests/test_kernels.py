@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from fedforest.forest import ForestClassifier
+from fedforest import ForestClassifier
+from fedforest.tree import format as tree_format
 from fedforest.tree import kernels as K
 from fedforest.tree.binning import fit_bins, transform_bins
 
@@ -455,12 +456,11 @@ def forest_tree(n, split_method="hist", seed=0):
 
 
 def apply(tree, X):
-    return K.apply_tree(X, tree["children_left"], tree["children_right"], tree["feature"],
-                        tree["threshold"], tree["missing_left"])
+    return tree_format.apply(tree, X)
 
 
 @pytest.mark.parametrize("split_method", ["hist", "exact"])
-def test_apply_tree_matches_python_walk(split_method):
+def test_apply_matches_python_walk(split_method):
     tree, X = forest_tree(150, split_method)
     assert (tree["children_left"] >= 0).sum() >= 5
     X_new, _ = forest_data(90, seed=7)         # unseen rows, with NaN
@@ -471,7 +471,7 @@ def test_apply_tree_matches_python_walk(split_method):
         assert np.all(tree["children_left"][leaf] < 0)
 
 
-def test_apply_tree_matches_sklearn_apply():
+def test_apply_matches_sklearn_apply():
     rng = np.random.default_rng(8)
     X32 = rng.normal(size=(200, 4)).astype(np.float32)
     X32[rng.random(X32.shape) < 0.15] = np.nan
@@ -479,10 +479,9 @@ def test_apply_tree_matches_sklearn_apply():
     y[rng.random(200) < 0.1] ^= 1
     t = DecisionTreeClassifier(max_depth=6, random_state=0).fit(X32, y).tree_
     assert t.missing_go_to_left[t.children_left >= 0].any()
-    leaf = K.apply_tree(np.ascontiguousarray(X32.astype(np.float64)),
-                        t.children_left.astype(np.int32), t.children_right.astype(np.int32),
-                        t.feature.astype(np.int32), t.threshold.astype(np.float64),
-                        t.missing_go_to_left.astype(np.uint8))
+    tree = tree_format.binary(t.children_left, t.children_right, t.feature, t.threshold, t.value,
+                              missing_left=t.missing_go_to_left)
+    leaf = tree_format.apply(tree, X32.astype(np.float64))
     assert leaf.tolist() == t.apply(X32).tolist()
 
 
@@ -604,7 +603,7 @@ PARTY_SPLITS = {2: [[0, 1, 2], [3, 4, 5]], 3: [[0, 3], [4, 1], [2, 5]]}
 
 @pytest.mark.parametrize("n_rows", [37, 128, 131])
 @pytest.mark.parametrize("n_parties", [2, 3])
-def test_partial_leaf_sets_and_intersection_recover_apply_tree(n_rows, n_parties):
+def test_partial_leaf_sets_and_intersection_recover_apply(n_rows, n_parties):
     tree, X = forest_tree(160)
     X_pred = np.ascontiguousarray(forest_data(n_rows, seed=n_rows)[0])
     leaves, partials, results = run_parties(tree, X_pred, PARTY_SPLITS[n_parties])
@@ -780,7 +779,7 @@ def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_byt
 
 @pytest.mark.parametrize("index_bytes", [2, 4, 64])
 @pytest.mark.parametrize("n_rows", [37, 700])
-def test_intersection_of_compact_sets_recovers_apply_tree(index_bytes, n_rows):
+def test_intersection_of_compact_sets_recovers_apply(index_bytes, n_rows):
     """Sparse, dense and mixed containers (index_bytes=64 makes every set dense)."""
     from fedforest.tree.predict import leaf_positions
     tree, _ = forest_tree(160)

@@ -218,3 +218,18 @@ def test_mpi_fedxgbllr(tmp_path, n_clients):
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["rounds"] == 4 and summary["train_accuracy"] > 0.8
     assert summary["trees_per_client"] == 40 // n_clients
+
+
+def test_mpi_unknown_mode_and_a_key_of_another_mode_exit_2_before_any_work(tmp_path):
+    job = _horizontal_job(tmp_path, 2, "icdta4fl")
+    proc = mpirun(3, ["train", "--config", job, "--mode", "no-such-mode"])
+    out = _check(proc, ok=False)
+    assert proc.returncode == 2
+    assert "unknown mode 'no-such-mode'" in out and "icdta4fl" in out and "vertical" in out
+    proc = mpirun(3, ["train", "--config", job, "--label-privacy", "paillier"])
+    out = _check(proc, ok=False)
+    assert proc.returncode == 2
+    assert "key 'label_privacy' is a setting of mode 'vertical' (table [forest]); mode 'icdta4fl' does not " \
+           "use it" in out
+    assert out.count("error:") == 1, out
+    assert not (tmp_path / "model").exists()

@@ -136,7 +136,8 @@ def test_aggregate_many_rule_sets_stays_bounded():
 
 
 def test_global_tree_from_rules_hand_made():
-    from fedforest.tree.rules import predict_tree, tree_from_rules
+    from fedforest.tree.format import node_values
+    from fedforest.tree.rules import tree_from_rules
     # two clients agree that x0 <= 0 is class 0 and x0 > 0 class 1; one also splits on x1
     rules = [num({0: (-INF, 0.0)}, 0, 10, k=2), num({0: (0.0, INF), 1: (-INF, 5.0)}, 1, 6, k=2),
              num({0: (0.0, INF), 1: (5.0, INF)}, 1, 4, k=2)]
@@ -145,7 +146,7 @@ def test_global_tree_from_rules_hand_made():
     assert tree["feature"][0] == 0 and tree["threshold"][0] == 0.0
     assert list(tree["children_left"]) == [1, -1, -1]
     assert list(tree["n_rules"]) == [3, 1, 2]
-    proba = predict_tree(tree, np.array([[-1.0, 0.0], [1.0, 9.0]]))
+    proba = node_values(tree, np.array([[-1.0, 0.0], [1.0, 9.0]]))
     assert np.array_equal(proba.argmax(axis=1), [0, 1])
 
 
@@ -159,7 +160,8 @@ def test_global_tree_stops_when_no_split_reduces_a_child():
 
 
 def test_global_tree_from_fitted_client_trees_is_accurate():
-    from fedforest.tree.rules import predict_tree, tree_from_rules
+    from fedforest.tree.format import node_values
+    from fedforest.tree.rules import tree_from_rules
     rng = np.random.default_rng(3)
     X = rng.normal(size=(600, 3))
     y = ((X[:, 0] > 0.2) ^ (X[:, 1] > -0.5)).astype(int)
@@ -170,5 +172,5 @@ def test_global_tree_from_fitted_client_trees_is_accurate():
                                     t.value[:, 0, :], t.n_node_samples))
     merged, _ = aggregate(sets)
     tree = tree_from_rules(merged, 2, max_depth=5)
-    acc = (predict_tree(tree, X).argmax(axis=1) == y).mean()
+    acc = (node_values(tree, X).argmax(axis=1) == y).mean()
     assert acc > 0.9, acc

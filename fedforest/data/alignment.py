@@ -11,34 +11,34 @@ from ..crypto.channel import SecureChannel
 from ..crypto.ids import hash_ids
 from ..crypto.keys import KeyPair, pair_keys, random_secret
 from ..errors import InputError
+from ..transport.base import expect
 
 MASTER = 0
+GROUP_PUBLIC = "group_public"  # master -> party: send your public key for the group secret
+GROUP_LEAD = "group_lead"      # master -> first party: seal a fresh secret for each other party
+GROUP_MEMBER = "group_member"  # master -> other party: the lead's sealed secret for you
+HASH_IDS = "hash_ids"          # master -> party: send keyed hashes of your IDs
+ALIGN = "align"                # master -> party: the positions of the shared rows
 
 
 def _log(cfg, text):
     if not cfg.quiet:
         print(text, flush=True)
 
-
-def expect(msg, op):
-    if msg.get("op") != op:
-        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
-    return msg
-
 def master_align(comm, cfg, n_rows_by_party):
     """Parties agree on a secret the master cannot read, send keyed hashes of
     their IDs; the master intersects and sends each party its aligned order."""
     parties = comm.clients
-    pubs = {r: m["public"] for r, m in comm.exchange({r: {"op": "group_public"} for r in parties}).items()}
+    pubs = {r: m["public"] for r, m in comm.exchange({r: {"op": GROUP_PUBLIC} for r in parties}).items()}
     first = parties[0]
     others = parties[1:]
-    comm.send(first, {"op": "group_lead", "peers": others,
+    comm.send(first, {"op": GROUP_LEAD, "peers": others,
                       **{f"pub{r}": pubs[r] for r in others}})
     sealed = comm.recv(first)
     for r in others:
-        comm.send(r, {"op": "group_member", "lead": first, "lead_public": pubs[first],
+        comm.send(r, {"op": GROUP_MEMBER, "lead": first, "lead_public": pubs[first],
                       "sealed": sealed[f"sealed{r}"]})
-    digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": "hash_ids"} for r in parties}).items()}
+    digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": HASH_IDS} for r in parties}).items()}
     index = {}
     for r in parties:
         keys = [d.tobytes() for d in digests[r]]
@@ -48,7 +48,7 @@ def master_align(comm, cfg, n_rows_by_party):
         raise InputError("ID alignment", "no ID is shared by all parties")
     positions = {r: np.fromiter((index[r][k] for k in order), dtype=np.int64, count=len(order))
                  for r in parties}
-    comm.scatter({r: {"op": "align", "positions": positions[r]} for r in parties})
+    comm.scatter({r: {"op": ALIGN, "positions": positions[r]} for r in parties})
     lost = {r: n_rows_by_party[r] - len(order) for r in parties}
     _log(cfg, f"ID alignment: {len(order)} rows shared by all parties; rows dropped per party: "
          + ", ".join(f"party {r}: {lost[r]}" for r in parties))
@@ -57,10 +57,10 @@ def master_align(comm, cfg, n_rows_by_party):
 
 def party_align(comm, rank, ids):
     kp = KeyPair()
-    expect(comm.recv(MASTER), "group_public")
+    expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
     msg = comm.recv(MASTER)
-    if msg["op"] == "group_lead":
+    if msg["op"] == GROUP_LEAD:
         secret = random_secret()
         out = {}
         for r in msg["peers"]:
@@ -68,12 +68,12 @@ def party_align(comm, rank, ids):
             out[f"sealed{r}"] = np.frombuffer(SecureChannel(rank, r, key, key).seal(secret), dtype=np.uint8)
         comm.send(MASTER, out)
     else:
-        expect(msg, "group_member")
+        expect(msg, GROUP_MEMBER)
         # the lead sealed with its send key, which is this party's receive key
         lead = msg["lead"]
         _, recv_key = pair_keys(kp, msg["lead_public"].tobytes(), rank, lead, b"group")
         secret = SecureChannel(rank, lead, recv_key, recv_key).open(msg["sealed"].tobytes())
-    expect(comm.recv(MASTER), "hash_ids")
+    expect(comm.recv(MASTER), HASH_IDS)
     comm.send(MASTER, {"digests": hash_ids(ids, secret)})
-    return expect(comm.recv(MASTER), "align")["positions"]
+    return expect(comm.recv(MASTER), ALIGN)["positions"]
 

@@ -9,6 +9,7 @@ merges the rule sets by Cartesian product and grows the global tree from the
 merged rules.  The final tree and the merged rules go back to every client,
 which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
 """
+import numbers
 import time
 import warnings
 
@@ -33,7 +34,7 @@ PARAMS = tree_params() + (
     Param("filter", "mean", (Options(*FILTERS),),
           "tree filter: keep trees whose mean score on the other clients reaches the mean, median or a "
           "percentile of all trees' scores, or keep every tree ('none')", text=True),
-    Param("filter_percentile", 75.0, (Interval(float, 0, 100), Interval(int, 0, 100)),
+    Param("filter_percentile", 75.0, (Interval(numbers.Real, 0, 100),),
           "percentile of the 'percentile' filter"),
     Param("filter_metric", "accuracy", (Options("accuracy", "f1"),),
           "score the filter compares: 'accuracy' or 'f1' (macro)", text=True),

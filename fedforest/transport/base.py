@@ -35,6 +35,17 @@ class JobAborted(FedForestError):
     """Raised on a rank whose job was stopped because another rank failed."""
 
 
+class ProtocolError(RuntimeError):
+    """A message arrived that the protocol does not allow at this point."""
+
+
+def expect(msg, op):
+    """``msg`` if its ``"op"`` is ``op``, else :class:`ProtocolError`."""
+    if msg.get("op") != op:
+        raise ProtocolError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
+    return msg
+
+
 class RawTransport(abc.ABC):
     """Byte transport between ranks (implemented over MPI and in-process)."""
     rank = 0

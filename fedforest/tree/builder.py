@@ -18,14 +18,12 @@ The centralized estimator runs the same two roles in one process
 import numpy as np
 
 from . import kernels
+from .format import LEAF, NO_CHILD, NOT_OWNED
 from .binning import fit_bins, transform_bins
 from .labels import PlainLabels, class_weight_vector
 from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
 EPSILON = np.finfo(np.float64).eps
-LEAF = -1          # children_left/right of a leaf
-NOT_OWNED = -1     # partial-tree feature of a split owned by another party
-LEAF_FEATURE = -2  # feature of a leaf
 
 
 class SplitSettings:
@@ -63,7 +61,7 @@ class Nodes:
     def __init__(self, counts, columns):
         self.rows = np.flatnonzero(counts).astype(np.int32)
         columns = dict(columns, start=(np.int64, 0), end=(np.int64, 0),
-                       left=(np.int32, LEAF), right=(np.int32, LEAF))
+                       left=(np.int32, NO_CHILD), right=(np.int32, NO_CHILD))
         self._spec = columns
         cap = 64
         self.col = {name: np.full((cap,) + tuple(shape), default, dtype=dtype)
@@ -111,7 +109,7 @@ class Nodes:
         return {name: self.col[name][: self.n].copy() for name in names}
 
 
-PARTY_COLUMNS = {"feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
+PARTY_COLUMNS = {"feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
                   "missing_left": (np.uint8, 0), "cand_feature": (np.int32, -1),
                   "cand_threshold": (np.float64, np.nan), "cand_missing_left": (np.uint8, 0)}
 
@@ -213,7 +211,7 @@ class PartySplitter:
         nodes = msg["split_nodes"]
         tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
         feature = tree.col["feature"]
-        feature[nodes] = np.where(feature[nodes] == LEAF_FEATURE, NOT_OWNED, feature[nodes])
+        feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
 
     def _finish(self):
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
@@ -302,7 +300,7 @@ class TreeGrower:
             "owner": (np.int32, -1), "depth": (np.int64, 0),
             "stats": (np.float64, 0.0, self.labels.n_stats),
             "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
-            "feature": (np.int32, LEAF_FEATURE), "threshold": (np.float64, np.nan),
+            "feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
             "missing_left": (np.uint8, 0)})
         self._begin_tree(tree, counts, cw)
         n_parties = len(self.feature_counts)
@@ -453,7 +451,7 @@ def tree_seeds(random_state, n_estimators):
 def merge_partials(master_tree, partials, offsets):
     """The complete tree as the union of the parties' partial trees (global feature ids)."""
     n = master_tree["children_left"].shape[0]
-    feature = np.full(n, LEAF_FEATURE, dtype=np.int32)
+    feature = np.full(n, LEAF, dtype=np.int32)
     threshold = np.full(n, np.nan)
     missing_left = np.zeros(n, dtype=np.uint8)
     for p, part in enumerate(partials):

@@ -2,42 +2,38 @@
 
 Features are integer category codes ``0..n_values[f]-1`` shared by every
 client (a missing value is a category of its own, see
-:mod:`fedforest.horizontal`).  A tree is a dict of flat arrays:
-
-* ``feature[n]``: split feature of node ``n``, ``-1`` for a leaf;
-* ``child_start[n]``, ``child_count[n]``: node ``n``'s children are
-  ``child_node[child_start[n]:child_start[n] + child_count[n]]``, reached by
-  the category codes ``child_value[...]`` at the same positions;
-* ``value[n]``: class distribution (fractions) of the node's rows or rules;
-* ``support[n]``: rows (or rules, for a tree built from rules) at the node.
+:mod:`fedforest.horizontal`).  Trees are multiway trees of
+:mod:`fedforest.tree.format`: ``feature`` is the split feature (``LEAF`` at a
+leaf), ``child_start``/``child_count``/``child_value``/``child_node`` the
+children and the category codes leading to them, ``value`` the class
+distribution (fractions) of the node's rows or rules and ``support`` the rows
+(or rules, for a tree built from rules) at the node.
 
 A row whose category has no child at a node is predicted from that node's
-distribution.
+distribution (:func:`fedforest.tree.format.node_values`).
 """
 from collections import deque
 
 import numpy as np
 
-from .rules import CATEGORICAL, Rule, RuleArrays, _entropy_counts, _n_features
+from . import format as tree_format
+from .impurity import entropy
+from .rules import CATEGORICAL, RuleArrays, feature_count
 
 
-def _entropy(counts):
-    n = counts.sum()
-    if n <= 0:
-        return 0.0
-    p = counts[counts > 0] / n
-    return float(-(p * np.log2(p)).sum())
+class Builder:
+    """A multiway tree grown node by node: :meth:`node` adds a leaf with a class
+    distribution (normalized here) and a support, :meth:`link` makes a node a
+    split with ``(category code, child node)`` children; ``value`` and
+    ``support`` stay editable lists until :meth:`arrays`."""
 
-
-class _Builder:
     def __init__(self, n_classes):
         self.n_classes = n_classes
         self.feature, self.start, self.count, self.value, self.support = [], [], [], [], []
         self.child_value, self.child_node = [], []
-        self.pending = []   # (parent node, [(value, child node)])
 
     def node(self, dist, support):
-        self.feature.append(-1)
+        self.feature.append(tree_format.LEAF)
         self.start.append(0)
         self.count.append(0)
         total = dist.sum()
@@ -54,13 +50,14 @@ class _Builder:
             self.child_node.append(c)
 
     def arrays(self):
-        return {"feature": np.array(self.feature, dtype=np.int32),
-                "child_start": np.array(self.start, dtype=np.int32),
-                "child_count": np.array(self.count, dtype=np.int32),
-                "child_value": np.array(self.child_value, dtype=np.int32),
-                "child_node": np.array(self.child_node, dtype=np.int32),
-                "value": np.array(self.value, dtype=np.float64).reshape(-1, self.n_classes),
-                "support": np.array(self.support, dtype=np.float64)}
+        """The tree in the canonical format."""
+        value = np.array(self.value, dtype=np.float64).reshape(-1, self.n_classes)
+        return tree_format.multiway(self.feature, self.start, self.count, self.child_value,
+                                    self.child_node, value, support=self.support)
+
+
+_Builder = Builder
+_entropy = entropy
 
 
 def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
@@ -70,7 +67,7 @@ def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
     ``min_samples_split`` rows, when no feature is left or no gain is positive."""
     X = np.asarray(X, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
-    b = _Builder(n_classes)
+    b = Builder(n_classes)
     max_depth = X.shape[1] if max_depth is None else max_depth
 
     def grow(rows, used, depth):
@@ -78,7 +75,7 @@ def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
         me = b.node(counts, float(rows.size))
         if depth >= max_depth or rows.size < min_samples_split or np.count_nonzero(counts) <= 1:
             return me
-        h = _entropy(counts)
+        h = entropy(counts)
         best, best_f = 1e-12, -1
         for f in range(X.shape[1]):
             if f in used:
@@ -86,7 +83,7 @@ def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
             table = np.zeros((n_values[f], n_classes))
             np.add.at(table, (X[rows, f], y[rows]), 1.0)
             sizes = table.sum(axis=1)
-            cond = sum(sizes[v] / rows.size * _entropy(table[v]) for v in np.flatnonzero(sizes))
+            cond = sum(sizes[v] / rows.size * entropy(table[v]) for v in np.flatnonzero(sizes))
             if h - cond > best:
                 best, best_f = h - cond, f
         if best_f < 0:
@@ -101,44 +98,10 @@ def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
     return b.arrays()
 
 
-def leaf_of(tree, X):
-    """The node where each row of ``X`` stops (a leaf, or a node without a child
-    for the row's category)."""
-    X = np.asarray(X, dtype=np.int64)
-    feat, start, count = tree["feature"], tree["child_start"], tree["child_count"]
-    cval, cnode = tree["child_value"], tree["child_node"]
-    out = np.zeros(X.shape[0], dtype=np.int64)
-    for i, x in enumerate(X):
-        n = 0
-        while feat[n] >= 0:
-            s = start[n]
-            hit = np.flatnonzero(cval[s:s + count[n]] == x[feat[n]])
-            if not hit.size:
-                break
-            n = cnode[s + hit[0]]
-        out[i] = n
-    return out
-
-
-def predict_proba_id3(tree, X):
-    return tree["value"][leaf_of(tree, X)]
-
-
-def path_conditions(tree):
-    """Per node, its path conditions ``{feature: code}`` from the root."""
-    paths = {0: {}}
-    for n in range(len(tree["feature"])):
-        s, c = tree["child_start"][n], tree["child_count"][n]
-        for k in range(s, s + c):
-            paths[int(tree["child_node"][k])] = {**paths[n], int(tree["feature"][n]): int(tree["child_value"][k])}
-    return paths
-
-
 def rules_from_id3(tree):
-    """One categorical rule per leaf: its path conditions and class distribution."""
-    paths = path_conditions(tree)
-    return [Rule(paths[n], tree["value"][n].copy(), float(tree["support"][n]), CATEGORICAL)
-            for n in range(len(tree["feature"])) if tree["feature"][n] < 0]
+    """One categorical rule per leaf, in node order (see
+    :func:`fedforest.tree.format.leaf_rules`)."""
+    return list(tree_format.leaf_rules(tree, CATEGORICAL).values())
 
 
 def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
@@ -152,8 +115,8 @@ def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
     a split that would pass ``max_nodes`` nodes is not made (``info["truncated"]``
     is then set when ``info`` is a dict)."""
     rules = list(rules)
-    b = _Builder(n_classes)
-    n_feat = max(_n_features([rules]), 1)
+    b = Builder(n_classes)
+    n_feat = max(feature_count([rules]), 1)
     ra = RuleArrays.from_rules(rules, n_feat)
     val = ra.cond if len(ra) else np.zeros((0, n_feat), dtype=np.int64)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
@@ -169,7 +132,7 @@ def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
         if np.unique(c).size <= 1 or (max_depth is not None and depth >= max_depth):
             continue
         R = members.size
-        h = float(_entropy_counts(np.bincount(c, minlength=n_classes)))
+        h = float(entropy(np.bincount(c, minlength=n_classes)))
         best = None
         for f in range(n_feat):
             if f in used:
@@ -185,7 +148,7 @@ def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
             sizes = table.sum(axis=1)
             if (sizes >= R).all():
                 continue
-            gain = h - float((sizes * _entropy_counts(table)).sum() / sizes.sum())
+            gain = h - float((sizes * entropy(table)).sum() / sizes.sum())
             if best is None or gain > best[0]:
                 best = (gain, f, values)
         if best is None:

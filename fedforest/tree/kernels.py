@@ -1,4 +1,5 @@
-"""Numba kernels over flat arrays for level-wise tree growth and prediction.
+"""Numba kernels over flat arrays for level-wise tree growth and the one-round
+federated prediction (complete trees are walked by :func:`fedforest.tree.format.apply`).
 
 All functions are module-level ``njit(cache=True)``; loops over trees and levels
 stay in Python.  Conventions shared by every kernel:
@@ -9,7 +10,7 @@ stay in Python.  Conventions shared by every kernel:
   ``yw[:, 0]`` (row weight); regression uses ``yw`` with three columns
   ``(w, w*y, w*y*y)``.  ``S`` is the number of statistics per row
   (``n_classes`` or 3).
-* ``crit``: 0 = gini, 1 = entropy, 2 = squared error.
+* ``crit``: 0 = gini, 1 = entropy, 2 = squared error (:func:`fedforest.tree.impurity.impurity`).
 * Gains are the weighted impurity decrease of scikit-learn,
   ``w_node / w_total * (imp - w_l / w_node * imp_l - w_r / w_node * imp_r)``.
   When a node saw no missing values, missing values later follow the larger
@@ -26,35 +27,11 @@ tests check both kernels against one brute-force reference.
 import numpy as np
 from numba import njit
 
-GINI = 0
-ENTROPY = 1
-SQUARED_ERROR = 2
+from .impurity import ENTROPY, GINI, SQUARED_ERROR, impurity  # noqa: F401  (part of this module's names)
 
 MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
-
-
-@njit(cache=True)
-def impurity(stats, w, crit):
-    """Impurity of a node from its statistics vector and total weight."""
-    if w <= 0.0:
-        return 0.0
-    if crit == GINI:
-        s = 0.0
-        for k in range(stats.shape[0]):
-            p = stats[k] / w
-            s += p * p
-        return 1.0 - s
-    if crit == ENTROPY:
-        s = 0.0
-        for k in range(stats.shape[0]):
-            if stats[k] > 0.0:
-                p = stats[k] / w
-                s -= p * np.log2(p)
-        return s
-    mean = stats[1] / w
-    return stats[2] / w - mean * mean
 
 
 @njit(cache=True)
@@ -496,24 +473,6 @@ def apply_partition(rows, starts, ends, bits):
         n_left[j] = nl
         off += e - s
     return n_left
-
-
-@njit(cache=True)
-def apply_tree(X, children_left, children_right, feature, threshold, missing_left):
-    """Leaf index of every row of ``X`` in one complete tree."""
-    n = X.shape[0]
-    out = np.empty(n, dtype=np.int32)
-    for i in range(n):
-        node = 0
-        while children_left[node] >= 0:
-            v = X[i, feature[node]]
-            if np.isnan(v):
-                go_left = missing_left[node] == 1
-            else:
-                go_left = v <= threshold[node]
-            node = children_left[node] if go_left else children_right[node]
-        out[i] = node
-    return out
 
 
 @njit(cache=True)

@@ -2,6 +2,7 @@
 (paper Algorithms 3 and 4: parties send per-leaf row sets, the master intersects)."""
 import numpy as np
 
+from . import format as tree_format
 from . import kernels
 from ..errors import InputError
 
@@ -26,8 +27,7 @@ def warm_up():
         Xn = np.resize(X, (n, 1))
         msg = pack_leaf_sets(party_leaf_sets(Xn, [tree], "hist"))
         leaf_positions(n, [unpack_leaf_sets(msg, [tree], n)], 0, 2)
-    kernels.apply_tree(prepare_X(X, "hist"), tree["children_left"], tree["children_right"],
-                 tree["feature"], tree["threshold"], tree["missing_left"])
+    tree_format.apply(tree, prepare_X(X, "hist"))
     kernels.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
 
 
@@ -40,9 +40,7 @@ def mean_leaf_values(trees, X, split_method):
     X = prepare_X(X, split_method)
     out = np.zeros((X.shape[0], trees[0]["value"].shape[1]))
     for t in trees:
-        leaf = kernels.apply_tree(X, t["children_left"], t["children_right"], t["feature"],
-                            t["threshold"], t["missing_left"])
-        out += t["value"][leaf]
+        out += tree_format.node_values(t, X)
     return out / len(trees)
 
 

@@ -7,6 +7,8 @@ conditions and the leaf's class distribution.  Two kinds of condition exist:
   (``-inf``/``inf`` when one side is open);
 * categorical (multiway ID3 trees): per feature an equality ``x == value``.
 
+The rules of a tree are read by :func:`fedforest.tree.format.leaf_rules`.
+
 Merging two rules (ICDTA4FL) keeps the conjunction of their conditions and
 sums their class distributions.  Rules contradict each other when some
 feature cannot satisfy both conditions: two different categories, or two
@@ -21,6 +23,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import format as tree_format
+from .impurity import entropy
 
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"
@@ -60,24 +65,15 @@ class Rule:
 
 
 def rules_from_tree(children_left, children_right, feature, threshold, value, n_node_samples):
-    """Rules of a binary tree in flat-array form (scikit-learn's ``tree_`` layout:
-    left child ``x <= threshold``); ``value`` rows are class counts or fractions."""
-    rules = []
-    stack = [(0, {})]
-    while stack:
-        node, cond = stack.pop()
-        left, right = int(children_left[node]), int(children_right[node])
-        if left < 0:
-            dist = np.asarray(value[node], dtype=np.float64).ravel()
-            total = dist.sum()
-            rules.append(Rule(cond, dist / total if total > 0 else dist,
-                              float(n_node_samples[node]), NUMERIC))
-            continue
-        f, t = int(feature[node]), float(threshold[node])
-        lo, hi = cond.get(f, (-math.inf, math.inf))
-        stack.append((right, {**cond, f: (max(lo, t), hi)}))
-        stack.append((left, {**cond, f: (lo, min(hi, t))}))
-    return rules
+    """Rules of a binary tree given as scikit-learn's ``tree_`` arrays (left child
+    ``x <= threshold``), in node order; ``value`` rows are class counts or fractions,
+    normalized here (see :func:`fedforest.tree.format.leaf_rules`)."""
+    value = np.array(value, dtype=np.float64).reshape(len(feature), -1)
+    total = value.sum(axis=1, keepdims=True)
+    value = np.divide(value, total, out=value.copy(), where=total > 0)
+    tree = tree_format.binary(children_left, children_right, feature, threshold, value,
+                              n_node_samples=n_node_samples)
+    return list(tree_format.leaf_rules(tree, NUMERIC).values())
 
 
 def compatible(a, b):
@@ -173,7 +169,8 @@ class RuleArrays:
         return out
 
 
-def _n_features(rule_sets):
+def feature_count(rule_sets):
+    """The number of features the rules of ``rule_sets`` name (highest index + 1)."""
     return 1 + max((f for rs in rule_sets for r in rs for f in r.conditions), default=-1)
 
 
@@ -214,7 +211,7 @@ def aggregate(rule_sets, max_rules=10_000):
     sets = [list(rs) for rs in rule_sets if rs]
     if not sets:
         return [], stats
-    n_feat = max(_n_features(sets), 1)
+    n_feat = max(feature_count(sets), 1)
     values = None
     if sets[0][0].kind == CATEGORICAL:
         values = sorted({v for rs in sets for r in rs for v in r.conditions.values()}, key=repr)
@@ -241,15 +238,6 @@ def aggregate(rule_sets, max_rules=10_000):
 # ---------------------------------------------------------------------------
 # A global binary tree from numeric rules
 # ---------------------------------------------------------------------------
-def _entropy_counts(counts):
-    """Entropy (bits) of class counts along the last axis."""
-    counts = np.asarray(counts, dtype=np.float64)
-    n = counts.sum(axis=-1, keepdims=True)
-    p = np.divide(counts, n, out=np.zeros_like(counts), where=n > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=-1)
-
-
 def _leaf_value(dist, n_classes):
     total = dist.sum(axis=0) if dist.shape[0] else np.zeros(n_classes)
     s = total.sum()
@@ -257,8 +245,8 @@ def _leaf_value(dist, n_classes):
 
 
 def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
-    """A binary tree (flat arrays as :func:`rules_from_tree` reads them) grown
-    from numeric rules: each node holds the rules that can reach it; the split
+    """A binary tree (:mod:`fedforest.tree.format`, with the rules per node in
+    ``n_rules``) grown from numeric rules: each node holds the rules that can reach it; the split
     ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
     information gain of the rules' predicted classes is taken, provided at
     least one child holds fewer rules than the node (rules spanning ``t`` go to
@@ -269,7 +257,7 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
     nodes is not made (``info["truncated"]`` is then set when ``info`` is a dict)."""
     nodes = []   # [left, right, feature, threshold, value, n_rules]
     rules = list(rules)
-    n_feat = max(_n_features([rules]), 1)
+    n_feat = max(feature_count([rules]), 1)
     ra = RuleArrays.from_rules(rules, n_feat)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
 
@@ -286,7 +274,7 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
     def best_split(lo, hi, members):
         R = members.size
         c_m, w_m = cls[members], w_all[members]
-        parent_h = float(_entropy_counts(np.bincount(c_m, weights=w_m, minlength=n_classes)))
+        parent_h = float(entropy(np.bincount(c_m, weights=w_m, minlength=n_classes)))
         best = None
         for f in range(n_feat):
             lf, hf = lo[:, f], hi[:, f]
@@ -306,7 +294,7 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
                               for c in range(n_classes)], axis=1)
             wl, wr = left.sum(axis=1), right.sum(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
-                gain = parent_h - (wl * _entropy_counts(left) + wr * _entropy_counts(right)) / (wl + wr)
+                gain = parent_h - (wl * entropy(left) + wr * entropy(right)) / (wl + wr)
             gain = np.where(ok & np.isfinite(gain), gain, -np.inf)
             k = int(np.argmax(gain))
             if np.isfinite(gain[k]) and (best is None or gain[k] > best[0]):
@@ -314,7 +302,8 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
         return best
 
     def new_node(members):
-        nodes.append([-1, -1, -2, -2.0, _leaf_value(ra.dist[members] * w_all[members, None], n_classes),
+        value = _leaf_value(ra.dist[members] * w_all[members, None], n_classes)
+        nodes.append([tree_format.NO_CHILD, tree_format.NO_CHILD, tree_format.LEAF, -2.0, value,
                       int(members.size)])
         return len(nodes) - 1
 
@@ -344,24 +333,7 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
         queue.append((nodes[me][0], llo, lhi, members[go_left], depth + 1))
         nodes[me][1] = new_node(members[go_right])
         queue.append((nodes[me][1], rlo, rhi, members[go_right], depth + 1))
-    return {
-        "children_left": np.array([n[0] for n in nodes], dtype=np.int32),
-        "children_right": np.array([n[1] for n in nodes], dtype=np.int32),
-        "feature": np.array([n[2] for n in nodes], dtype=np.int32),
-        "threshold": np.array([n[3] for n in nodes], dtype=np.float64),
-        "value": np.array([n[4] for n in nodes], dtype=np.float64).reshape(len(nodes), n_classes),
-        "n_rules": np.array([n[5] for n in nodes], dtype=np.int64),
-    }
-
-
-def predict_tree(tree, X):
-    """Class distributions of rows of ``X`` in a tree from :func:`tree_from_rules`."""
-    X = np.asarray(X, dtype=np.float64)
-    out = np.empty((X.shape[0], tree["value"].shape[1]))
-    cl, cr, feat, thr = tree["children_left"], tree["children_right"], tree["feature"], tree["threshold"]
-    for i, x in enumerate(X):
-        n = 0
-        while cl[n] >= 0:
-            n = cl[n] if x[feat[n]] <= thr[n] else cr[n]
-        out[i] = tree["value"][n]
-    return out
+    return tree_format.binary([n[0] for n in nodes], [n[1] for n in nodes], [n[2] for n in nodes],
+                              [n[3] for n in nodes],
+                              np.array([n[4] for n in nodes], dtype=np.float64).reshape(len(nodes), n_classes),
+                              n_rules=[n[5] for n in nodes])

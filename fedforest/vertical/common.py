@@ -29,12 +29,6 @@ def plural_rounds(n):
     return f"{n} round" + ("" if n == 1 else "s")
 
 
-def expect(msg, op):
-    if msg.get("op") != op:
-        raise RuntimeError(f"protocol error: expected {op!r}, got {msg.get('op')!r}")
-    return msg
-
-
 def check_world(comm, cfg):
     if comm.size - 1 != cfg.n_parties:
         raise InputError("n_parties", f"the config names {cfg.n_parties} parties but the job has "

@@ -20,7 +20,7 @@ from ..tree.params import resolve_max_samples, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
 from ..federation.files import write_summary
-from . import forest_params, model_files
+from . import forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
                      plural_rounds, progress_bar)
 
@@ -34,7 +34,7 @@ def master_train(comm, cfg):
     if cfg.label_privacy == "paillier":
         _check_paillier(params, cfg)
     comm.handshake()
-    infos = comm.exchange({r: {"op": "load", "label_column": cfg.label_column,
+    infos = comm.exchange({r: {"op": protocol.LOAD, "label_column": cfg.label_column,
                                "label_privacy": cfg.label_privacy} for r in comm.clients})
     holders = [r for r in comm.clients if infos[r]["has_label"]]
     if len(holders) != 1:
@@ -46,7 +46,7 @@ def master_train(comm, cfg):
         raise InputError("data", "no party holds any feature column")
     job_id = job_id_of(params, cfg, infos)
     my_dir = model_files.party_dir(cfg.model_dir, 0)
-    dirs = comm.exchange({r: {"op": "check_dir", "job_id": job_id,
+    dirs = comm.exchange({r: {"op": protocol.CHECK_DIR, "job_id": job_id,
                               "full_model": bool(cfg.master_full_model)} for r in comm.clients})
     done = [check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
     done += [dirs[r]["n_trees"] for r in comm.clients]
@@ -62,7 +62,7 @@ def master_train(comm, cfg):
     n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
     label_party = holders[0]
     is_clf = cfg.task == CLASSIFICATION
-    common = {"op": "setup", "start": start, "job_id": job_id, "run_id": run_id,
+    common = {"op": protocol.SETUP, "start": start, "job_id": job_id, "run_id": run_id,
               "params": params.to_dict(), "task": cfg.task}
     he = {}
     if cfg.label_privacy == "paillier":
@@ -70,7 +70,7 @@ def master_train(comm, cfg):
                                               common)
         n_classes = classes.size if is_clf else 1
     else:
-        y_raw = comm.exchange({label_party: {"op": "send_labels"}})[label_party]["y"]
+        y_raw = comm.exchange({label_party: {"op": protocol.SEND_LABELS}})[label_party]["y"]
         codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
         n_classes = classes.size if is_clf else 1
         settings = SplitSettings(params, n_rows, is_clf, n_classes)
@@ -107,7 +107,7 @@ def master_train(comm, cfg):
     bar.close()
     train_seconds = time.perf_counter() - t_trees
     tree_bytes = comm.bytes_sent - bytes0
-    acks = comm.exchange({r: {"op": "done"} for r in comm.clients})
+    acks = comm.exchange({r: {"op": protocol.DONE} for r in comm.clients})
     n_built = params.n_estimators - start
     party_bytes = sum(a["tree_bytes_sent"] for a in acks.values())
     summary = {
@@ -147,7 +147,7 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
     public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
     log(cfg, f"Paillier key: {public.key_length} bits; party {label_party} encrypts the labels")
-    rep = comm.exchange({label_party: {"op": "encrypt_labels", "public_key": public.to_bytes(),
+    rep = comm.exchange({label_party: {"op": protocol.ENCRYPT_LABELS, "public_key": public.to_bytes(),
                                        "n_total": n_total, "slot_bits": cfg.slot_bits}})[label_party]
     if rep["fingerprint"] != public.fingerprint:
         raise encrypted.ProtocolIntegrityError(
@@ -167,7 +167,7 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
                                                           "fingerprint": rep["fingerprint"]}))
                   for r in comm.clients})
     others = [r for r in comm.clients if r != label_party]
-    bins = comm.exchange({r: {"op": "bins"} for r in others}) if others else {}
+    bins = comm.exchange({r: {"op": protocol.BINS} for r in others}) if others else {}
     party_bins = [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"])
                   for r in comm.clients]
     info = encrypted.LabelInfo(is_clf, n_classes, n_rows)
@@ -192,7 +192,7 @@ def master_predict(comm, cfg):
         raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
                                           f"this job has {cfg.n_parties}")
     comm.handshake()
-    infos = comm.exchange({r: {"op": "load"} for r in comm.clients})
+    infos = comm.exchange({r: {"op": protocol.LOAD} for r in comm.clients})
     for r in comm.clients:
         if infos[r]["job_id"] != manifest["job_id"]:
             raise InputError(f"party {r} model", f"belongs to job {infos[r]['job_id']}, the master's "
@@ -208,7 +208,7 @@ def master_predict(comm, cfg):
                       "training and are treated as missing")
     n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
     predict.warm_up()
-    comm.exchange({r: {"op": "ready"} for r in comm.clients})  # every rank has its kernels loaded
+    comm.exchange({r: {"op": protocol.READY} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
     t0 = time.perf_counter()
     if cfg.predict_method == "oneshot":
@@ -219,7 +219,7 @@ def master_predict(comm, cfg):
     predict_rounds = comm.rounds - rounds0
     values /= len(trees)
     is_clf = manifest["task"] == CLASSIFICATION
-    msg = {"op": "result"}
+    msg = {"op": protocol.RESULT}
     if is_clf:
         classes = np.array(manifest["classes"])
         msg.update(prediction=classes[np.argmax(values, axis=1)], proba=values,
@@ -227,7 +227,7 @@ def master_predict(comm, cfg):
     else:
         msg.update(prediction=values[:, 0])
     out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
-    comm.exchange({r: {"op": "done"} for r in comm.clients})
+    comm.exchange({r: {"op": protocol.DONE} for r in comm.clients})
     log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
               f"({cfg.predict_method}, {plural_rounds(predict_rounds)}); predictions written by party "
               f"{cfg.result_party} to {out['path']}")
@@ -240,7 +240,7 @@ def master_predict(comm, cfg):
 
 def _predict_oneshot(comm, cfg, trees, n_rows):
     """Algorithm 4: one collective round for the whole forest."""
-    comm.scatter({r: {"op": "leaf_sets"} for r in comm.clients})
+    comm.scatter({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
     per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
     width = trees[0]["value"].shape[1]
@@ -253,7 +253,7 @@ def _predict_oneshot(comm, cfg, trees, n_rows):
 
 def _predict_classical(comm, cfg, trees, n_rows):
     """Node-by-node prediction: one round trip to the owning party per split node."""
-    comm.bcast({"op": "classical"})
+    comm.bcast({"op": protocol.CLASSICAL})
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
     for i, t in enumerate(progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree")):
@@ -266,10 +266,10 @@ def _predict_classical(comm, cfg, trees, n_rows):
             if rows.size == 0:
                 continue
             owner = int(t["owner"][node]) + 1
-            rep = comm.exchange({owner: {"op": "route", "tree": i, "node": node, "rows": rows}})[owner]
+            rep = comm.exchange({owner: {"op": protocol.ROUTE, "tree": i, "node": node, "rows": rows}})[owner]
             left = np.unpackbits(rep["bits"], count=rows.size).astype(bool)
             stack.append((int(t["children_right"][node]), rows[~left]))
             stack.append((int(t["children_left"][node]), rows[left]))
-    comm.bcast({"op": "end_classical"})
+    comm.bcast({"op": protocol.END_CLASSICAL})
     return values
 

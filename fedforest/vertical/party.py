@@ -16,8 +16,9 @@ from ..tree.params import validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
-from . import forest_params, model_files
-from .common import MASTER, PartyTable, check_model_dir, check_world, expect, label_array, load_role_model
+from . import forest_params, model_files, protocol
+from ..transport.base import expect
+from .common import MASTER, PartyTable, check_model_dir, check_world, label_array, load_role_model
 
 def _crash_point(rank):
     """Fault injection for tests: FEDFOREST_FAULT_CRASH=<rank>:<trees> makes that
@@ -37,14 +38,14 @@ def party_train(comm, cfg):
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
-    msg = expect(comm.recv(MASTER), "load")
+    msg = expect(comm.recv(MASTER), protocol.LOAD)
     if cfg.label_privacy == "paillier" and msg["label_privacy"] != "paillier":
         raise InputError("label_privacy", f"party {rank} requires 'paillier' but the master runs "
                                           f"{msg['label_privacy']!r}")
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
                        "has_label": table.has_label, "fingerprint": table.fingerprint()})
-    msg = expect(comm.recv(MASTER), "check_dir")
+    msg = expect(comm.recv(MASTER), protocol.CHECK_DIR)
     if msg["full_model"] and not cfg.master_full_model:
         raise InputError("master_full_model", f"the master asks party {rank} for its split features "
                                               "and thresholds, which this party's configuration "
@@ -57,14 +58,14 @@ def party_train(comm, cfg):
     X = table.X[positions]
     msg = comm.recv(MASTER)
     held = None
-    if msg["op"] == "send_labels":
+    if msg["op"] == protocol.SEND_LABELS:
         comm.send(MASTER, {"y": label_array(table.y[positions], cfg.task,
                                              f"label column {cfg.label_column!r}")})
         msg = comm.recv(MASTER)
-    elif msg["op"] == "encrypt_labels":
+    elif msg["op"] == protocol.ENCRYPT_LABELS:
         held = _encrypt_labels(comm, cfg, msg, table.y[positions])
         msg = comm.recv(MASTER)
-    setup = expect(msg, "setup")
+    setup = expect(msg, protocol.SETUP)
     settings = setup["settings"]
     if "spec" in setup:
         splitter = _paillier_splitter(comm, rank, X, settings, setup, held)
@@ -92,7 +93,7 @@ def party_train(comm, cfg):
     while True:
         msg = comm.recv(MASTER)
         op = msg["op"]
-        if op == "done":
+        if op == protocol.DONE:
             writer.close()
             comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
@@ -150,7 +151,7 @@ def _paillier_splitter(comm, rank, X, settings, setup, held):
         raise InputError(f"party {rank}", f"received {len(labels_ct)} encrypted labels for "
                                           f"{X.shape[0]} aligned rows")
     splitter = encrypted.EncryptedHistSplitter(X, settings, labels_ct, spec, public)
-    expect(comm.recv(MASTER), "bins")
+    expect(comm.recv(MASTER), protocol.BINS)
     comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
     return splitter
 
@@ -161,7 +162,7 @@ def party_predict(comm, cfg):
     comm.reply_timeout = cfg.reply_timeout
     folder, manifest, trees = load_role_model(cfg, rank)
     comm.handshake()
-    expect(comm.recv(MASTER), "load")
+    expect(comm.recv(MASTER), protocol.LOAD)
     table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
                        categories=manifest["categories"], label_column=manifest.get("label_column"))
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
@@ -175,15 +176,15 @@ def party_predict(comm, cfg):
     while True:
         msg = comm.recv(MASTER)
         op = msg["op"]
-        if op == "ready":
+        if op == protocol.READY:
             comm.send(MASTER, {})
-        elif op == "leaf_sets":
+        elif op == protocol.LEAF_SETS:
             comm.send(MASTER, pack_leaf_sets(party_leaf_sets(X, trees, method)))
-        elif op == "classical":
+        elif op == protocol.CLASSICAL:
             Xp = prepare_X(X, method)
             while True:
                 m = comm.recv(MASTER)
-                if m["op"] == "end_classical":
+                if m["op"] == protocol.END_CLASSICAL:
                     break
                 t = trees[m["tree"]]
                 node = m["node"]
@@ -192,10 +193,10 @@ def party_predict(comm, cfg):
                 bits = kernels.goes_left(Xp[:, f], rows.astype(np.int32), 0, rows.size,
                                    float(t["threshold"][node]), int(t["missing_left"][node]))
                 comm.send(MASTER, {"bits": np.packbits(bits)})
-        elif op == "result":
+        elif op == protocol.RESULT:
             path = _write_predictions(cfg, ids, msg, manifest)
             comm.send(MASTER, {"path": path})
-        elif op == "done":
+        elif op == protocol.DONE:
             comm.send(MASTER, {})
             return None
         else:

@@ -61,10 +61,6 @@ def test_tasks(tmp_path, task):
         assert {"model.json", "cnn.npz", "ensemble-1.ubj", "ensemble-3.ubj"} <= set(os.listdir(folder))
 
 
-def test_aggregation_orders_by_client_rank():
-    assert fedxgbllr.aggregate_ensembles({3: "c", 1: "a", 2: "b"}) == ["a", "b", "c"]
-
-
 def test_saved_ensembles_are_in_client_order(tmp_path):
     paths, tests = _clients(tmp_path)
     s = _run(paths, tests, tmp_path)

@@ -201,3 +201,15 @@ def test_cart_refuses_missing_values_and_id3_too_many_values(tmp_path):
         _run(paths, None, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label")
     with pytest.raises(InputError, match="distinct values; 'id3' takes at most 64"):
         _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="label")
+
+
+def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
+    paths, tests = _categorical_clients(tmp_path)
+    first = _run(paths, tests, tmp_path, mode="local", tree_type="id3", label_column="party")
+    before = {r: os.path.getmtime(os.path.join(d, "model.json")) for r, d in first["model_dirs"].items()}
+    with pytest.raises((InputError, RemoteError), match="already holds a model; use another model_dir or "
+                                                        "pass --overwrite"):
+        _run(paths, tests, tmp_path, mode="local", tree_type="id3", label_column="party")
+    after = {r: os.path.getmtime(os.path.join(d, "model.json")) for r, d in first["model_dirs"].items()}
+    assert before == after
+    _run(paths, tests, tmp_path, mode="local", tree_type="id3", label_column="party", overwrite=True)

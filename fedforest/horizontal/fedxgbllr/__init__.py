@@ -7,6 +7,8 @@ one-layer 1D CNN (:mod:`.cnn`) whose kernel holds one learning rate per tree.
 The implementation is in :mod:`.roles` (imported when the mode runs: it needs
 the ``xgboost`` package).
 """
+import numbers
+
 from ...constraints import Interval
 from ...federation.mode import HORIZONTAL, Mode, Param
 
@@ -15,7 +17,7 @@ DEFAULT_DEPTH = 8
 PARAMS = (
     Param("xgb_trees", 500, (Interval(int, 1),),
           "XGBoost trees over all clients (each client grows xgb_trees // K)"),
-    Param("xgb_eta", 0.1, (Interval(float, 0, closed="neither"), Interval(int, 1)),
+    Param("xgb_eta", 0.1, (Interval(numbers.Real, 0, closed="neither"),),
           "learning rate of the client XGBoost ensembles"),
     Param("max_depth", None, (None, Interval(int, 1)), f"depth of the XGBoost trees (None: {DEFAULT_DEPTH})"),
     Param("random_state", None, (None, Interval(int, 0)), "seed of the ensembles and of the CNN"),
@@ -23,7 +25,7 @@ PARAMS = (
     Param("local_epochs", 100, (Interval(int, 1),), "CNN epochs per client per round"),
     Param("batch_size", 64, (Interval(int, 1),), "CNN mini-batch rows"),
     Param("cnn_channels", 64, (Interval(int, 1),), "CNN channels (learning-rate strategies)"),
-    Param("cnn_lr", 0.001, (Interval(float, 0, closed="neither"), Interval(int, 1)),
+    Param("cnn_lr", 0.001, (Interval(numbers.Real, 0, closed="neither"),),
           "Adam learning rate of the CNN"),
 )
 

@@ -1,0 +1,414 @@
+"""The flat-array tree format of fedforest, and the walk that applies a tree to rows.
+
+A tree is a dict of numpy arrays indexed by node; node 0 is the root and every
+child has a larger index than its parent.
+
+Arrays every tree has:
+
+* ``feature`` (int32): the column a node splits on; :data:`LEAF` (-2, also
+  scikit-learn's value) at a leaf; :data:`NOT_OWNED` (-1) in a party's
+  *partial* tree (vertical federation) at a split held by another party;
+* ``value`` (float64, shape ``(n_nodes, width)``): class fractions (width =
+  number of classes) or a regression value (width 1);
+* ``children_left``, ``children_right`` (int32): the children of a binary
+  split, :data:`NO_CHILD` (-1) at a leaf and at a multiway node;
+* ``threshold`` (float64): a binary split sends ``x <= threshold`` left
+  (comparisons in float64); unused (scikit-learn's -2 or NaN) elsewhere;
+* ``missing_left`` (uint8): a binary split sends a missing value (NaN) left
+  when 1, right when 0.
+
+Arrays of trees with multiway (categorical) splits, such as ID3 trees:
+
+* ``child_start``, ``child_count`` (int32, per node): the children of node
+  ``n`` are ``child_node[child_start[n]:child_start[n] + child_count[n]]``;
+  a node with ``child_count > 0`` is a multiway split;
+* ``child_value`` (int32, per child): the category code that leads to the
+  child at the same position; codes are ``>= 0``.  A row whose code has no
+  child at a multiway node (including the code -1 of a category unseen in
+  training, and NaN) stops at that node and takes its value;
+* ``child_node`` (int32, per child): the child's node index.
+
+Binary trees carry no ``child_*`` arrays; a tree holding them may mix
+multiway nodes and binary nodes (``child_count == 0`` with children).
+
+Trees may carry further per-node arrays that the walk ignores, such as
+``n_node_samples`` (training rows, int64), ``support`` (rows or rules behind
+a node, float64), ``n_rules`` (int64), ``owner``, ``impurity`` or
+``weighted_n_node_samples``.
+
+Category codes are read from the same float64 matrix ``X`` as numeric
+values, so a model may mix both kinds of column.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from ..errors import InputError
+
+LEAF = -2        # feature of a leaf
+NOT_OWNED = -1   # feature, in a party's partial tree, of a split held by another party
+NO_CHILD = -1    # children_left/right of a leaf or of a multiway node
+
+BINARY_KEYS = ("children_left", "children_right", "threshold", "missing_left")
+MULTIWAY_KEYS = ("child_start", "child_count", "child_value", "child_node")
+NODE_DTYPES = {"feature": np.int32, "children_left": np.int32, "children_right": np.int32,
+               "threshold": np.float64, "missing_left": np.uint8,
+               "child_start": np.int32, "child_count": np.int32}
+CHILD_DTYPES = {"child_value": np.int32, "child_node": np.int32}
+EXTRA_DTYPES = {"n_node_samples": np.int64, "support": np.float64, "n_rules": np.int64,
+                "weighted_n_node_samples": np.float64, "impurity": np.float64,
+                "owner": np.int32}
+_EMPTY = np.empty(0, dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------
+# The walk
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def _walk(X, feature, children_left, children_right, threshold, missing_left,
+          child_start, child_count, child_value, child_node):
+    """The node where each row of ``X`` stops; the child arrays are empty for
+    a binary tree."""
+    n = X.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    multi = child_count.shape[0] > 0
+    for i in range(n):
+        node = 0
+        while True:
+            f = feature[node]
+            if f < 0:                      # a leaf, or a split held by another party
+                break
+            v = X[i, f]
+            if multi and child_count[node] > 0:
+                nxt = -1
+                if v >= 0.0:               # -1 (unseen category) and NaN match no child
+                    s = child_start[node]
+                    for k in range(s, s + child_count[node]):
+                        if child_value[k] == v:
+                            nxt = child_node[k]
+                            break
+                if nxt < 0:
+                    break
+                node = nxt
+            else:
+                left = children_left[node]
+                if left < 0:
+                    break
+                if np.isnan(v):
+                    go_left = missing_left[node] == 1
+                else:
+                    go_left = v <= threshold[node]
+                node = left if go_left else children_right[node]
+        out[i] = node
+    return out
+
+
+def _node_array(tree, key, n, fill):
+    a = tree.get(key)
+    if a is None:
+        return np.full(n, fill, dtype=NODE_DTYPES[key])
+    return np.ascontiguousarray(a, dtype=NODE_DTYPES[key])
+
+
+def walk_arrays(tree):
+    """The arrays :func:`apply` walks, in their canonical dtypes (absent binary
+    arrays are filled as for a tree without binary splits; absent child arrays
+    are empty)."""
+    feature = np.ascontiguousarray(tree["feature"], dtype=np.int32)
+    n = feature.shape[0]
+    binary_part = (_node_array(tree, "children_left", n, NO_CHILD),
+                   _node_array(tree, "children_right", n, NO_CHILD),
+                   _node_array(tree, "threshold", n, np.nan),
+                   _node_array(tree, "missing_left", n, 0))
+    if "child_count" in tree:
+        multi = tuple(np.ascontiguousarray(tree[k], dtype=np.int32) for k in MULTIWAY_KEYS)
+    else:
+        multi = (_EMPTY,) * 4
+    return (feature,) + binary_part + multi
+
+
+def apply(tree, X):
+    """The node where each row of ``X`` (float64, ``(n_rows, n_features)``) stops
+    (int64): a leaf; a multiway node without a child for the row's category;
+    or, in a partial tree, a split held by another party.  The tree's structure
+    is trusted (trees come from this module's constructors or :func:`check`)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be a 2-d array, got shape {X.shape}")
+    arrays = walk_arrays(tree)
+    feature = arrays[0]
+    if feature.shape[0] == 0:
+        raise ValueError("the tree has no nodes")
+    if int(feature.max()) >= X.shape[1]:
+        raise ValueError(f"the tree splits on column {int(feature.max())}, X has {X.shape[1]} columns")
+    return _walk(X, *arrays)
+
+
+def node_values(tree, X):
+    """``tree["value"]`` at the node where each row of ``X`` stops (see :func:`apply`)."""
+    return np.asarray(tree["value"])[apply(tree, X)]
+
+
+# ---------------------------------------------------------------------------
+# Constructors
+# ---------------------------------------------------------------------------
+def _extras(extra):
+    return {k: np.array(v, dtype=EXTRA_DTYPES.get(k)) for k, v in extra.items()}
+
+
+def _values(value, n):
+    value = np.array(value, dtype=np.float64)
+    return np.ascontiguousarray(value.reshape(n, -1))
+
+
+def binary(children_left, children_right, feature, threshold, value, missing_left=None, **extra):
+    """A binary tree in the canonical dtypes (copies of the inputs).  ``missing_left``
+    defaults to all zeros (missing values go right); ``value`` is reshaped to
+    ``(n_nodes, width)``; further per-node arrays (``n_node_samples``...) are
+    kept as ``extra``.  Binary trees carry no ``child_*`` arrays."""
+    feature = np.array(feature, dtype=np.int32)
+    n = feature.shape[0]
+    tree = {"children_left": np.array(children_left, dtype=np.int32),
+            "children_right": np.array(children_right, dtype=np.int32),
+            "feature": feature,
+            "threshold": np.array(threshold, dtype=np.float64),
+            "missing_left": (np.zeros(n, dtype=np.uint8) if missing_left is None
+                             else np.array(missing_left, dtype=np.uint8)),
+            "value": _values(value, n)}
+    tree.update(_extras(extra))
+    return tree
+
+
+def multiway(feature, child_start, child_count, child_value, child_node, value, **extra):
+    """A tree with multiway splits in the canonical dtypes (copies of the inputs);
+    ``children_left``/``children_right`` are :data:`NO_CHILD`, ``threshold`` NaN
+    and ``missing_left`` 0 unless given in ``extra`` (a tree mixing multiway and
+    binary splits passes its binary arrays there)."""
+    feature = np.array(feature, dtype=np.int32)
+    n = feature.shape[0]
+    tree = {"feature": feature,
+            "child_start": np.array(child_start, dtype=np.int32),
+            "child_count": np.array(child_count, dtype=np.int32),
+            "child_value": np.array(child_value, dtype=np.int32),
+            "child_node": np.array(child_node, dtype=np.int32),
+            "value": _values(value, n)}
+    defaults = {"children_left": NO_CHILD, "children_right": NO_CHILD, "threshold": np.nan,
+                "missing_left": 0}
+    for k, fill in defaults.items():
+        v = extra.pop(k, None)
+        tree[k] = (np.full(n, fill, dtype=NODE_DTYPES[k]) if v is None
+                   else np.array(v, dtype=NODE_DTYPES[k]))
+    tree.update(_extras(extra))
+    return tree
+
+
+def from_sklearn(estimator, n_classes):
+    """A fitted scikit-learn ``DecisionTreeClassifier`` as a canonical binary tree.
+
+    The estimator's ``classes_`` must be class codes among ``0..n_classes-1``
+    (possibly a subset); ``value`` holds class fractions with one column per
+    code, ``n_node_samples`` the training rows per node, and ``missing_left``
+    scikit-learn's direction of missing values.  Thresholds are scikit-learn's
+    float64 thresholds, learnt on float32 features: rows cast to float32 (and
+    back) are routed exactly as ``estimator.apply`` routes them."""
+    from sklearn.tree import DecisionTreeClassifier  # costs a second: only here
+
+    if not isinstance(estimator, DecisionTreeClassifier) or not hasattr(estimator, "tree_"):
+        raise ValueError("from_sklearn needs a fitted DecisionTreeClassifier")
+    if estimator.n_outputs_ != 1:
+        raise ValueError("from_sklearn needs a single-output classifier")
+    classes = np.asarray(estimator.classes_)
+    codes = classes.astype(np.int64)
+    if not np.array_equal(codes, classes) or codes.min() < 0 or codes.max() >= n_classes:
+        raise ValueError(f"the estimator's classes {classes.tolist()} are not codes 0..{n_classes - 1}")
+    t = estimator.tree_
+    value = np.zeros((t.node_count, n_classes))
+    value[:, codes] = t.value[:, 0, :]
+    total = value.sum(axis=1, keepdims=True)
+    value = np.divide(value, total, out=np.zeros_like(value), where=total > 0)
+    missing = getattr(t, "missing_go_to_left", None)
+    return binary(t.children_left, t.children_right, t.feature, t.threshold, value,
+                  missing_left=missing, n_node_samples=t.n_node_samples)
+
+
+# ---------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------
+def leaf_rules(tree, kind):
+    """One :class:`~fedforest.tree.rules.Rule` per leaf, ``{leaf node: rule}`` in
+    increasing node order: the conditions on the path from the root and the
+    leaf's ``value`` row (class fractions in a classification tree).
+
+    ``kind`` is ``rules.NUMERIC`` for a binary tree (per feature an interval
+    ``lo < x <= hi``; a row with a missing value in a tested feature satisfies
+    no rule) or ``rules.CATEGORICAL`` for a multiway tree (per feature a
+    category code).  ``support`` is the leaf's ``support`` array, else its
+    ``n_node_samples``, else 0.  A row of a multiway tree whose category has
+    no branch stops at an inner node: no rule covers it.  A leaf below two
+    different codes of one feature is never reached and gets no rule (ID3
+    tests a feature once per path)."""
+    from .rules import CATEGORICAL, NUMERIC, Rule
+
+    if kind not in (NUMERIC, CATEGORICAL):
+        raise ValueError(f"kind must be {NUMERIC!r} or {CATEGORICAL!r}, got {kind!r}")
+    feature, left, right, threshold, _, start, count, cval, cnode = walk_arrays(tree)
+    value = np.asarray(tree["value"], dtype=np.float64)
+    support = tree.get("support", tree.get("n_node_samples"))
+    has_multi = count.shape[0] > 0
+    out = {}
+    stack = [(0, {})]
+    while stack:
+        node, cond = stack.pop()
+        f = int(feature[node])
+        is_multi = has_multi and count[node] > 0
+        if f == NOT_OWNED and (left[node] >= 0 or is_multi):
+            raise ValueError(f"node {node} is a split held by another party: its rules are unknown")
+        if is_multi:
+            if kind != CATEGORICAL:
+                raise ValueError(f"node {node} is a multiway split in a tree read as {kind}")
+            s = int(start[node])
+            for k in range(s + int(count[node]) - 1, s - 1, -1):
+                code = int(cval[k])
+                if cond.get(f, code) != code:   # a second, different code of f: never reached
+                    continue
+                stack.append((int(cnode[k]), {**cond, f: code}))
+            continue
+        if left[node] >= 0:
+            if kind != NUMERIC:
+                raise ValueError(f"node {node} is a binary split in a tree read as {kind}")
+            t = float(threshold[node])
+            lo, hi = cond.get(f, (-math.inf, math.inf))
+            stack.append((int(right[node]), {**cond, f: (max(lo, t), hi)}))
+            stack.append((int(left[node]), {**cond, f: (lo, min(hi, t))}))
+            continue
+        out[node] = Rule(cond, value[node].copy(), float(support[node]) if support is not None else 0.0, kind)
+    return {n: out[n] for n in sorted(out)}
+
+
+# ---------------------------------------------------------------------------
+# Trees from model files
+# ---------------------------------------------------------------------------
+def upgrade_v1(tree):
+    """A tree of a version-1 model file in the canonical format: ID3 leaves
+    (feature -1, no children) get :data:`LEAF`; absent binary arrays are added
+    (``missing_left`` 0 keeps the old routing of missing values, to the right).
+    Canonical trees come back unchanged (as a new dict).  Arrays are not
+    validated here: :func:`check` does that."""
+    out = dict(tree)
+    try:
+        feature = np.array(tree["feature"])
+        n = feature.shape[0]
+        count = np.asarray(tree.get("child_count", np.zeros(n)))
+        left = np.asarray(tree.get("children_left", np.full(n, NO_CHILD)))
+        numeric = all(a.dtype.kind in "iuf" and a.shape == (n,) for a in (feature, count, left))
+    except (KeyError, TypeError, ValueError, IndexError):
+        return out
+    if not numeric:
+        return out
+    if "child_count" in tree:
+        out["feature"] = np.where((feature == NOT_OWNED) & (count <= 0) & (left < 0),
+                                  LEAF, feature).astype(feature.dtype)
+    for key, fill in (("children_left", NO_CHILD), ("children_right", NO_CHILD),
+                      ("threshold", np.nan), ("missing_left", 0)):
+        if key not in tree:
+            out[key] = np.full(n, fill, dtype=NODE_DTYPES[key])
+    return out
+
+
+def _castable(tree, key, dtype, what):
+    try:
+        a = np.asarray(tree[key])
+    except (TypeError, ValueError) as exc:  # ragged lists and the like
+        raise InputError(what, f"tree array {key!r} is not an array ({exc})") from None
+    if a.dtype.kind not in "biuf":
+        raise InputError(what, f"tree array {key!r} holds {a.dtype} values, not numbers")
+    if np.dtype(dtype).kind in "iu" and a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+            raise InputError(what, f"tree array {key!r} holds non-integer values")
+    if np.dtype(dtype).kind in "iu" and a.size:
+        info = np.iinfo(dtype)
+        if a.min() < info.min or a.max() > info.max:
+            raise InputError(what, f"tree array {key!r} holds values out of the {np.dtype(dtype)} range")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def check(tree, what):
+    """Validate a tree read from a file; returns it in the canonical dtypes (a
+    new dict).  Raises :class:`fedforest.errors.InputError` ``(what, ...)`` when
+    an array is absent, not castable to its dtype, of the wrong length, or when
+    the structure is not a tree (children out of range or not after their
+    parent, half-linked binary nodes, multiway nodes that are also binary)."""
+    if not isinstance(tree, dict):
+        raise InputError(what, f"the tree is a {type(tree).__name__}, not a dict of arrays")
+    multi = [k for k in MULTIWAY_KEYS if k in tree]
+    if multi and len(multi) < len(MULTIWAY_KEYS):
+        absent = [k for k in MULTIWAY_KEYS if k not in tree]
+        raise InputError(what, f"the tree has {', '.join(multi)} but no {', '.join(absent)}")
+    required = ("feature", "value") + BINARY_KEYS + tuple(multi)
+    absent = [k for k in required if k not in tree]
+    if absent:
+        raise InputError(what, f"the tree has no {', '.join(repr(k) for k in absent)} array")
+    out = dict(tree)
+    for key in NODE_DTYPES:
+        if key in tree:
+            out[key] = _castable(tree, key, NODE_DTYPES[key], what)
+    for key in CHILD_DTYPES:
+        if key in tree:
+            out[key] = _castable(tree, key, CHILD_DTYPES[key], what)
+    out["value"] = _castable(tree, "value", np.float64, what)
+    for key, dtype in EXTRA_DTYPES.items():
+        if key in tree:
+            out[key] = _castable(tree, key, dtype, what)
+    feature = out["feature"]
+    if feature.ndim != 1 or feature.shape[0] == 0:
+        raise InputError(what, f"tree array 'feature' has shape {feature.shape}: not a list of nodes")
+    n = feature.shape[0]
+    for key in [k for k in NODE_DTYPES if k in out] + [k for k in EXTRA_DTYPES if k in out]:
+        if out[key].shape != (n,):
+            raise InputError(what, f"tree array {key!r} has shape {out[key].shape}, expected ({n},)")
+    value = out["value"]
+    if value.ndim == 1:
+        value = value.reshape(n, 1) if value.shape[0] == n else value
+    if value.ndim != 2 or value.shape[0] != n or value.shape[1] == 0:
+        raise InputError(what, f"tree array 'value' has shape {value.shape}, expected ({n}, width)")
+    if not np.all(np.isfinite(value)):
+        raise InputError(what, "tree array 'value' holds non-finite numbers")
+    out["value"] = value
+    if feature.min() < LEAF:
+        raise InputError(what, f"tree array 'feature' holds {int(feature.min())} (below {LEAF})")
+    if not np.isin(out["missing_left"], (0, 1)).all():
+        raise InputError(what, "tree array 'missing_left' holds values other than 0 and 1")
+    node = np.arange(n)
+    left, right = out["children_left"], out["children_right"]
+    for key, child in (("children_left", left), ("children_right", right)):
+        bad = (child != NO_CHILD) & ((child <= node) | (child >= n))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise InputError(what, f"node {k}: {key} {int(child[k])} is not a later node of the tree")
+    if np.any((left < 0) != (right < 0)):
+        k = int(np.flatnonzero((left < 0) != (right < 0))[0])
+        raise InputError(what, f"node {k} has one child only")
+    if multi:
+        start, count = out["child_start"], out["child_count"]
+        cval, cnode = out["child_value"], out["child_node"]
+        m = cval.shape[0]
+        if cval.ndim != 1 or cnode.shape != (m,):
+            raise InputError(what, "tree arrays 'child_value' and 'child_node' differ in length")
+        if np.any(count < 0) or np.any((count > 0) & ((start < 0) | (start + count > m))):
+            raise InputError(what, "tree arrays 'child_start'/'child_count' point outside the children")
+        if np.any((count > 0) & (left != NO_CHILD)):
+            raise InputError(what, "a node is both a multiway and a binary split")
+        if np.any(cval < 0):
+            raise InputError(what, "tree array 'child_value' holds negative category codes")
+        count = count.astype(np.int64)
+        parent = np.repeat(node, count)
+        first = np.repeat(np.cumsum(count) - count, count)
+        pos = np.repeat(start.astype(np.int64), count) + np.arange(parent.size) - first
+        kids = cnode[pos]
+        bad = (kids <= parent) | (kids >= n)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise InputError(what, f"node {int(parent[k])}: child {int(kids[k])} is not a later node "
+                                   "of the tree")
+    return out
