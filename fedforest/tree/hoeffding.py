@@ -1,0 +1,797 @@
+"""The Hoeffding Anytime Tree (Extremely Fast Decision Tree, Manapragada et al., KDD 2018)
+over integer-coded streams, its export to :mod:`fedforest.tree.format`, the
+merge of two trees' statistics along matching paths, and the tree edit distance.
+
+Rows are integer codes, one per feature: a categorical feature's category
+code (``0..n_codes-1``), a numeric feature's bin over edges fixed once for
+the whole stream (:func:`bin_codes`; a missing value has the last code of
+its feature).  Every node, inner nodes included, keeps
+
+* ``counts[node, k]``: the class counts behind its prediction (a new leaf
+  starts with its share of its parent's counts);
+* ``nijk[node, offsets[i] + j, k]``: the rows seen by the node since it was
+  created with code ``j`` of feature ``i`` and class ``k``;
+* ``dcounts``/``dnijk``: the same, gathered since the last :meth:`EFDT.reset_deltas`
+  (what a federated client sends so that the server merges new rows only).
+
+A node splits in one of three ways: ``MULTI`` (one child per code of a
+categorical feature), ``EQ`` (code == value left, any other code right) or
+``LE`` (a numeric feature's bin <= value left, greater bins and missing right).
+
+Learning (:func:`learn_kernel`) walks each row from the root, adds it to
+every node on its path, re-evaluates an inner node's split once
+``min_samples_reevaluate`` rows have reached it since its last evaluation
+(the clock is reset at each evaluation) and replaces it when another
+feature's merit exceeds the current one by more than the Hoeffding bound, or
+by more than ``tau / 2`` once the bound is below ``tau``; a leaf tries to
+split once ``grace_period`` rows have reached it since its last attempt and
+splits when the best merit exceeds the bound (or the bound is below ``tau``).
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from . import format as tree_format
+
+# split kinds
+LEAF_KIND, MULTI, EQ, LE = 0, 1, 2, 3
+# criteria and leaf predictions
+INFO_GAIN, GINI = 0, 1
+MC, NB, NBA = 0, 1, 2
+CRITERIA = {"info_gain": INFO_GAIN, "gini": GINI}
+LEAF_PREDICTIONS = {"mc": MC, "nb": NB, "nba": NBA}
+MIN_BRANCH_FRACTION = 0.01   # information gain: two branches must hold 1 % of the rows each (as river)
+
+# layout of the float settings handed to the kernel
+P_GRACE, P_DELTA, P_TAU, P_REEVAL, P_CRIT, P_LEAF, P_BINARY, P_DEPTH = range(8)
+
+NODE_INT = ("feature", "kind", "value", "first", "n_children", "depth")
+NODE_FLOAT = ("clock", "mc_ok", "nb_ok")
+STAT_KEYS = ("counts", "nijk", "dcounts", "dnijk")
+_LEAF = tree_format.LEAF
+
+
+# ---------------------------------------------------------------------------
+# Scalar kernels: bound, impurity, merit
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def hoeffding_bound(value_range, delta, n):
+    """epsilon = sqrt(R^2 ln(1/delta) / (2 n)) (infinite when n is 0)."""
+    if n <= 0.0:
+        return np.inf
+    return math.sqrt(value_range * value_range * math.log(1.0 / delta) / (2.0 * n))
+
+
+@njit(cache=True)
+def merit_range(n_classes, crit):
+    """R of the bound: log2(classes) for information gain, 1 for Gini."""
+    if crit == GINI:
+        return 1.0
+    return math.log2(max(n_classes, 2))
+
+
+@njit(cache=True)
+def _impurity(c, crit):
+    n = 0.0
+    for k in range(c.shape[0]):
+        n += c[k]
+    if n <= 0.0:
+        return 0.0
+    s = 0.0
+    if crit == GINI:
+        for k in range(c.shape[0]):
+            p = c[k] / n
+            s += p * p
+        return 1.0 - s
+    for k in range(c.shape[0]):
+        if c[k] > 0.0:
+            p = c[k] / n
+            s -= p * math.log2(p)
+    return s
+
+
+@njit(cache=True)
+def _two_way(left, total, crit):
+    """Merit of a split into ``left`` and ``total - left``; -inf when a side is
+    empty (or, for information gain, holds less than MIN_BRANCH_FRACTION)."""
+    C = total.shape[0]
+    right = np.empty(C)
+    nl = 0.0
+    n = 0.0
+    for k in range(C):
+        right[k] = total[k] - left[k]
+        nl += left[k]
+        n += total[k]
+    nr = n - nl
+    floor = MIN_BRANCH_FRACTION * n if crit == INFO_GAIN else 0.0
+    if nl <= floor or nr <= floor or nl <= 0.0 or nr <= 0.0:
+        return -np.inf
+    return _impurity(total, crit) - (nl / n) * _impurity(left, crit) - (nr / n) * _impurity(right, crit)
+
+
+@njit(cache=True)
+def split_merit(block, kind, value, real, crit):
+    """Merit of one split of a feature from its counts ``block[code, class]``
+    (``real``: the codes an LE split may send left, i.e. the feature's real bins)."""
+    C = block.shape[1]
+    total = np.zeros(C)
+    for j in range(block.shape[0]):
+        for k in range(C):
+            total[k] += block[j, k]
+    if kind == MULTI:
+        n = 0.0
+        for k in range(C):
+            n += total[k]
+        if n <= 0.0:
+            return -np.inf
+        floor = MIN_BRANCH_FRACTION * n if crit == INFO_GAIN else 0.0
+        branches = 0
+        after = 0.0
+        for j in range(block.shape[0]):
+            nj = 0.0
+            for k in range(C):
+                nj += block[j, k]
+            if nj > floor and nj > 0.0:
+                branches += 1
+            if nj > 0.0:
+                after += nj / n * _impurity(block[j], crit)
+        if branches < 2:
+            return -np.inf
+        return _impurity(total, crit) - after
+    left = np.zeros(C)
+    if kind == EQ:
+        for k in range(C):
+            left[k] = block[value, k]
+    else:
+        for j in range(min(value + 1, real)):
+            for k in range(C):
+                left[k] += block[j, k]
+    return _two_way(left, total, crit)
+
+
+@njit(cache=True)
+def best_feature_split(block, numeric, real, binary, crit):
+    """The best split of one feature: (merit, kind, value); merit -inf when none."""
+    if numeric:
+        best, best_v = -np.inf, -1
+        for v in range(real - 1):
+            m = split_merit(block, LE, v, real, crit)
+            if m > best:
+                best, best_v = m, v
+        return best, LE, best_v
+    if binary:
+        best, best_v = -np.inf, -1
+        for v in range(block.shape[0]):
+            m = split_merit(block, EQ, v, real, crit)
+            if m > best:
+                best, best_v = m, v
+        return best, EQ, best_v
+    return split_merit(block, MULTI, -1, real, crit), MULTI, -1
+
+
+@njit(cache=True)
+def best_split(stats, offsets, numeric, real, binary, crit):
+    """The best split of a node from its ``stats[code, class]``: (feature, kind,
+    value, merit, merit of every feature); feature -1 when no split has a
+    positive merit."""
+    F = offsets.shape[0] - 1
+    merits = np.full(F, -np.inf)
+    best_f, best_k, best_v, best_m = -1, LEAF_KIND, -1, 0.0
+    for f in range(F):
+        m, k, v = best_feature_split(stats[offsets[f]:offsets[f + 1]], numeric[f], real[f], binary, crit)
+        merits[f] = m
+        if m > best_m:
+            best_f, best_k, best_v, best_m = f, k, v, m
+    return best_f, best_k, best_v, best_m, merits
+
+
+# ---------------------------------------------------------------------------
+# The learning kernel
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def _observed(nijk, node, offsets):
+    n = 0.0
+    for j in range(offsets[0], offsets[1]):
+        for k in range(nijk.shape[2]):
+            n += nijk[node, j, k]
+    return n
+
+
+@njit(cache=True)
+def nb_scores(nijk, counts, node, row, offsets, out):
+    """log P(k) + sum_i log P(x_i | k) at ``node`` (Laplace-smoothed counts;
+    a code outside the feature, such as -1 for an unseen category, is skipped)."""
+    C = counts.shape[1]
+    F = offsets.shape[0] - 1
+    n = 0.0
+    for k in range(C):
+        n += counts[node, k]
+    for k in range(C):
+        out[k] = math.log((counts[node, k] + 1.0) / (n + C))
+    for k in range(C):
+        nk = 0.0
+        for j in range(offsets[0], offsets[1]):
+            nk += nijk[node, j, k]
+        for f in range(F):
+            width = offsets[f + 1] - offsets[f]
+            code = row[f]
+            if code < 0 or code >= width:
+                continue
+            out[k] += math.log((nijk[node, offsets[f] + code, k] + 1.0) / (nk + width))
+
+
+@njit(cache=True)
+def _argmax(a):
+    best = 0
+    for k in range(1, a.shape[0]):
+        if a[k] > a[best]:
+            best = k
+    return best
+
+
+@njit(cache=True)
+def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth, child,
+                   counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real):
+    """Turn ``node`` into a split; its new leaves start with the class counts
+    the split sends them (from the node's own statistics)."""
+    C = counts.shape[1]
+    lo, hi = offsets[f], offsets[f + 1]
+    m = hi - lo if kind == MULTI else 2
+    start = meta[1]
+    for c in range(m):
+        nd = meta[0]
+        meta[0] += 1
+        child[start + c] = nd
+        feature[nd] = _LEAF
+        kindarr[nd] = LEAF_KIND
+        value[nd] = -1
+        first[nd] = -1
+        nch[nd] = 0
+        depth[nd] = depth[node] + 1
+        clock[nd] = 0.0
+        mc_ok[nd] = 0.0
+        nb_ok[nd] = 0.0
+        for k in range(C):
+            counts[nd, k] = 0.0
+            dcounts[nd, k] = 0.0
+        for j in range(nijk.shape[1]):
+            for k in range(C):
+                nijk[nd, j, k] = 0.0
+                dnijk[nd, j, k] = 0.0
+        for j in range(lo, hi):
+            code = j - lo
+            if kind == MULTI:
+                take = code == c
+            elif kind == EQ:
+                take = (code == v) == (c == 0)
+            else:
+                take = (code <= v and code < real[f]) == (c == 0)
+            if take:
+                for k in range(C):
+                    counts[nd, k] += nijk[node, j, k]
+    meta[1] += m
+    feature[node] = f
+    kindarr[node] = kind
+    value[node] = v
+    first[node] = start
+    nch[node] = m
+
+
+@njit(cache=True)
+def _route(node, row, feature, kind, value, first, child, real):
+    f = feature[node]
+    code = row[f]
+    k = kind[node]
+    if k == MULTI:
+        return child[first[node] + code]
+    if k == EQ:
+        return child[first[node] + (0 if code == value[node] else 1)]
+    return child[first[node] + (0 if (code <= value[node] and code < real[f]) else 1)]
+
+
+@njit(cache=True)
+def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child,
+                 counts, nijk, dcounts, dnijk, clock, mc_ok, nb_ok, meta,
+                 offsets, numeric, real, params):
+    """Learn rows ``start..`` of ``codes``/``y`` in order; returns the next row
+    to learn (before the end when the node or child arrays might overflow at
+    the next split: the caller grows them and calls again)."""
+    n = codes.shape[0]
+    C = counts.shape[1]
+    cap_nodes = feature.shape[0]
+    cap_child = child.shape[0]
+    widest = 2
+    for f in range(offsets.shape[0] - 1):
+        widest = max(widest, offsets[f + 1] - offsets[f])
+    grace, delta, tau = params[P_GRACE], params[P_DELTA], params[P_TAU]
+    reeval = params[P_REEVAL]
+    crit, leaf_pred = int(params[P_CRIT]), int(params[P_LEAF])
+    binary, max_depth = params[P_BINARY] > 0, int(params[P_DEPTH])
+    R = merit_range(C, crit)
+    scores = np.empty(C)
+    for i in range(start, n):
+        if meta[0] + 2 * widest > cap_nodes or meta[1] + 2 * widest > cap_child:
+            return i
+        row = codes[i]
+        yi = y[i]
+        node = 0
+        while True:
+            is_leaf = kind[node] == LEAF_KIND
+            if is_leaf and leaf_pred == NBA:
+                if _argmax(counts[node]) == yi:
+                    mc_ok[node] += 1.0
+                nb_scores(nijk, counts, node, row, offsets, scores)
+                if _argmax(scores) == yi:
+                    nb_ok[node] += 1.0
+            counts[node, yi] += 1.0
+            dcounts[node, yi] += 1.0
+            for f in range(offsets.shape[0] - 1):
+                j = offsets[f] + row[f]
+                nijk[node, j, yi] += 1.0
+                dnijk[node, j, yi] += 1.0
+            clock[node] += 1.0
+            if is_leaf:
+                if clock[node] >= grace and (max_depth < 0 or depth[node] < max_depth):
+                    clock[node] = 0.0
+                    nobs = _observed(nijk, node, offsets)
+                    f, k, v, m, _ = best_split(nijk[node], offsets, numeric, real, binary, crit)
+                    eps = hoeffding_bound(R, delta, nobs)
+                    if f >= 0 and (m > eps or eps < tau):
+                        _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
+                                       counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real)
+                break
+            if clock[node] >= reeval:
+                clock[node] = 0.0
+                nobs = _observed(nijk, node, offsets)
+                f, k, v, m, merits = best_split(nijk[node], offsets, numeric, real, binary, crit)
+                cf = feature[node]
+                current = split_merit(nijk[node, offsets[cf]:offsets[cf + 1]], kind[node], value[node],
+                                      real[cf], crit)
+                if current == -np.inf:
+                    current = 0.0
+                best_m = m if f >= 0 else 0.0   # no split at all has merit 0
+                gain = best_m - current
+                eps = hoeffding_bound(R, delta, nobs)
+                if gain > eps or (eps < tau and gain > tau / 2.0):
+                    if f < 0:                   # the split no longer pays: the node becomes a leaf
+                        kind[node] = LEAF_KIND
+                        feature[node] = _LEAF
+                        value[node] = -1
+                        first[node] = -1
+                        nch[node] = 0
+                        break
+                    if f != cf:                 # another feature wins: new split, new leaves
+                        _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
+                                       counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
+                                       offsets, real)
+                        break
+            node = _route(node, row, feature, kind, value, first, child, real)
+    return n
+
+
+@njit(cache=True)
+def leaf_proba_kernel(codes, node_of_row, counts, nijk, mc_ok, nb_ok, is_leaf, offsets, leaf_pred):
+    """Class probabilities of rows that stop at ``node_of_row``: the node's class
+    fractions (mc), naive Bayes on its statistics (nb) or the better of the two
+    on the rows the leaf has seen (nba; ties go to naive Bayes).  Rows that stop
+    at an inner node (a category unseen at that node) take its class fractions."""
+    n = codes.shape[0]
+    C = counts.shape[1]
+    out = np.zeros((n, C))
+    scores = np.empty(C)
+    for i in range(n):
+        node = node_of_row[i]
+        use_nb = is_leaf[node] and (leaf_pred == NB or (leaf_pred == NBA and nb_ok[node] >= mc_ok[node]))
+        if use_nb:
+            nb_scores(nijk, counts, node, codes[i], offsets, scores)
+            top = scores[_argmax(scores)]
+            s = 0.0
+            for k in range(C):
+                out[i, k] = math.exp(scores[k] - top)
+                s += out[i, k]
+            for k in range(C):
+                out[i, k] /= s
+        else:
+            s = 0.0
+            for k in range(C):
+                s += counts[node, k]
+            for k in range(C):
+                out[i, k] = counts[node, k] / s if s > 0 else 1.0 / C
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Codes of a stream
+# ---------------------------------------------------------------------------
+def bin_codes(x, edges):
+    """Bin of each value of a numeric column: ``searchsorted(edges, x, 'left')``
+    (so code <= b  <=>  x <= edges[b]); NaN gets the missing code len(edges) + 1."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.searchsorted(np.asarray(edges, dtype=np.float64), x, side="left").astype(np.int32)
+    out[np.isnan(x)] = len(edges) + 1
+    return out
+
+
+def quantile_sketch(x, n_bins):
+    """A client's summary of a numeric column: its quantiles at ``n_bins + 1``
+    evenly spaced levels (NaN ignored) and the number of values behind them."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return {"q": np.zeros(0), "n": 0}
+    return {"q": np.quantile(x, np.linspace(0.0, 1.0, n_bins + 1)), "n": int(x.size)}
+
+
+def agree_edges(sketches, n_bins):
+    """Job-wide bin edges of a numeric column from the clients' sketches: the
+    inner quantiles of the pooled sketch points, each client weighted by its
+    number of values; duplicates dropped (a column with few values gets fewer
+    bins)."""
+    pts, w = [], []
+    for s in sketches:
+        if s["n"] > 0:
+            q = np.asarray(s["q"], dtype=np.float64)
+            pts.append(q)
+            w.append(np.full(q.size, s["n"] / q.size))
+    if not pts:
+        return np.zeros(0)
+    pts, w = np.concatenate(pts), np.concatenate(w)
+    order = np.argsort(pts, kind="stable")
+    pts, w = pts[order], w[order]
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    levels = np.arange(1, n_bins) / n_bins
+    inner = np.interp(levels, cum, pts)
+    return np.unique(np.concatenate([[pts[0]], inner]))
+
+
+class Schema:
+    """The features of a stream: per feature its number of codes, whether it is
+    numeric and (numeric) its real bins, i.e. the codes an LE split may send left."""
+
+    def __init__(self, n_codes, numeric):
+        self.n_codes = np.asarray(n_codes, dtype=np.int64)
+        self.numeric = np.asarray(numeric, dtype=np.bool_)
+        self.offsets = np.concatenate([[0], np.cumsum(self.n_codes)]).astype(np.int64)
+        self.real = np.where(self.numeric, self.n_codes - 1, self.n_codes).astype(np.int64)
+
+    @classmethod
+    def from_edges(cls, edges, categories):
+        """Numeric features (``edges[f]`` given) get ``len(edges) + 2`` codes (the
+        bins and the missing code); categorical ones their number of categories."""
+        n_codes = [len(e) + 2 if e is not None else len(c) for e, c in zip(edges, categories)]
+        return cls(n_codes, [e is not None for e in edges])
+
+    def to_dict(self):
+        return {"n_codes": self.n_codes.tolist(), "numeric": self.numeric.tolist()}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["n_codes"], d["numeric"])
+
+
+# ---------------------------------------------------------------------------
+# The tree
+# ---------------------------------------------------------------------------
+class EFDT:
+    """A Hoeffding Anytime Tree over a :class:`Schema` with ``n_classes`` classes.
+
+    ``learn(codes, y)`` learns rows in order; ``state()``/``from_state`` give
+    and take the tree as a dict of compact arrays (nodes in breadth-first
+    order); ``export()`` gives the :mod:`~fedforest.tree.format` tree."""
+
+    def __init__(self, schema, n_classes, grace_period=200, delta=1e-7, tau=0.05,
+                 min_samples_reevaluate=20, criterion="info_gain", leaf_prediction="nba",
+                 binary_split=False, max_depth=None, capacity=64):
+        self.schema, self.n_classes = schema, int(n_classes)
+        self.settings = dict(grace_period=grace_period, delta=delta, tau=tau,
+                             min_samples_reevaluate=min_samples_reevaluate, criterion=criterion,
+                             leaf_prediction=leaf_prediction, binary_split=binary_split, max_depth=max_depth)
+        self.params = np.array([grace_period, delta, tau, min_samples_reevaluate, CRITERIA[criterion],
+                                LEAF_PREDICTIONS[leaf_prediction], float(bool(binary_split)),
+                                -1 if max_depth is None else max_depth], dtype=np.float64)
+        self._alloc(max(capacity, 1), max(capacity, 2))
+        self.meta = np.array([1, 0], dtype=np.int64)
+        self.a["feature"][0] = tree_format.LEAF
+
+    def _alloc(self, nodes, pool):
+        S, C = int(self.schema.offsets[-1]), self.n_classes
+        a = {k: np.zeros(nodes, dtype=np.int32) for k in NODE_INT}
+        a.update({k: np.zeros(nodes) for k in NODE_FLOAT})
+        a["child"] = np.zeros(pool, dtype=np.int32)
+        a["counts"], a["dcounts"] = np.zeros((nodes, C)), np.zeros((nodes, C))
+        a["nijk"], a["dnijk"] = np.zeros((nodes, S, C)), np.zeros((nodes, S, C))
+        self.a = a
+
+    def _grow(self):
+        old, n, p = self.a, int(self.meta[0]), int(self.meta[1])
+        widest = int(max(2, self.schema.n_codes.max()))
+        self._alloc(2 * old["feature"].shape[0] + 4 * widest, 2 * old["child"].shape[0] + 4 * widest)
+        for k, v in old.items():
+            m = p if k == "child" else n
+            self.a[k][:m] = v[:m]
+
+    @property
+    def n_nodes(self):
+        return int(self.meta[0])
+
+    def learn(self, codes, y):
+        """Learn the rows ``codes`` (int, ``(n, n_features)``) with classes ``y`` in order."""
+        codes = np.ascontiguousarray(codes, dtype=np.int32)
+        y = np.ascontiguousarray(y, dtype=np.int64)
+        i, a, s = 0, self.a, self.schema
+        while i < codes.shape[0]:
+            i = learn_kernel(codes, y, i, a["feature"], a["kind"], a["value"], a["first"], a["n_children"],
+                             a["depth"], a["child"], a["counts"], a["nijk"], a["dcounts"], a["dnijk"],
+                             a["clock"], a["mc_ok"], a["nb_ok"], self.meta, s.offsets, s.numeric, s.real,
+                             self.params)
+            if i < codes.shape[0]:
+                self._compact()
+                room = 2 * int(max(2, s.n_codes.max()))
+                cap_n, cap_c = self.a["feature"].shape[0], self.a["child"].shape[0]
+                if (self.meta[0] + room > cap_n or self.meta[1] + room > cap_c
+                        or self.meta[0] * 2 > cap_n or self.meta[1] * 2 > cap_c):
+                    self._grow()
+                a = self.a
+        self._compact()
+        return self
+
+    def reset_deltas(self):
+        """Start gathering new statistics (after a broadcast)."""
+        self.a["dcounts"][:] = 0.0
+        self.a["dnijk"][:] = 0.0
+
+    # --- compact state ---------------------------------------------------
+    def _order(self):
+        """Reachable nodes in breadth-first order."""
+        a = self.a
+        order, head = [0], 0
+        while head < len(order):
+            nd = order[head]
+            head += 1
+            f, c = int(a["first"][nd]), int(a["n_children"][nd])
+            order.extend(int(x) for x in a["child"][f:f + c])
+        return np.array(order, dtype=np.int64)
+
+    def _compact(self):
+        order = self._order()
+        a = self.a
+        if order.size == self.meta[0] and np.array_equal(order, np.arange(order.size)):
+            return
+        st = state_of(a, order)
+        n, p = st["feature"].shape[0], st["child"].shape[0]
+        for k in NODE_INT + NODE_FLOAT + STAT_KEYS:
+            a[k][:n] = st[k]
+        a["child"][:p] = st["child"]
+        self.meta[:] = (n, p)
+
+    def state(self, deltas=True):
+        """The tree as compact arrays (breadth-first node order); without the
+        delta arrays when ``deltas`` is False."""
+        st = state_of(self.a, np.arange(self.n_nodes))
+        if not deltas:
+            st.pop("dcounts")
+            st.pop("dnijk")
+        return st
+
+    def load_state(self, st):
+        """Continue from ``st`` (a :meth:`state`, e.g. an aggregated tree); the deltas start at zero."""
+        n, p = len(st["feature"]), len(st["child"])
+        cap = max(2 * n, 64)
+        self._alloc(cap, max(2 * p, 2 * cap))
+        for k in NODE_INT + NODE_FLOAT + ("counts", "nijk"):
+            self.a[k][:n] = st[k]
+        self.a["child"][:p] = st["child"]
+        self.meta[:] = (n, p)
+        return self
+
+    def export(self):
+        return export(self.state(deltas=False), self.schema)
+
+    def predict_proba(self, codes):
+        return state_proba(self.state(deltas=False), self.schema, codes, self.settings["leaf_prediction"])
+
+
+def state_of(a, order):
+    """Compact arrays of the nodes ``order`` (parents before children) of the arrays ``a``."""
+    order = np.asarray(order, dtype=np.int64)
+    new = np.full(a["feature"].shape[0], -1, dtype=np.int64)
+    new[order] = np.arange(order.size)
+    st = {k: a[k][order].copy() for k in NODE_INT + NODE_FLOAT + STAT_KEYS if k in a}
+    kids, first = [], np.full(order.size, -1, dtype=np.int32)
+    for i, nd in enumerate(order):
+        c = int(a["n_children"][nd])
+        if c:
+            f = int(a["first"][nd])
+            first[i] = len(kids)
+            kids.extend(int(new[x]) for x in a["child"][f:f + c])
+    st["first"] = first
+    st["child"] = np.array(kids, dtype=np.int32)
+    return st
+
+
+def export(st, schema):
+    """A compact state as a :mod:`~fedforest.tree.format` tree over codes:
+    ``MULTI`` and ``EQ`` nodes are multiway nodes (an ``EQ`` node maps its code
+    to the first child and every other code of the feature to the second), ``LE``
+    nodes binary nodes with ``threshold`` = the last bin sent left (missing
+    values, the highest code, go right).  ``value`` holds the class fractions
+    (uniform at a node without counts), ``n_node_samples`` the class counts' sum."""
+    n = len(st["feature"])
+    counts = np.asarray(st["counts"], dtype=np.float64)
+    tot = counts.sum(axis=1, keepdims=True)
+    C = counts.shape[1]
+    value = np.where(tot > 0, counts / np.where(tot > 0, tot, 1.0), 1.0 / C)
+    left = np.full(n, tree_format.NO_CHILD, dtype=np.int32)
+    right = left.copy()
+    threshold = np.full(n, np.nan)
+    cstart = np.zeros(n, dtype=np.int32)
+    ccount = np.zeros(n, dtype=np.int32)
+    cval, cnode = [], []
+    kind, feature = st["kind"], st["feature"]
+    for i in range(n):
+        f, k = int(feature[i]), int(kind[i])
+        if k == LEAF_KIND:
+            continue
+        kids = st["child"][st["first"][i]:st["first"][i] + st["n_children"][i]]
+        if k == LE:
+            left[i], right[i] = kids[0], kids[1]
+            threshold[i] = float(st["value"][i])
+            continue
+        width = int(schema.n_codes[f])
+        cstart[i] = len(cval)
+        ccount[i] = width
+        for code in range(width):
+            cval.append(code)
+            if k == MULTI:
+                cnode.append(int(kids[code]))
+            else:
+                cnode.append(int(kids[0] if code == st["value"][i] else kids[1]))
+    return tree_format.multiway(
+        feature, cstart, ccount, np.array(cval, dtype=np.int32), np.array(cnode, dtype=np.int32), value,
+        children_left=left, children_right=right, threshold=threshold, missing_left=np.zeros(n),
+        n_node_samples=np.round(tot[:, 0]).astype(np.int64))
+
+
+def state_proba(st, schema, codes, leaf_prediction):
+    """Class probabilities of coded rows (``-1``: a category unseen in the job)
+    in a compact state: the export walked by :func:`tree_format.apply`, then
+    the leaf prediction."""
+    codes = np.ascontiguousarray(codes, dtype=np.int32)
+    node = tree_format.apply(export(st, schema), codes.astype(np.float64))
+    return leaf_proba_kernel(codes, node, np.asarray(st["counts"], dtype=np.float64),
+                             np.asarray(st["nijk"], dtype=np.float64), np.asarray(st["mc_ok"], dtype=np.float64),
+                             np.asarray(st["nb_ok"], dtype=np.float64),
+                             np.asarray(st["kind"]) == LEAF_KIND, schema.offsets,
+                             LEAF_PREDICTIONS[leaf_prediction])
+
+
+# ---------------------------------------------------------------------------
+# Aggregation of compact states (pure functions)
+# ---------------------------------------------------------------------------
+def same_split(a, i, b, j):
+    """Whether node ``i`` of ``a`` and node ``j`` of ``b`` split the same way (same
+    kind, feature and value); leaves never match."""
+    return (int(a["kind"][i]) != LEAF_KIND and int(a["kind"][i]) == int(b["kind"][j])
+            and int(a["feature"][i]) == int(b["feature"][j]) and int(a["value"][i]) == int(b["value"][j]))
+
+
+def matched_pairs(a, b):
+    """The node pairs of ``a`` and ``b`` on matching paths from the roots: the
+    roots, then the children (in order) of every matched pair that splits the
+    same way."""
+    out, stack = [], [(0, 0)]
+    while stack:
+        i, j = stack.pop()
+        out.append((i, j))
+        if same_split(a, i, b, j):
+            ci, cj = int(a["first"][i]), int(b["first"][j])
+            for c in range(int(a["n_children"][i]) - 1, -1, -1):
+                stack.append((int(a["child"][ci + c]), int(b["child"][cj + c])))
+    return out
+
+
+def merge(base, others, merge_mode="delta"):
+    """``base`` (a compact state, copied) with the statistics of each of
+    ``others`` added along matching paths: their deltas (gathered since the
+    last broadcast) with ``merge_mode`` "delta", their totals with "total"."""
+    if merge_mode not in ("delta", "total"):
+        raise ValueError(f"merge_mode must be 'delta' or 'total', got {merge_mode!r}")
+    out = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in base.items()}
+    counts_key, nijk_key = ("dcounts", "dnijk") if merge_mode == "delta" else ("counts", "nijk")
+    for other in others:
+        pairs = np.array(matched_pairs(out, other), dtype=np.int64)
+        i, j = pairs[:, 0], pairs[:, 1]
+        out["counts"][i] += np.asarray(other[counts_key])[j]
+        out["nijk"][i] += np.asarray(other[nijk_key])[j]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Tree edit distance (Zhang-Shasha, unit costs)
+# ---------------------------------------------------------------------------
+def node_labels(st):
+    """One text label per node: "leaf", or the split (kind, feature, value)."""
+    names = {MULTI: "in", EQ: "eq", LE: "le"}
+    return ["leaf" if int(k) == LEAF_KIND else f"f{int(f)}{names[int(k)]}{int(v)}"
+            for k, f, v in zip(st["kind"], st["feature"], st["value"])]
+
+
+def bracket(st):
+    """The tree in bracket notation, ``{label{child}...}``."""
+    labels = node_labels(st)
+
+    def rec(i):
+        f, c = int(st["first"][i]), int(st["n_children"][i])
+        return "{" + labels[i] + "".join(rec(int(x)) for x in st["child"][f:f + c]) + "}"
+    return rec(0)
+
+
+def postorder(st, label_ids):
+    """Postorder arrays of a tree for :func:`ted_kernel`: label ids, leftmost
+    leaf descendants and key roots."""
+    labels = node_labels(st)
+    lab, lml = [], []
+
+    def rec(i):                       # iterative would be longer; trees are shallow
+        f, c = int(st["first"][i]), int(st["n_children"][i])
+        first_leaf = None
+        for x in st["child"][f:f + c]:
+            leftmost = rec(int(x))
+            if first_leaf is None:
+                first_leaf = leftmost
+        me = len(lab)
+        lab.append(label_ids.setdefault(labels[i], len(label_ids)))
+        lml.append(me if first_leaf is None else first_leaf)
+        return lml[me]
+    rec(0)
+    lml = np.array(lml, dtype=np.int64)
+    last = {}
+    for i, l in enumerate(lml):
+        last[int(l)] = i
+    keyroots = np.array(sorted(last.values()), dtype=np.int64)
+    return np.array(lab, dtype=np.int64), lml, keyroots
+
+
+@njit(cache=True)
+def ted_kernel(l1, lml1, kr1, l2, lml2, kr2):
+    """Zhang-Shasha tree edit distance with unit insert, delete and rename costs."""
+    n1, n2 = l1.shape[0], l2.shape[0]
+    td = np.zeros((n1, n2))
+    fd = np.zeros((n1 + 1, n2 + 1))
+    for a in range(kr1.shape[0]):
+        i = kr1[a]
+        for b in range(kr2.shape[0]):
+            j = kr2[b]
+            li, lj = lml1[i], lml2[j]
+            m, n = i - li + 2, j - lj + 2
+            fd[0, 0] = 0.0
+            for x in range(1, m):
+                fd[x, 0] = fd[x - 1, 0] + 1.0
+            for y in range(1, n):
+                fd[0, y] = fd[0, y - 1] + 1.0
+            for x in range(1, m):
+                ii = li + x - 1
+                for y in range(1, n):
+                    jj = lj + y - 1
+                    if lml1[ii] == li and lml2[jj] == lj:
+                        cost = 0.0 if l1[ii] == l2[jj] else 1.0
+                        v = min(fd[x - 1, y] + 1.0, fd[x, y - 1] + 1.0, fd[x - 1, y - 1] + cost)
+                        fd[x, y] = v
+                        td[ii, jj] = v
+                    else:
+                        p, q = lml1[ii] - li, lml2[jj] - lj
+                        fd[x, y] = min(fd[x - 1, y] + 1.0, fd[x, y - 1] + 1.0, fd[p, q] + td[ii, jj])
+    return td[n1 - 1, n2 - 1]
+
+
+def tree_edit_distances(states):
+    """The symmetric matrix of tree edit distances between compact states."""
+    ids = {}
+    post = [postorder(s, ids) for s in states]
+    k = len(states)
+    d = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1, k):
+            d[i, j] = d[j, i] = ted_kernel(*post[i], *post[j])
+    return d
