@@ -12,9 +12,14 @@ Two roles exchange small dict messages of numpy arrays:
 A level costs two exchanges: ``find`` (all parties report their best gain per
 open node) and ``partition`` (only winners send row bitmaps); the partition of
 one level travels to every party inside the next level's ``find`` message.
+Trees grow in batches (:meth:`TreeGrower.grow_batch`): one exchange carries the
+``find`` (or ``partition``) messages of every tree of the batch, so a batch of
+any size costs two exchanges per level plus one ``commit``.
 The centralized estimator runs the same two roles in one process
 (:class:`LocalParties`), so both give the same trees for the same seed.
 """
+import copy
+
 import numpy as np
 
 from . import kernels
@@ -24,6 +29,65 @@ from .labels import PlainLabels, class_weight_vector
 from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
 EPSILON = np.finfo(np.float64).eps
+GROW = "grow"        # master -> party: the find/partition messages of several trees
+COMMIT = "commit"    # master -> party: last partitions of a batch; store its trees
+
+
+def pack_batch(op, items):
+    """One message holding the sub-messages ``items`` (``(tree, dict)`` pairs)
+    as flat ``"<tree>.<key>"`` entries, plus the tree numbers."""
+    msg = {"op": op, "trees": np.array([t for t, _ in items], dtype=np.int64)}
+    for t, sub in items:
+        for k, v in sub.items():
+            msg[f"{t}.{k}"] = v
+    return msg
+
+
+def join_replies(replies):
+    """One party's replies to the trees of a batch (in tree order) as one
+    message: per key, the trees' arrays back to back along the first axis."""
+    parts = {}
+    for reply in replies:
+        for k, v in reply.items():
+            parts.setdefault(k, []).append(np.asarray(v))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+class BatchReply:
+    """A party's :func:`join_replies` message as each tree of the batch reads
+    it: the trees take their parts in tree order, each knowing its sizes."""
+
+    def __init__(self, msg, party):
+        self.msg = msg
+        self.party = party
+        self.pos = {}
+
+    def __contains__(self, key):
+        return key in self.msg
+
+    def take(self, key, n):
+        """The next ``n`` entries of ``key``."""
+        start = self.pos.get(key, 0)
+        arr = self.msg.get(key)
+        if arr is None or start + n > arr.shape[0]:
+            raise ValueError(f"party {self.party + 1} sent too few {key!r} entries for the batch")
+        self.pos[key] = start + n
+        return arr[start:start + n]
+
+    def check_used(self):
+        for key, arr in self.msg.items():
+            if key not in ("op", "trees", "n_trees") and self.pos.get(key, 0) != np.shape(arr)[0]:
+                raise ValueError(f"party {self.party + 1} sent more {key!r} entries than the batch has")
+
+
+def unpack_batch(msg):
+    """Inverse of :func:`pack_batch` (without ``op``): ``{tree: sub-message}``."""
+    out = {int(t): {} for t in msg.get("trees", ())}
+    for key, v in msg.items():
+        t, dot, k = key.partition(".")
+        if dot:
+            out[int(t)][k] = v
+    return out
 
 
 class SplitSettings:
@@ -131,9 +195,28 @@ class PartySplitter:
             # scikit-learn compares float32 feature values against float64 thresholds
             self.X = np.asfortranarray(X.astype(np.float32).astype(np.float64))
         self.trees = []
+        self.tree_ids = []
         self._tree = None
+        self._states = {}
 
     # -- message handling -------------------------------------------------
+    def handle_batch(self, msg):
+        """Process a :func:`pack_batch` message of several trees; returns the
+        packed replies.  After a ``commit`` the batch's trees are in
+        :attr:`trees` (numbers in :attr:`tree_ids`), in tree order."""
+        replies = []
+        for t, sub in sorted(unpack_batch(msg).items()):
+            self._tree = self._states.pop(t, None)
+            reply = self.handle(sub)
+            if sub["op"] == "finish":
+                self.tree_ids.append(t)
+            else:
+                self._states[t] = self._tree
+            if reply is not None:
+                replies.append(reply)
+        self._tree = None
+        return join_replies(replies)
+
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
         if "counts" in msg:
@@ -230,18 +313,14 @@ class LocalParties:
 
     def exchange(self, msgs):
         self.rounds += 1
-        return [None if m is None else s.handle(m) for s, m in zip(self.splitters, msgs)]
-
-    def broadcast(self, msgs):
-        for s, m in zip(self.splitters, msgs):
-            s.handle(m)
+        return [None if m is None else s.handle_batch(m) for s, m in zip(self.splitters, msgs)]
 
 
 class TreeGrower:
     """The master's side of tree growth.
 
     ``parties`` provides ``exchange(list_of_msgs) -> list_of_replies`` (one
-    round) and ``broadcast(list_of_msgs)`` (one way); ``feature_counts`` gives
+    round; None: no message for that party); ``feature_counts`` gives
     each party's number of columns, in party order (the global feature order).
     """
 
@@ -290,6 +369,60 @@ class TreeGrower:
     # -- growth -----------------------------------------------------------
     def grow(self, seed):
         """Grow one tree; returns the master's tree (structure, owners, leaf values)."""
+        return self.grow_batch([seed])[0][0]
+
+    def grow_forest(self, seeds, tree_batch=None):
+        """Grow every tree of ``seeds`` in batches of ``tree_batch`` (None: all at once)."""
+        batch = len(seeds) if tree_batch is None else max(1, int(tree_batch))
+        out = []
+        for b0 in range(0, len(seeds), batch):
+            out += self.grow_batch(seeds[b0:b0 + batch], first=b0)[0]
+        return out
+
+    def grow_batch(self, seeds, first=0):
+        """Grow one tree per seed together, level by level: every round carries
+        the messages of every tree of the batch (one ``find`` and one
+        ``partition`` exchange per level for the whole batch), and a last
+        ``commit`` round hands each party the final partitions.  Tree ``first + i``
+        draws from ``seeds[i]`` alone, so the trees do not depend on the batching.
+        Returns the master's trees and the parties' replies to the commit."""
+        n_parties = len(self.feature_counts)
+        runs, asks, trees, finish = {}, {}, {}, {}
+        for i, seed in enumerate(seeds):
+            # each tree grows on a shallow copy holding that tree's state
+            run = copy.copy(self)
+            runs[first + i] = run._steps(seed)
+
+        def advance(t, replies):
+            try:
+                asks[t] = runs[t].send(replies)
+            except StopIteration as stop:
+                trees[t], finish[t] = stop.value
+
+        for t in runs:
+            advance(t, None)
+        while asks:
+            current, asks_now = sorted(asks), dict(asks)
+            asks.clear()
+            msgs = [pack_batch(GROW, [(t, asks_now[t][p]) for t in current
+                                      if asks_now[t][p] is not None]) for p in range(n_parties)]
+            replies = self.parties.exchange([m if len(m) > 2 else None for m in msgs])
+            views = [None if r is None else BatchReply(r, p) for p, r in enumerate(replies)]
+            for t in current:
+                advance(t, [views[p] if asks_now[t][p] is not None else None
+                            for p in range(n_parties)])
+            for v in views:
+                if v is not None:
+                    v.check_used()
+        order = sorted(trees)
+        commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
+                  for p in range(n_parties)]
+        return [trees[t] for t in order], self.parties.exchange(commit)
+
+    def _steps(self, seed):
+        """One tree's growth as a generator: it yields the per-party messages of
+        each exchange and receives the replies; returns the master's tree and
+        what each party still has to apply."""
         rng = np.random.default_rng(seed)
         counts = self._draw_counts(rng)
         cw = (class_weight_vector(self.params.class_weight, self.y_codes, counts,
@@ -311,7 +444,7 @@ class TreeGrower:
             cand = children[self._may_split(tree, children)]
             # the feature draws depend only on label-free facts, so every label mode draws alike
             masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
-            nodes, gains, pending = self._search(tree, children, cand, masks, pending)
+            nodes, gains, pending = yield from self._search(tree, children, cand, masks, pending)
             if not nodes.size:
                 break
             m = nodes.size
@@ -325,7 +458,7 @@ class TreeGrower:
             won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
             msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size else None
                     for p in range(n_parties)]
-            replies = self.parties.exchange(msgs)
+            replies = yield msgs
             all_bits = self._collect_bits(tree, split_nodes, won, replies)
             lefts, rights = tree.split(split_nodes, all_bits)
             self._after_split(split_nodes, lefts, rights)
@@ -334,8 +467,7 @@ class TreeGrower:
             children[1::2] = rights
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
             pending = [{"split_nodes": split_nodes, "bits": _pack(all_bits)} for _ in range(n_parties)]
-        self.parties.broadcast([dict(pd, op="finish") for pd in pending])
-        return self._master_tree(tree)
+        return self._master_tree(tree), pending
 
     # -- hooks of a label mode --------------------------------------------
     def _begin_tree(self, tree, counts, cw):
@@ -343,7 +475,8 @@ class TreeGrower:
 
     def _search(self, tree, children, cand, masks, pending):
         """Record the children's statistics, find the best split of every open
-        candidate.  Returns (searched nodes, gains (n_parties, nodes), what is
+        candidate (a generator: yields the ``find`` messages, receives the
+        replies).  Returns (searched nodes, gains (n_parties, nodes), what is
         still pending per party for the next message)."""
         self._record_stats(tree, children)
         keep = tree.col["impurity"][cand] > EPSILON
@@ -352,8 +485,8 @@ class TreeGrower:
             return nodes, None, pending
         msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep])
                 for p in range(len(self.feature_counts))]
-        replies = self.parties.exchange(msgs)
-        return nodes, np.vstack([r["gain"] for r in replies]), [{} for _ in msgs]
+        replies = yield msgs
+        return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
 
     def _partition_msg(self, p, split_nodes, won):
         return {"op": "partition", "nodes": split_nodes[won]}
@@ -385,12 +518,13 @@ class TreeGrower:
             total = int(own_len.sum())
             # scatter this party's bits (its nodes back to back) to the nodes' places
             dest = np.repeat(offsets[won[p]] - (np.cumsum(own_len) - own_len), own_len) + np.arange(total)
-            all_bits[dest] = _unpack(replies[p]["bits"], total)
+            rep = replies[p]
+            all_bits[dest] = _unpack(rep.take("bits", (total + 7) // 8), total)
             c["owner"][mine] = p
-            if "feature" in replies[p]:
-                c["feature"][mine] = replies[p]["feature"] + int(self.offsets[p])
-                c["threshold"][mine] = replies[p]["threshold"]
-                c["missing_left"][mine] = replies[p]["missing_left"]
+            if "feature" in rep:
+                c["feature"][mine] = rep.take("feature", mine.size) + int(self.offsets[p])
+                c["threshold"][mine] = rep.take("threshold", mine.size)
+                c["missing_left"][mine] = rep.take("missing_left", mine.size)
         return all_bits
 
     def _record_stats(self, tree, nodes):
@@ -466,3 +600,23 @@ def merge_partials(master_tree, partials, offsets):
     if np.any(feature[internal] < 0):
         raise ValueError("some split is owned by no party")
     return dict(master_tree, feature=feature, threshold=threshold, missing_left=missing_left)
+
+
+def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
+    """Bytes one growing tree holds on the busiest rank (the row index, the
+    bootstrap counts, the per-row label statistics, the partition scratch and,
+    with encrypted labels, the powers of the ciphertexts of rows drawn more
+    than once, about a quarter of them)."""
+    per_row = 4 + 4 + 4 + 8 * n_stats
+    if label_privacy == "paillier":
+        per_row += 8 + (2 * int(key_length or 2048) // 8 + 64) // 4
+    return int(n_rows) * per_row + 64 * 1024
+
+
+def resolve_tree_batch(tree_batch, n_estimators, memory_mb, bytes_per_tree):
+    """Trees grown together: ``tree_batch`` if given, else as many as fit
+    ``memory_mb`` (at least one, at most the forest)."""
+    if tree_batch is not None:
+        return max(1, min(int(tree_batch), int(n_estimators)))
+    fit = int(memory_mb) * 1024 * 1024 // max(int(bytes_per_tree), 1)
+    return max(1, min(int(n_estimators), fit))

@@ -24,14 +24,22 @@ written out in each scan loop: a shared helper measured about 40% slower
 training (numba does not keep it as tight), so the repetition is deliberate;
 tests check both kernels against one brute-force reference.
 """
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .impurity import ENTROPY, GINI, SQUARED_ERROR, impurity  # noqa: F401  (part of this module's names)
 
 MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
+
+
+def set_threads(n):
+    """Use ``n`` threads (at most numba's pool) in this thread's parallel kernels; returns it."""
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
 
 
 @njit(cache=True)

@@ -132,3 +132,32 @@ def resolve_max_samples(max_samples, n):
             raise InputError("max_samples", f"is {max_samples} but there are only {n} rows")
         return int(max_samples)
     return max(1, int(max_samples * n))
+
+
+def available_cores():
+    """Cores given to this process: the CPU affinity, bounded by
+    ``OMP_NUM_THREADS`` and SLURM's ``SLURM_CPUS_PER_TASK`` when they are set."""
+    import os
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    for var in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        value = os.environ.get(var, "").split(",")[0].strip()
+        if value.isdigit() and int(value) > 0:
+            n = min(n, int(value))
+    return max(1, n)
+
+
+def resolve_n_jobs(n_jobs):
+    """Threads for ``n_jobs`` in scikit-learn's sense: None or -1 = every
+    available core, -2 = all but one, a positive number as given."""
+    cores = available_cores()
+    if n_jobs is None:
+        return cores
+    n_jobs = int(n_jobs)
+    if n_jobs == 0:
+        raise InputError("n_jobs", "must be an int >= 1 or an int <= -1, got 0")
+    if n_jobs < 0:
+        return max(1, cores + 1 + n_jobs)
+    return n_jobs

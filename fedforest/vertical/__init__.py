@@ -31,6 +31,14 @@ PARAMS = tuple(
     Param("encrypt_workers", 1, (Interval(int, 1),), "processes the label holder uses to encrypt the labels"),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
+    Param("tree_batch", None, (None, Interval(int, 1)),
+          "trees grown together, two exchanges per level for the whole batch (None: the whole "
+          "forest, or as many trees as batch_memory_mb allows)"),
+    Param("batch_memory_mb", 4096, (Interval(int, 1),),
+          "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
+    Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),
+          "threads per rank for split search, partitions and prediction (-1: the cores given to "
+          "the rank, from OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the CPU affinity; -2: all but one)"),
     Param("resume", False, (bool,), "continue training from the checkpoint in model_dir"),
     Param("result_party", 1, (Interval(int, 1),), "party that receives the predictions and writes them"),
     Param("predict_method", "oneshot", (Options("oneshot", "classical"),),

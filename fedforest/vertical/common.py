@@ -35,6 +35,14 @@ def check_world(comm, cfg):
                                       f"{comm.size} ranks; start it with mpiexec -n {cfg.n_parties + 1}")
 
 
+def peak_rss_mb():
+    """Peak resident memory of this process so far, in MiB."""
+    import resource
+    import sys
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / (1024.0 * 1024.0) if sys.platform == "darwin" else kb / 1024.0
+
+
 def party_what(rank):
     return f"party {rank}"
 
@@ -114,9 +122,6 @@ class RemoteParties:
     def exchange(self, msgs):
         replies = self.comm.exchange({p + 1: m for p, m in enumerate(msgs) if m is not None})
         return [replies.get(p + 1) for p in range(len(msgs))]
-
-    def broadcast(self, msgs):
-        self.comm.scatter({p + 1: m for p, m in enumerate(msgs)})
 
 
 # ---------------------------------------------------------------------------

@@ -305,7 +305,12 @@ class PaillierGrower(TreeGrower):
         self.spec = spec
         self.label_party = label_party
         self.party_bins = party_bins
-        self.decrypted = 0
+        self._tally = {"decrypted": 0}   # shared by the per-tree copies of a batch
+
+    @property
+    def decrypted(self):
+        """Ciphertexts decrypted so far."""
+        return self._tally["decrypted"]
 
     def _begin_tree(self, tree, counts, cw):
         self._counts = counts.astype(np.int64)
@@ -322,7 +327,7 @@ class PaillierGrower(TreeGrower):
         cts = self.key.public.deserialize(blocks, what)
         if len(cts) != self.spec.n_ciphertexts(n_values):
             raise ProtocolIntegrityError(f"{what}: {len(cts)} ciphertexts for {n_values} values")
-        self.decrypted += len(cts)
+        self._tally["decrypted"] += len(cts)
         try:
             return self.spec.unpack_values([self.key.decrypt(c) for c in cts], n_values)
         except InputError:
@@ -363,10 +368,11 @@ class PaillierGrower(TreeGrower):
                 plan[p] = (compute, derive)
                 arr = np.array(compute, dtype=np.int32).reshape(-1, 2)
                 msgs[p] = dict(pending[p], op="find", pair_node=arr[:, 0].copy(), pair_feat=arr[:, 1].copy())
-        replies = self.parties.exchange(msgs)
+        replies = yield msgs
         pending = [{} if msgs[p] is not None else pending[p] for p in range(n_parties)]
         # node statistics from the label holder
-        ints = self._decrypt(replies[lh]["stats"], children.size, f"node statistics of party {lh + 1}")
+        ints = self._decrypt(replies[lh].take("stats", self.spec.n_ciphertexts(children.size)),
+                             children.size, f"node statistics of party {lh + 1}")
         starts, ends = tree.bounds(children)
         expected = np.array([self._counts[tree.rows[s:e]].sum() for s, e in zip(starts, ends)])
         if not np.array_equal(self.spec.weights_of(ints), expected):
@@ -383,7 +389,7 @@ class PaillierGrower(TreeGrower):
         keep = tree.col["impurity"][cand] > EPSILON
         nodes = cand[keep]
         gains = np.full((n_parties, nodes.size), -np.inf)
-        gains[lh] = replies[lh]["gain"][keep]
+        gains[lh] = replies[lh].take("gain", cand.size)[keep]
         store = {}
         for p, (compute, derive) in plan.items():
             self._decode_hists(p, compute, replies[p], node_ints, store)
@@ -404,8 +410,8 @@ class PaillierGrower(TreeGrower):
         n_bins, skip = self.party_bins[p]
         nb = n_bins[[f for _, f in compute]].astype(np.int64)
         seg = np.concatenate(([0], np.cumsum(nb + 1)))
-        cnt_all = reply["cnt"].astype(np.int64)
-        wcnt_all = reply["wcnt"].astype(np.int64)
+        cnt_all = reply.take("cnt", int(seg[-1])).astype(np.int64)
+        wcnt_all = reply.take("wcnt", int(seg[-1])).astype(np.int64)
         if cnt_all.shape[0] != seg[-1] or wcnt_all.shape[0] != seg[-1]:
             raise ProtocolIntegrityError(f"party {p + 1} sent bin counts of the wrong size")
         layout = []
@@ -418,7 +424,7 @@ class PaillierGrower(TreeGrower):
             inc = np.flatnonzero((cnt > 0) & (np.arange(N_SLOTS_BIN) != skip[f]))
             layout.append((cnt, wcnt, inc))
         n_values = sum(inc.size for _, _, inc in layout)
-        values = self._decrypt(reply["hist"], n_values, f"histograms of party {p + 1}")
+        values = self._decrypt(reply.take("hist", self.spec.n_ciphertexts(n_values)), n_values, f"histograms of party {p + 1}")
         pos = 0
         for (j, f), (cnt, wcnt, inc) in zip(compute, layout):
             h = np.zeros((N_SLOTS_BIN, self.spec.n_stats), dtype=np.int64)

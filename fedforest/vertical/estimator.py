@@ -10,10 +10,16 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from ..data.validation import CLASSIFICATION, REGRESSION, check_features, encode_labels
 from ..errors import InputError
-from ..tree.params import ForestParams, validate
+from ..constraints import Interval, check
+from ..tree.kernels import set_threads
+from ..tree.params import ForestParams, resolve_n_jobs, validate
 from ..tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
 from ..tree.labels import PlainLabels
 from ..tree.predict import mean_leaf_values
+
+
+_RUN_CONSTRAINTS = {"n_jobs": (None, Interval(int, 1), Interval(int, None, -1)),
+                    "tree_batch": (None, Interval(int, 1))}
 
 
 class _BaseForest(BaseEstimator):
@@ -22,7 +28,8 @@ class _BaseForest(BaseEstimator):
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
                  bootstrap=True, max_samples=None, random_state=None, class_weight=None,
-                 split_method="hist", max_bins=255, feature_sampling="node"):
+                 split_method="hist", max_bins=255, feature_sampling="node", n_jobs=-1,
+                 tree_batch=None):
         self.n_estimators = n_estimators
         self.criterion = criterion
         self.max_depth = max_depth
@@ -37,12 +44,18 @@ class _BaseForest(BaseEstimator):
         self.split_method = split_method
         self.max_bins = max_bins
         self.feature_sampling = feature_sampling
+        self.n_jobs = n_jobs
+        self.tree_batch = tree_batch
 
     def _params(self):
-        return validate(ForestParams(**self.get_params()), self._task)
+        for name, value in (("n_jobs", self.n_jobs), ("tree_batch", self.tree_batch)):
+            check(name, value, _RUN_CONSTRAINTS[name])
+        forest = {k: v for k, v in self.get_params().items() if k in ForestParams.names()}
+        return validate(ForestParams(**forest), self._task)
 
     def fit(self, X, y):
         params = self._params()
+        set_threads(resolve_n_jobs(self.n_jobs))
         X = check_features(X)
         codes, classes = encode_labels(y, self._task)
         if codes.shape[0] != X.shape[0]:
@@ -56,7 +69,7 @@ class _BaseForest(BaseEstimator):
                             y_codes=codes if is_clf else None, classes=classes)
         seed = params.random_state if params.random_state is not None else \
             int(np.random.SeedSequence().entropy % (2 ** 63))
-        masters = [grower.grow(s) for s in tree_seeds(seed, params.n_estimators)]
+        masters = grower.grow_forest(tree_seeds(seed, params.n_estimators), self.tree_batch)
         self.estimators_ = [merge_partials(m, [p], [0]) for m, p in zip(masters, splitter.trees)]
         self.n_features_in_ = X.shape[1]
         self.random_state_ = seed
@@ -70,6 +83,7 @@ class _BaseForest(BaseEstimator):
         if not hasattr(self, "estimators_"):
             raise InputError(type(self).__name__, "is not fitted yet; call fit first")
         X = check_features(X)
+        set_threads(resolve_n_jobs(self.n_jobs))
         if X.shape[1] != self.n_features_in_:
             raise InputError("X", f"has {X.shape[1]} features but the forest was fitted with {self.n_features_in_}")
         return mean_leaf_values(self.estimators_, X, self.params_.split_method)
@@ -93,13 +107,14 @@ class ForestRegressor(RegressorMixin, _BaseForest):
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
                  bootstrap=True, max_samples=None, random_state=None,
-                 split_method="hist", max_bins=255, feature_sampling="node"):
+                 split_method="hist", max_bins=255, feature_sampling="node", n_jobs=-1,
+                 tree_batch=None):
         super().__init__(n_estimators, criterion=criterion, max_depth=max_depth,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
                          min_impurity_decrease=min_impurity_decrease, max_features=max_features,
                          bootstrap=bootstrap, max_samples=max_samples, random_state=random_state,
                          split_method=split_method, max_bins=max_bins,
-                         feature_sampling=feature_sampling)
+                         feature_sampling=feature_sampling, n_jobs=n_jobs, tree_batch=tree_batch)
 
     def predict(self, X):
         return self._mean_values(X)[:, 0]

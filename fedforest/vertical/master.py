@@ -13,16 +13,16 @@ from ..crypto import paillier
 from ..data.alignment import master_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
-from ..tree import builder, predict
+from ..tree import builder, kernels, predict
 from ..tree.builder import SplitSettings, TreeGrower, tree_seeds
 from ..tree.labels import PlainLabels, class_weight_vector
-from ..tree.params import resolve_max_samples, validate
+from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
 from ..federation.files import write_summary
 from . import forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
-                     plural_rounds, progress_bar)
+                     peak_rss_mb, plural_rounds, progress_bar)
 
 def master_train(comm, cfg):
     """Master side of training; returns a summary dict."""
@@ -92,28 +92,47 @@ def master_train(comm, cfg):
     }
     if start == 0:
         model_files.clear(my_dir)
+    n_jobs = kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(params.split_method, is_clf)
     seeds = tree_seeds(random_state, params.n_estimators)
+    batch = builder.resolve_tree_batch(cfg.tree_batch, params.n_estimators, cfg.batch_memory_mb,
+                                       builder.tree_state_bytes(n_rows, grower.labels.n_stats,
+                                                                cfg.label_privacy, he.get("key_length")))
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
         log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = progress_bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
     writer = model_files.CheckpointWriter(my_dir)
-    for t in range(start, params.n_estimators):
-        tree = grower.grow(seeds[t])
-        writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
-        bar.update(1)
+    done = start
+    for b0 in range(start, params.n_estimators, batch):
+        ids = range(b0, min(b0 + batch, params.n_estimators))
+        trees, acks = grower.grow_batch([seeds[t] for t in ids], first=b0)
+        # a tree counts as done once every party has stored its part
+        stored = min(a["n_trees"] for a in acks)
+        for t, tree in zip(ids, trees):
+            if t < stored:
+                writer.submit(t, tree, dict(manifest, n_trees=t + 1,
+                                            complete=t + 1 == params.n_estimators))
+        bar.update(max(0, stored - done))
+        done = stored
+        if stored < ids[-1] + 1:
+            break
     writer.close()
     bar.close()
     train_seconds = time.perf_counter() - t_trees
     tree_bytes = comm.bytes_sent - bytes0
+    train_rounds = comm.rounds - rounds0
     acks = comm.exchange({r: {"op": protocol.DONE} for r in comm.clients})
+    if done < params.n_estimators:
+        raise RuntimeError(f"the parties stored only {done} of {params.n_estimators} trees")
     n_built = params.n_estimators - start
     party_bytes = sum(a["tree_bytes_sent"] for a in acks.values())
     summary = {
         "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
         "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
-        "rounds_per_tree": (comm.rounds - rounds0 - 1) / max(n_built, 1),
+        "rounds_per_tree": train_rounds / max(n_built, 1), "rounds_per_forest": train_rounds,
+        "tree_batch": batch, "n_jobs": n_jobs,
+        "peak_rss_mb": peak_rss_mb(),
         "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
         "label_privacy": cfg.label_privacy, **he,
@@ -121,7 +140,7 @@ def master_train(comm, cfg):
     if he:
         summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
-              f"({summary['rounds_per_tree']:.1f} rounds per tree)")
+              f"({plural_rounds(train_rounds)}, batches of {batch} trees)")
     log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
                                             for r, d in summary["model_dirs"].items()))
     write_summary(cfg.summary_json, summary)

@@ -12,17 +12,18 @@ from ..errors import InputError
 from ..tree import builder, kernels, predict
 from ..tree.builder import PartySplitter
 from ..tree.labels import PlainLabels
-from ..tree.params import validate
+from ..tree.params import resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
 from . import forest_params, model_files, protocol
-from ..transport.base import expect
-from .common import MASTER, PartyTable, check_model_dir, check_world, label_array, load_role_model
+from ..transport.base import ProtocolError, expect
+from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
 
 def _crash_point(rank):
     """Fault injection for tests: FEDFOREST_FAULT_CRASH=<rank>:<trees> makes that
-    party fail right after checkpointing that many trees."""
+    party stop checkpointing after that many trees: it reports them at the
+    batch's commit and fails at the master's next message."""
     spec = os.environ.get("FEDFOREST_FAULT_CRASH")
     if not spec:
         return None
@@ -72,6 +73,7 @@ def party_train(comm, cfg):
     else:
         labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
         splitter = PartySplitter(X, settings, labels)
+    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
@@ -89,24 +91,37 @@ def party_train(comm, cfg):
     crash_after = _crash_point(rank)
     t = start
     bytes0 = comm.bytes_sent
-    writer = model_files.CheckpointWriter(folder)
+    failing = None
     while True:
         msg = comm.recv(MASTER)
+        if failing is not None:
+            raise RuntimeError(failing)
         op = msg["op"]
         if op == protocol.DONE:
-            writer.close()
+            # the party's peak memory stays in its own manifest (the master learns
+            # nothing of a party beyond what the protocol needs)
+            model_files.write_manifest(folder, dict(manifest, n_trees=t, peak_rss_mb=peak_rss_mb(),
+                                                    complete=t == manifest["n_estimators"]))
             comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
-        reply = splitter.handle(msg)
-        if reply is not None:
-            comm.send(MASTER, reply)
-        if op == "finish":
-            t += 1
-            writer.submit(t - 1, splitter.trees.pop(),
-                          dict(manifest, n_trees=t, complete=t == manifest["n_estimators"]))
-            if crash_after is not None and t == crash_after:
-                writer.close()
-                raise RuntimeError(f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)")
+        if op not in (builder.GROW, builder.COMMIT):
+            raise ProtocolError(f"protocol error: unexpected {op!r}")
+        reply = splitter.handle_batch(msg)
+        if op == builder.COMMIT:
+            # the batch's trees are on disk before the master counts them as done
+            for index, arrays in zip(splitter.tree_ids, splitter.trees):
+                if crash_after is not None and t >= crash_after:
+                    break
+                model_files.write_tree(folder, index, arrays)
+                t = index + 1
+            if crash_after is not None and t >= crash_after:
+                failing = f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)"
+            splitter.trees.clear()
+            splitter.tree_ids.clear()
+            model_files.write_manifest(folder, dict(manifest, n_trees=t,
+                                                    complete=t == manifest["n_estimators"]))
+            reply["n_trees"] = t
+        comm.send(MASTER, reply)
 
 
 def _encrypt_labels(comm, cfg, msg, y):

@@ -1,0 +1,129 @@
+"""Trees grown in batches: the same forest whatever the batch size, two
+exchanges per level for the whole batch, checkpoints and --resume per batch,
+and the same forest whatever the number of threads."""
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification, make_regression
+
+from fedforest import ForestClassifier, ForestRegressor, RemoteError
+from fedforest.errors import InputError
+from fedforest.jobs import run_vertical
+from fedforest.tree import builder
+from fedforest.tree.params import resolve_n_jobs
+from fedforest.vertical import model_files as model_io
+
+from _util import assert_same_trees, complete_trees, party_frames
+
+GROUPS = [[0, 1, 2], [3, 4], [5, 6, 7]]
+OFFSETS = [0, 3, 5, 8]
+
+
+def _data(task, n=400, seed=3):
+    if task == "classification":
+        X, y = make_classification(n, 8, n_informative=5, n_classes=3, random_state=seed)
+    else:
+        X, y = make_regression(n, 8, n_informative=5, noise=3.0, random_state=seed)
+    rng = np.random.default_rng(seed)
+    X = np.round(X, 2)
+    X[rng.random(X.shape) < 0.03] = np.nan
+    return X, y
+
+
+@pytest.mark.parametrize("task,extra", [("classification", {"feature_sampling": "node"}),
+                                        ("regression", {"feature_sampling": "tree",
+                                                        "split_method": "exact"})])
+def test_batches_grow_the_same_forest_in_two_rounds_per_level(tmp_path, task, extra):
+    X, y = _data(task)
+    frames = party_frames(X, y, GROUPS, label_party=1)
+    depth, n_trees = 5, 7
+    est_cls = ForestClassifier if task == "classification" else ForestRegressor
+    ref = est_cls(n_estimators=n_trees, random_state=9, max_depth=depth, tree_batch=1, **extra).fit(X, y)
+    rounds = {}
+    for batch in (None, 3, 1):
+        md = str(tmp_path / f"m{batch}")
+        s = run_vertical("train", frames, task=task, label_column="y", model_dir=md,
+                         n_estimators=n_trees, random_state=9, max_depth=depth, tree_batch=batch,
+                         **extra)
+        assert_same_trees(complete_trees(md, 3, OFFSETS), ref.estimators_)
+        rounds[batch] = s["rounds_per_forest"]
+        assert s["tree_batch"] == (n_trees if batch is None else batch)
+    # find + partition per level for the whole batch, plus one commit per batch
+    assert rounds[None] <= 2 * depth + 1
+    assert rounds[3] <= 3 * (2 * depth + 1)
+    assert rounds[1] > rounds[3] > rounds[None]
+    # the single-process estimator also grows identical trees in one batch
+    whole = est_cls(n_estimators=n_trees, random_state=9, max_depth=depth, **extra).fit(X, y)
+    assert_same_trees(whole.estimators_, ref.estimators_)
+
+
+def test_memory_budget_bounds_the_default_batch():
+    per_tree = builder.tree_state_bytes(10 ** 6, 3)
+    assert builder.resolve_tree_batch(None, 100, 4096, per_tree) == 100
+    small = builder.resolve_tree_batch(None, 100, 64, per_tree)
+    assert 1 <= small < 100 and small * per_tree <= 64 * 2 ** 20
+    assert builder.resolve_tree_batch(None, 100, 1, per_tree) == 1
+    assert builder.resolve_tree_batch(8, 5, 1, per_tree) == 5
+    paillier = builder.tree_state_bytes(10 ** 6, 3, "paillier", 2048)
+    assert paillier > per_tree
+
+
+def test_resumed_batch_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    X, y = _data("regression", seed=5)
+    frames = party_frames(X, y, GROUPS, label_party=2)
+    md = str(tmp_path / "model")
+    opts = dict(task="regression", label_column="y", model_dir=md, n_estimators=8,
+                random_state=2, max_depth=4, tree_batch=3)
+    # party 2 stores one tree of the second batch, then fails
+    monkeypatch.setenv("FEDFOREST_FAULT_CRASH", "2:4")
+    with pytest.raises(RemoteError) as err:
+        run_vertical("train", frames, **opts)
+    assert err.value.rank == 2
+    master = model_io.read_manifest(model_io.party_dir(md, 0))
+    assert master["n_trees"] == 4 and not master["complete"]
+    assert model_io.read_manifest(model_io.party_dir(md, 1))["n_trees"] == 6
+    monkeypatch.delenv("FEDFOREST_FAULT_CRASH")
+    s = run_vertical("train", frames, resume=True, **opts)
+    assert s["trees_built"] == 4
+    ref = ForestRegressor(n_estimators=8, random_state=2, max_depth=4).fit(X, y)
+    assert_same_trees(complete_trees(md, 3, OFFSETS), ref.estimators_)
+
+
+def test_thread_count_does_not_change_the_forest(tmp_path):
+    X, y = _data("classification", n=1500, seed=8)
+    one = ForestClassifier(n_estimators=6, random_state=4, n_jobs=1).fit(X, y)
+    two = ForestClassifier(n_estimators=6, random_state=4, n_jobs=2).fit(X, y)
+    assert_same_trees(two.estimators_, one.estimators_)
+    assert np.array_equal(one.predict_proba(X), two.predict_proba(X))
+    exact1 = ForestRegressor(n_estimators=3, random_state=4, split_method="exact", n_jobs=1).fit(X, y)
+    exact2 = ForestRegressor(n_estimators=3, random_state=4, split_method="exact", n_jobs=2).fit(X, y)
+    assert_same_trees(exact2.estimators_, exact1.estimators_)
+    frames = party_frames(X, y, GROUPS, label_party=0)
+    for n_jobs in (1, 2):
+        md = str(tmp_path / f"j{n_jobs}")
+        s = run_vertical("train", frames, task="classification", label_column="y", model_dir=md,
+                         n_estimators=6, random_state=4, n_jobs=n_jobs)
+        assert s["n_jobs"] == n_jobs
+        assert_same_trees(complete_trees(md, 3, OFFSETS), one.estimators_)
+
+
+def test_n_jobs_follows_the_cores_given(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert resolve_n_jobs(-1) == 1
+    assert resolve_n_jobs(3) == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert resolve_n_jobs(None) == 1 and resolve_n_jobs(-2) == 1
+
+
+@pytest.mark.parametrize("name,value", [("tree_batch", 0), ("n_jobs", 0), ("batch_memory_mb", 0)])
+def test_bad_batch_settings(tmp_path, name, value):
+    X, y = _data("classification", n=60)
+    frames = party_frames(X, y, GROUPS)
+    with pytest.raises(InputError, match=f"{name}: must be"):
+        run_vertical("train", frames, task="classification", label_column="y",
+                     model_dir=str(tmp_path / "m"), n_estimators=2, **{name: value})
+    assert not (tmp_path / "m").exists()
+    if name != "batch_memory_mb":
+        with pytest.raises(InputError, match=f"{name}: must be"):
+            ForestClassifier(n_estimators=2, **{name: value}).fit(X, y)
