@@ -1,0 +1,397 @@
+"""FedGA-Tree's roles (mode ``fedga``; see the package docstring and docs/fedga.md).
+
+Set-up: the job-wide encoding (numeric columns as numbers, text columns as
+category codes).  Round 1 (the first active clients): each runs a K-fold
+cross-validation of CART depths and proposes its best depth, and sends its
+row count plus Laplace noise.  Round 2: the server sends the median depth;
+each client sends its own CART structure at that depth (regression: and its
+votes of Eq. 1 and 2).  Rounds 3..G+2: one per generation; each active client
+fits thresholds and leaf values of the candidates it has not scored yet on
+its fit rows and returns their fitness on its validation rows.  Last round:
+the final population goes to every client, which keeps the structure that
+scores best on its own rows, refits it on all its training rows and saves it.
+"""
+import time
+
+import numpy as np
+
+from ...errors import InputError
+from ...federation import protocol
+from ...federation.aggregate import client_metrics
+from ...federation.files import write_summary
+from ...federation.rounds import Done, ask, serve
+from ...tree import format as tree_format
+from ...tree import structure
+from ...tree.rules import NUMERIC
+from ..common import (MIXED, client_dir, client_setup, client_what, explain as tree_explain, log,
+                      save_model, server_setup)
+from . import ga, n_active
+
+PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size
+STRUCTURE = "structure"      # server -> client: the global depth; send your CART structure (and votes)
+EVALUATE = "evaluate"        # server -> client: fit these structures and send their fitness
+
+CLASSIFICATION_POPULATION, REGRESSION_POPULATION = 20, 40
+
+
+# ---------------------------------------------------------------------------
+# What every role of the package's modes does with a client's rows
+# ---------------------------------------------------------------------------
+def is_classification(enc):
+    return enc.task != "regression"
+
+
+def n_classes(enc):
+    return len(enc.classes) if is_classification(enc) else 0
+
+
+def bin_edges(X, enc, n_bins):
+    """Per column the inner bin edges (numeric columns) or None (text columns)."""
+    cats = enc.categories or [None] * X.shape[1]
+    return [ga.fit_bins(X[:, j], n_bins).tolist() if cats[j] is None else None for j in range(X.shape[1])]
+
+
+def cart(X, y, enc, depth, seed):
+    """scikit-learn's CART of depth ``depth`` as a flat tree (class fractions or means)."""
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor  # a second to import
+    if is_classification(enc):
+        est = DecisionTreeClassifier(max_depth=depth, random_state=seed).fit(X, y)
+        return tree_format.from_sklearn(est, n_classes(enc))
+    est = DecisionTreeRegressor(max_depth=depth, random_state=seed).fit(X, y)
+    t = est.tree_
+    return tree_format.binary(t.children_left, t.children_right, t.feature, t.threshold, t.value[:, 0, 0],
+                              n_node_samples=t.n_node_samples)
+
+
+def predictions(tree, X, enc):
+    values = tree_format.node_values(tree, X)
+    return values.argmax(axis=1) if is_classification(enc) else values[:, 0]
+
+
+def score(y, pred, enc):
+    """Fitness, higher is better: F1 (binary, or macro) or minus the MSE."""
+    if is_classification(enc):
+        return ga.f1_score(y, pred, n_classes(enc))
+    return -ga.mse(y, pred)
+
+
+def metrics(y, pred, enc):
+    if is_classification(enc):
+        return {"accuracy": float(np.mean(y == pred)), "f1": ga.f1_score(y, pred, n_classes(enc))}
+    from sklearn.metrics import r2_score
+    return {"mse": ga.mse(y, pred), "r2": float(r2_score(y, pred)) if len(y) > 1 else 0.0}
+
+
+def cv_scores(X, y, enc, depths, folds, seed):
+    """``scores[k, j]``: fold k's validation score (F1, or R^2) of a CART of depth ``depths[j]``."""
+    from sklearn.metrics import r2_score
+    from sklearn.model_selection import KFold, StratifiedKFold
+    clf = is_classification(enc)
+    if clf:
+        counts = np.bincount(y.astype(np.int64))
+        stratify = counts[counts > 0].min() >= folds
+    else:
+        stratify = False
+    splitter = (StratifiedKFold if stratify else KFold)(n_splits=folds, shuffle=True, random_state=seed)
+    out = np.zeros((folds, len(depths)))
+    for k, (tr, va) in enumerate(splitter.split(X, y)):
+        for j, d in enumerate(depths):
+            pred = predictions(cart(X[tr], y[tr], enc, d, seed), X[va], enc)
+            out[k, j] = ga.f1_score(y[va], pred, n_classes(enc)) if clf else \
+                (r2_score(y[va], pred) if len(va) > 1 else 0.0)
+    return out
+
+
+def best_depth(scores, depths):
+    """The depth of the best mean score (the smallest on a tie)."""
+    mean = np.asarray(scores).mean(axis=0)
+    return int(depths[int(np.argmax(mean))])
+
+
+class ClientRows:
+    """A client's rows after the job's encoding (and binning): training rows,
+    optional test rows, the bin edges and its seed."""
+
+    def __init__(self, comm, cfg, setup, enc, X, y, test):
+        self.comm, self.cfg, self.setup, self.enc = comm, cfg, setup, enc
+        self.rank = comm.rank
+        self.seed = int(setup["seed"]) + self.rank
+        self.raw_X, self.raw_test = X, test
+        self.edges = bin_edges(X, enc, setup["n_bins"]) if setup.get("binning") else None
+        self.X = ga.apply_bins(X, self.edges) if self.edges else X
+        self.y = y
+        self.test = None
+        if test is not None:
+            self.test = (ga.apply_bins(test[0], self.edges) if self.edges else test[0], test[1])
+        self.bytes0 = comm.bytes_sent
+
+    def cv(self, X=None, y=None):
+        s = self.setup
+        depths = list(range(s["min_depth"], s["max_depth"] + 1))
+        scores = cv_scores(self.X if X is None else X, self.y if y is None else y, self.enc, depths,
+                           s["cv_folds"], self.seed)
+        return depths, scores
+
+    def finish(self, tree, extra=None):
+        """Evaluate ``tree`` on the training (and test) rows, save it; the final reply."""
+        enc = self.enc
+        reply = {"train": metrics(self.y, predictions(tree, self.X, enc), enc),
+                 "train_rows": int(self.X.shape[0]), "decision_nodes": structure.decision_nodes(tree)}
+        if self.test is not None:
+            reply["test"] = metrics(self.test[1], predictions(tree, self.test[0], enc), enc)
+            reply["test_rows"] = int(self.test[0].shape[0])
+        reply.update(extra or {})
+        folder = client_dir(self.cfg.model_dir, self.rank)
+        save_model(folder, {"mode": self.setup["mode"], "encoding": enc.to_dict(),
+                            "label_column": self.cfg.label_column, "tree": tree, "client": self.rank,
+                            "bin_edges": self.edges, "metrics": reply})
+        reply.update(model_dir=folder, bytes_sent=self.comm.bytes_sent - self.bytes0)
+        return Done(folder, reply)
+
+
+def start_server(comm, cfg, name, extra=None):
+    """The set-up every mode of the package shares: encoding, row checks and the
+    ``setup`` message.  Returns (clients, infos, enc, setup)."""
+    infos, enc = server_setup(comm, cfg, MIXED, cfg.task)
+    clients = comm.clients
+    folds = cfg.values.get("cv_folds")
+    for r in clients:
+        if folds is not None and infos[r]["n_rows"] < folds:
+            raise InputError(client_what(r), f"has {infos[r]['n_rows']} rows, fewer than the {folds} "
+                                             "cross-validation folds (cv_folds)")
+    v = cfg.values
+    setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "mode": name,
+             "seed": cfg.random_state if cfg.random_state is not None else 0,
+             "binning": bool(v.get("binning", name == "ibm_tree")) and is_classification(enc),
+             "n_bins": v.get("n_bins", 5), "min_depth": v.get("min_depth", 1),
+             "max_depth": v.get("max_depth"), "cv_folds": v.get("cv_folds", 5)}
+    setup.update(extra or {})
+    comm.bcast(setup)
+    return clients, infos, enc, setup
+
+
+def finish_server(comm, cfg, summary, final, t0, rounds0, bytes0):
+    """Summary of the final replies; written to ``summary_json``."""
+    clients = sorted(final)
+    summary["rounds"] = comm.rounds - rounds0
+    summary["bytes_sent_by_server"] = comm.bytes_sent - bytes0
+    summary["bytes_sent_by_clients"] = {r: final[r]["bytes_sent"] for r in clients}
+    summary["decision_nodes"] = {r: final[r]["decision_nodes"] for r in clients}
+    for part in ("train", "test"):
+        per = {r: final[r][part] for r in clients if final[r].get(part)}
+        if per:
+            summary[f"{part}_metrics"] = per
+            summary.update({f"{part}_{m}": v for m, v in client_metrics(per).items()})
+    summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
+    summary["seconds"] = time.perf_counter() - t0
+    which = "test" if "test_metrics" in summary else "train"
+    metric = "f1" if summary["task"] == "classification" else "mse"
+    log(cfg, f"{summary['mode']}: mean client {which} {metric} {summary[f'{which}_{metric}']:.4f} "
+             f"({summary['rounds']} rounds, {summary['seconds']:.2f}s)")
+    write_summary(cfg.summary_json, summary)
+    return summary
+
+
+# ---------------------------------------------------------------------------
+# Server
+# ---------------------------------------------------------------------------
+def server_train(comm, cfg):
+    t0 = time.perf_counter()
+    settings = {"train_ratio": float(cfg.train_ratio), "epsilon": float(cfg.epsilon),
+                "phi_threshold": float(cfg.phi_threshold), "theta_threshold": float(cfg.theta_threshold),
+                "unique_threshold": float(cfg.unique_threshold)}
+    clients, infos, enc, setup = start_server(comm, cfg, "fedga", settings)
+    clf = is_classification(enc)
+    P = cfg.population_size or (CLASSIFICATION_POPULATION if clf else REGRESSION_POPULATION)
+    n_features = len(enc.columns)
+    rng = np.random.default_rng([setup["seed"], 0])
+    k = n_active(cfg.participation, len(clients))
+    rounds0, bytes0 = comm.rounds, comm.bytes_sent
+    summary = {"mode": "fedga", "task": enc.task, "n_clients": len(clients), "population_size": P,
+               "generations": cfg.generations, "active_per_generation": k,
+               "rows": {r: infos[r]["n_rows"] for r in clients}}
+
+    # initialization: depths and noisy sizes, then the clients' structures (and votes)
+    first = ga.choose_active(rng, clients, k)
+    props = ask(comm, PROPOSE, clients=first)
+    depths = [props[r]["depth"] for r in first]
+    depth = int(np.floor(np.median(depths) + 0.5))
+    sizes = {r: float(props[r]["size"]) for r in first}
+    structs = ask(comm, STRUCTURE, {"depth": depth}, clients=first)
+    own = {r: structure.canonicalize(structs[r]["structure"]) for r in first}
+    use_all, elitism = False, False
+    if not clf:
+        use_all = sum(structs[r]["vote_all_rows"] for r in first) > len(first) / 2
+        elitism = sum(structs[r]["vote_elitism"] for r in first) > len(first) / 2
+    L = structure.string_length(depth)
+    m1 = ga.n_mutations(cfg.flip_fraction, L)
+    m2 = ga.n_mutations(cfg.swap_fraction, L)
+    log(cfg, f"fedga: {len(clients)} clients ({k} active per generation), proposed depths {depths} -> "
+             f"{depth}; population {P}, {cfg.generations} generations"
+             + (f"; regression: score on all rows {use_all}, elitism {elitism}" if not clf else ""))
+    pending = np.concatenate([np.array([own[r] for r in first], dtype=np.int32).reshape(-1, L),
+                              structure.random_structures(rng, max(P - len(first), 0), depth, n_features,
+                                                          cfg.leaf_ratio)])
+    cache = {r: {} for r in clients}        # per client: structure key -> fitness
+    parents = parent_fit = None
+    history = []
+    fitted = 0
+    g_bytes0 = comm.bytes_sent
+    g_t0 = time.perf_counter()
+    for g in range(1, cfg.generations + 1):
+        active = first if g == 1 else ga.choose_active(rng, clients, k)
+        parts = [pending] if parents is None else [parents, pending]
+        if elitism:
+            parts.append(np.array(list(own.values()), dtype=np.int32).reshape(-1, L))
+        cands = np.concatenate(parts)
+        keys = [ga.key(c) for c in cands]
+        unique = {}
+        for kk, c in zip(keys, cands):
+            unique.setdefault(kk, c)
+        per_client = {}
+        for r in active:
+            todo = [kk for kk in unique if kk not in cache[r]]
+            msg = {"structures": np.array([unique[kk] for kk in todo], dtype=np.int32).reshape(-1, L),
+                   "use_all": use_all}
+            if r not in own:
+                msg["join"] = depth
+            per_client[r] = (todo, msg)
+        replies = ask(comm, EVALUATE, per_client={r: m for r, (_, m) in per_client.items()}, clients=active)
+        joined = []
+        for r in active:
+            todo = per_client[r][0]
+            fit = np.asarray(replies[r]["fitness"], dtype=np.float64)
+            if fit.shape != (len(todo),):
+                raise InputError(client_what(r), f"sent {fit.shape} fitness values for {len(todo)} structures")
+            cache[r].update(zip(todo, fit.tolist()))
+            fitted += len(todo)
+            if "structure" in replies[r]:
+                own[r] = structure.canonicalize(replies[r]["structure"])
+                sizes[r] = float(replies[r]["size"])
+                joined.append(own[r])
+        fitness = ga.weighted_fitness({r: [cache[r][kk] for kk in keys] for r in active}, sizes)
+        elites = {ga.key(s) for s in own.values()} if elitism else ()
+        parents, parent_fit = ga.update(cands, fitness, P, elites)
+        pending, operator = ga.offspring(rng, parents, parent_fit, P, cfg.tournament_size, m1, m2, n_features)
+        if joined:   # a new client's structure competes from the next generation on
+            pending = np.concatenate([pending, np.array(joined, dtype=np.int32).reshape(-1, L)])
+        history.append({"generation": g, "active": len(active), "active_clients": list(active),
+                        "best": float(parent_fit[0]),
+                        "mean": float(parent_fit.mean()), "operator": operator,
+                        "fitted": int(sum(len(per_client[r][0]) for r in active))})
+    g_seconds = time.perf_counter() - g_t0
+    gen_bytes = comm.bytes_sent - g_bytes0
+    final = ask(comm, protocol.FINAL, {"population": parents, "depth": depth, "use_all": use_all})
+    summary.update(
+        depth=depth, proposed_depths={r: props[r]["depth"] for r in first}, score_on_all_rows=bool(use_all),
+        elitism=bool(elitism), history=history, best_fitness=float(parent_fit[0]),
+        population=parents.tolist(), structures_fitted=fitted,
+        seconds_per_generation=g_seconds / cfg.generations,
+        server_bytes_per_generation=gen_bytes / cfg.generations,
+        chosen_structure={r: final[r]["chosen"] for r in clients}, noisy_sizes=sizes,
+        population_fitness={r: final[r]["population_fitness"] for r in clients},
+        edit_distance={r: final[r]["edit_distance"] for r in clients})
+    bytes_from_clients = sum(final[r]["eval_bytes"] for r in clients)
+    summary["bytes_per_generation"] = (gen_bytes + bytes_from_clients) / cfg.generations
+    return finish_server(comm, cfg, summary, final, t0, rounds0, bytes0)
+
+
+# ---------------------------------------------------------------------------
+# Client
+# ---------------------------------------------------------------------------
+def client_train(comm, cfg):
+    c = ClientRows(comm, cfg, *client_setup(comm, cfg))
+    s, enc = c.setup, c.enc
+    clf = is_classification(enc)
+    rng = np.random.default_rng([s["seed"], c.rank])
+    fit_rows, val_rows = ga.split_rows(rng, c.y, s["train_ratio"], stratify=clf)
+    state = {"own": None}
+    all_rows = np.arange(c.X.shape[0])
+
+    def fitness(pop, use_all):
+        pop = np.asarray(pop, dtype=np.int32)
+        if pop.shape[0] == 0:
+            return np.empty(0)
+        rows_fit, rows_val = (all_rows, all_rows) if use_all else (fit_rows, val_rows)
+        batch = structure.fit_batch(c.X, c.y, rows_fit, pop, n_classes(enc))
+        Xv, yv = c.X[rows_val], c.y[rows_val]
+        return np.array([score(yv, predictions(structure.batch_tree(batch, p), Xv, enc), enc)
+                         for p in range(pop.shape[0])])
+
+    def own_structure(depth):
+        if state["own"] is None or state["own_depth"] != depth:
+            state["own"] = structure.encode(cart(c.X, c.y, enc, depth, c.seed), depth)
+            state["own_depth"] = depth
+        return state["own"]
+
+    def propose(msg):
+        depths, scores = c.cv()
+        state["cv"] = (depths, scores)
+        return {"depth": best_depth(scores, depths), "size": ga.noisy_size(rng, c.X.shape[0], s["epsilon"])}
+
+    def send_structure(msg):
+        depth = msg["depth"]
+        reply = {"structure": own_structure(depth)}
+        if not clf:
+            depths, scores = state["cv"]
+            reply["vote_all_rows"], _, _ = ga.vote_all_rows(scores, depths.index(depth), s["phi_threshold"],
+                                                            s["theta_threshold"])
+            reply["vote_elitism"], _ = ga.vote_elitism(c.y, s["unique_threshold"])
+        return reply
+
+    def evaluate(msg):
+        state.setdefault("eval_start", comm.bytes_sent)
+        reply = {"fitness": fitness(msg["structures"], msg["use_all"])}
+        if "join" in msg:
+            reply["structure"] = own_structure(msg["join"])
+            reply["size"] = ga.noisy_size(rng, c.X.shape[0], s["epsilon"])
+        return reply
+
+    def final(msg):
+        pop = np.asarray(msg["population"], dtype=np.int32)
+        scores = fitness(pop, msg["use_all"])
+        best = int(np.argmax(scores))
+        batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
+        tree = structure.batch_tree(batch, 0)
+        dist = structure.tree_edit_distance(pop[best], own_structure(msg["depth"]))
+        return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(), "structure": pop[best].tolist(), "edit_distance": dist,
+                               "eval_bytes": comm.bytes_sent - state.get("eval_start", comm.bytes_sent)})
+
+    return serve(comm, {PROPOSE: propose, STRUCTURE: send_structure, EVALUATE: evaluate,
+                        protocol.FINAL: final})
+
+
+# ---------------------------------------------------------------------------
+# Local prediction and explanation of a saved model
+# ---------------------------------------------------------------------------
+def predict_proba(doc, X):
+    """Class fractions (classification) or values (regression) of a saved tree."""
+    edges = doc.get("bin_edges")
+    X = ga.apply_bins(X, edges) if edges else np.asarray(X, dtype=np.float64)
+    values = tree_format.node_values(doc["tree"], X)
+    return values[:, 0] if doc["encoding"].task == "regression" else values
+
+
+def explain(doc, X=None, raw=None, row=None):
+    """The saved tree as rules (thresholds of binned columns are bin codes,
+    of text columns category codes); with a row, the rule that decided it."""
+    enc = doc["encoding"]
+    edges = doc.get("bin_edges")
+    Xb = ga.apply_bins(X, edges) if (X is not None and edges) else X
+    notes = []
+    if edges:
+        notes.append("numeric columns are binned: thresholds are bin codes (bin edges in model.json)")
+    if enc.categories and any(c is not None for c in enc.categories):
+        notes.append("text columns are category codes in the order of encoding.categories")
+    if enc.task != "regression":
+        return "\n".join([tree_explain(doc, Xb, raw, row)] + notes)
+    rules = tree_format.leaf_rules(doc["tree"], NUMERIC)
+    order = sorted(rules)
+    lines = [f"{doc['mode']} model (regression, {len(rules)} rules):"]
+    for k, n in enumerate(order, start=1):
+        text = rules[n].text(names=enc.columns, joiner=" AND ", empty="always")
+        lines.append(f"  rule {k}: IF {text} THEN {float(rules[n].dist[0]):g}")
+    if Xb is not None:
+        leaf = int(tree_format.apply(doc["tree"], np.asarray(Xb, dtype=np.float64))[0])
+        lines.append(f"row {row} is decided by rule {order.index(leaf) + 1}")
+    return "\n".join(lines + notes)
