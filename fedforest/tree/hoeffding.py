@@ -47,7 +47,7 @@ MIN_BRANCH_FRACTION = 0.01   # information gain: two branches must hold 1 % of t
 P_GRACE, P_DELTA, P_TAU, P_REEVAL, P_CRIT, P_LEAF, P_BINARY, P_DEPTH = range(8)
 
 NODE_INT = ("feature", "kind", "value", "first", "n_children", "depth")
-NODE_FLOAT = ("clock", "mc_ok", "nb_ok")
+NODE_FLOAT = ("seen", "clock", "mc_ok", "nb_ok")
 STAT_KEYS = ("counts", "nijk", "dcounts", "dnijk")
 _LEAF = tree_format.LEAF
 
@@ -190,15 +190,6 @@ def best_split(stats, offsets, numeric, real, binary, crit):
 # The learning kernel
 # ---------------------------------------------------------------------------
 @njit(cache=True)
-def _observed(nijk, node, offsets):
-    n = 0.0
-    for j in range(offsets[0], offsets[1]):
-        for k in range(nijk.shape[2]):
-            n += nijk[node, j, k]
-    return n
-
-
-@njit(cache=True)
 def nb_scores(nijk, counts, node, row, offsets, out):
     """log P(k) + sum_i log P(x_i | k) at ``node`` (Laplace-smoothed counts;
     a code outside the feature, such as -1 for an unseen category, is skipped)."""
@@ -232,7 +223,7 @@ def _argmax(a):
 
 @njit(cache=True)
 def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth, child,
-                   counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real):
+                   counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real):
     """Turn ``node`` into a split; its new leaves start with the class counts
     the split sends them (from the node's own statistics)."""
     C = counts.shape[1]
@@ -249,6 +240,7 @@ def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth,
         first[nd] = -1
         nch[nd] = 0
         depth[nd] = depth[node] + 1
+        seen[nd] = 0.0
         clock[nd] = 0.0
         mc_ok[nd] = 0.0
         nb_ok[nd] = 0.0
@@ -292,7 +284,7 @@ def _route(node, row, feature, kind, value, first, child, real):
 
 @njit(cache=True)
 def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child,
-                 counts, nijk, dcounts, dnijk, clock, mc_ok, nb_ok, meta,
+                 counts, nijk, dcounts, dnijk, seen, clock, mc_ok, nb_ok, meta,
                  offsets, numeric, real, params):
     """Learn rows ``start..`` of ``codes``/``y`` in order; returns the next row
     to learn (before the end when the node or child arrays might overflow at
@@ -330,20 +322,21 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
                 j = offsets[f] + row[f]
                 nijk[node, j, yi] += 1.0
                 dnijk[node, j, yi] += 1.0
-            clock[node] += 1.0
+            seen[node] += 1.0
             if is_leaf:
-                if clock[node] >= grace and (max_depth < 0 or depth[node] < max_depth):
-                    clock[node] = 0.0
-                    nobs = _observed(nijk, node, offsets)
+                if seen[node] - clock[node] >= grace and (max_depth < 0 or depth[node] < max_depth):
+                    clock[node] = seen[node]
+                    nobs = seen[node]
                     f, k, v, m, _ = best_split(nijk[node], offsets, numeric, real, binary, crit)
                     eps = hoeffding_bound(R, delta, nobs)
                     if f >= 0 and (m > eps or eps < tau):
                         _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
-                                       counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real)
+                                       counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
+                                       offsets, real)
                 break
-            if clock[node] >= reeval:
-                clock[node] = 0.0
-                nobs = _observed(nijk, node, offsets)
+            if seen[node] - clock[node] >= reeval:
+                clock[node] = seen[node]
+                nobs = seen[node]
                 f, k, v, m, merits = best_split(nijk[node], offsets, numeric, real, binary, crit)
                 cf = feature[node]
                 current = split_merit(nijk[node, offsets[cf]:offsets[cf + 1]], kind[node], value[node],
@@ -363,7 +356,7 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
                         break
                     if f != cf:                 # another feature wins: new split, new leaves
                         _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
-                                       counts, nijk, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
+                                       counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
                                        offsets, real)
                         break
             node = _route(node, row, feature, kind, value, first, child, real)
@@ -523,7 +516,7 @@ class EFDT:
         while i < codes.shape[0]:
             i = learn_kernel(codes, y, i, a["feature"], a["kind"], a["value"], a["first"], a["n_children"],
                              a["depth"], a["child"], a["counts"], a["nijk"], a["dcounts"], a["dnijk"],
-                             a["clock"], a["mc_ok"], a["nb_ok"], self.meta, s.offsets, s.numeric, s.real,
+                             a["seen"], a["clock"], a["mc_ok"], a["nb_ok"], self.meta, s.offsets, s.numeric, s.real,
                              self.params)
             if i < codes.shape[0]:
                 self._compact()
@@ -616,7 +609,7 @@ def export(st, schema):
     to the first child and every other code of the feature to the second), ``LE``
     nodes binary nodes with ``threshold`` = the last bin sent left (missing
     values, the highest code, go right).  ``value`` holds the class fractions
-    (uniform at a node without counts), ``n_node_samples`` the class counts' sum."""
+    (uniform at a node without counts), ``support`` the class counts' sum."""
     n = len(st["feature"])
     counts = np.asarray(st["counts"], dtype=np.float64)
     tot = counts.sum(axis=1, keepdims=True)
@@ -650,7 +643,7 @@ def export(st, schema):
     return tree_format.multiway(
         feature, cstart, ccount, np.array(cval, dtype=np.int32), np.array(cnode, dtype=np.int32), value,
         children_left=left, children_right=right, threshold=threshold, missing_left=np.zeros(n),
-        n_node_samples=np.round(tot[:, 0]).astype(np.int64))
+        support=tot[:, 0])
 
 
 def state_proba(st, schema, codes, leaf_prediction):
@@ -704,6 +697,9 @@ def merge(base, others, merge_mode="delta"):
         i, j = pairs[:, 0], pairs[:, 1]
         out["counts"][i] += np.asarray(other[counts_key])[j]
         out["nijk"][i] += np.asarray(other[nijk_key])[j]
+        # rows behind the statistics: one count per row in dcounts; "seen" for totals
+        out["seen"][i] += (np.asarray(other["dcounts"])[j].sum(axis=1) if merge_mode == "delta"
+                           else np.asarray(other["seen"])[j])
     return out
 
 
