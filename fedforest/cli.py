@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from .errors import InputError
-from .federation.config import JOB_PARAMS, parse_flag_value, resolve
+from .federation.config import JOB_PARAMS, job_setting, parse_flag_value, resolve
 from .federation.registry import REGISTRY
 
 
@@ -108,7 +108,32 @@ def cmd_train(args):
     return _mpi_command(args, "server_train", "client_train")
 
 
+def model_mode(model_dir):
+    """The mode a saved model was trained with (vertical: a master folder with
+    its manifest; horizontal: the mode in model.json), None when ``model_dir``
+    holds neither."""
+    import os
+    if os.path.isfile(os.path.join(model_dir, "master", "manifest.json")):
+        return "vertical"
+    from .horizontal.common import client_folders, load_model
+    if not (os.path.isfile(os.path.join(model_dir, "server", "model.json"))
+            or os.path.isfile(os.path.join(model_dir, "model.json")) or client_folders(model_dir)):
+        return None
+    return load_model(model_dir)["mode"]
+
+
+def _mode_in_file(config):
+    from .federation.config import load_toml
+    job = load_toml(config).get("job", {}) if config else {}
+    return isinstance(job, dict) and "mode" in job
+
+
 def cmd_predict(args):
+    if "mode" not in _flags(args) and not _mode_in_file(args.config):
+        # the model knows its mode: --mode is needed only to override it
+        mode = model_mode(job_setting(args.config, _flags(args), "model_dir"))
+        if mode is not None:
+            args.mode = mode
     cfg = resolve(args.config, _flags(args))
     if cfg.spec.has("server_predict"):
         return _mpi_command(args, "server_predict", "client_predict")
@@ -169,7 +194,7 @@ def cmd_split(args):
     from .data.split import split_file, split_rows_file
     if args.by == "rows":
         paths = split_rows_file(args.input, args.parties, args.label_column, args.out, args.scheme,
-                                args.alpha, args.test_size, args.seed)
+                                args.alpha, args.test_size, args.seed, id_column=args.id_column)
     else:
         paths = split_file(args.input, args.parties, args.id_column, args.label_column, args.out,
                            label_party=args.label_party, test_size=args.test_size, seed=args.seed)

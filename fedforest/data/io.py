@@ -15,8 +15,9 @@ import pandas as pd
 from ..errors import InputError
 
 
-def read_table(path, id_column, what):
-    """One table as a DataFrame; ``id_column`` None: no ID column required."""
+def read_table(path, id_column, what, require_id=True):
+    """One table as a DataFrame.  The ``id_column`` (if any) is read as text, so
+    ``007`` stays ``007``; it must exist unless ``require_id`` is False."""
     if not path:
         raise InputError(what, "no data file given for this party")
     if not os.path.isfile(path):
@@ -43,11 +44,18 @@ def read_table(path, id_column, what):
         raise
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file
         raise InputError(what, f"cannot read {path!r}: {exc}") from None
-    if id_column is not None and id_column not in df.columns:
+    if id_column is not None and id_column in df.columns:
+        df[id_column] = df[id_column].map(_id_text, na_action="ignore")
+    if require_id and id_column is not None and id_column not in df.columns:
         raise InputError(what, f"{path!r} has no ID column {id_column!r}")
     if df.shape[0] == 0:
         raise InputError(what, f"{path!r} has no rows")
     return df
+
+
+def _id_text(v):
+    """An ID as text (Parquet and NumPy files may hold numeric IDs)."""
+    return v if isinstance(v, str) else _number_text(v)
 
 
 def check_ids(ids, what):

@@ -2,7 +2,6 @@
 import os
 
 import numpy as np
-import pandas as pd
 
 from ..errors import InputError
 from .io import read_table
@@ -21,11 +20,11 @@ def split_columns(columns, n_parties, rng):
 
 
 def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1, test_size=0.0, seed=0):
-    df = pd.read_csv(path, na_values=["NA"]) if path.endswith(".csv") else read_table(path, id_column, "input")
+    df = read_table(path, id_column, "input", require_id=False)
     if label_column not in df.columns:
         raise InputError("input", f"{path!r} has no label column {label_column!r}")
     if id_column not in df.columns:
-        df.insert(0, id_column, np.arange(1, len(df) + 1))
+        df.insert(0, id_column, [str(i) for i in range(1, len(df) + 1)])
     if not 1 <= label_party <= n_parties:
         raise InputError("label_party", f"must be in 1..{n_parties}, got {label_party}")
     rng = np.random.default_rng(seed)
@@ -49,13 +48,17 @@ def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1,
 
 
 def split_rows_file(path, n_clients, label_column, out_dir, scheme="iid", alpha=0.5, test_size=0.0,
-                    seed=0):
+                    seed=0, id_column="id"):
     """Per-client row files ``client<k>.csv`` (and ``client<k>-test.csv`` with
-    a random ``test_size`` share of each client's rows) from one table."""
+    a random ``test_size`` share of each client's rows) from one table.  Every
+    file keeps the ``id_column`` (created from row numbers 1..n when the table
+    lacks it), so predictions can be joined with the true labels."""
     from .partition import dirichlet_partition, iid_partition
-    df = read_table(path, None, "input")
+    df = read_table(path, id_column, "input", require_id=False)
     if label_column not in df.columns:
         raise InputError("input", f"{path!r} has no label column {label_column!r}")
+    if id_column not in df.columns:
+        df.insert(0, id_column, [str(i) for i in range(1, len(df) + 1)])
     if test_size and not 0 < test_size < 1:
         raise InputError("test_size", f"must be in (0, 1), got {test_size}")
     y = df[label_column].astype(str).to_numpy()

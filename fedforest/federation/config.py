@@ -97,10 +97,10 @@ def load_toml(path):
     return doc
 
 
-def _relative_to(value, base):
+def relative_to(value, base):
     """Paths in a config file are relative to the file's folder."""
     if isinstance(value, list):
-        return [_relative_to(v, base) for v in value]
+        return [relative_to(v, base) for v in value]
     if isinstance(value, str) and value and not os.path.isabs(value):
         return os.path.normpath(os.path.join(base, value))
     return value
@@ -156,6 +156,18 @@ class JobConfig:
             raise InputError("label_column", "is required for training")
 
 
+def job_setting(config_path, flag_values, key):
+    """One [job] setting as the user gave it (flag, then TOML file; paths made
+    absolute), or its default: read before the mode is known."""
+    if key in flag_values:
+        return flag_values[key]
+    doc = load_toml(config_path) if config_path else {}
+    job = doc.get(JOB_TABLE, {})
+    if isinstance(job, dict) and key in job:
+        return relative_to(job[key], doc["__base__"]) if JOB_INDEX[key].path else job[key]
+    return JOB_INDEX[key].default
+
+
 def resolve(config_path, flag_values, registry=REGISTRY):
     """Defaults < TOML < flags (``flag_values`` holds only flags the user gave).
     Returns a :class:`JobConfig`; raises InputError on any bad setting."""
@@ -192,7 +204,7 @@ def resolve(config_path, flag_values, registry=REGISTRY):
             p = index.get(k)
             if p is None:
                 raise _unknown(k, table, mode, registry)
-            values[k] = _relative_to(v, base) if p.path else v
+            values[k] = relative_to(v, base) if p.path else v
             given.add(k)
     for k, v in flag_values.items():
         if k not in JOB_INDEX and mode.param(k) is None:

@@ -1,7 +1,9 @@
 """Files every mode writes: atomic writes and run summaries."""
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -35,6 +37,34 @@ def _sync_dir(folder):
         pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def replaced_folder(folder):
+    """Write a folder's new contents beside it, then swap: yields a staging
+    folder next to ``folder``; when the block ends without an error the old
+    ``folder`` (if any) gives way to the staging folder, else the staging
+    folder is removed and the old one stays as it was.  A model is never half
+    replaced: readers see the old folder or the new one (the swap is two
+    renames; between them, which takes microseconds, ``folder`` is absent)."""
+    folder = os.path.abspath(folder)
+    parent, name = os.path.split(folder)
+    os.makedirs(parent, exist_ok=True)
+    stage = tempfile.mkdtemp(dir=parent, prefix=f".{name}.new-")
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    old = None
+    if os.path.exists(folder):
+        old = tempfile.mkdtemp(dir=parent, prefix=f".{name}.old-")
+        os.rmdir(old)
+        os.replace(folder, old)
+    os.replace(stage, folder)
+    _sync_dir(parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_summary(path, summary):

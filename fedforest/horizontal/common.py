@@ -32,7 +32,7 @@ from ..data.io import read_table
 from ..errors import InputError
 from ..federation import protocol
 from ..federation.aggregate import client_metrics
-from ..federation.files import atomic_write, write_summary
+from ..federation.files import atomic_write, replaced_folder, write_summary
 from ..federation.metrics import class_scores
 from ..federation.mode import Param
 from ..federation.registry import get_mode
@@ -47,6 +47,7 @@ FORMAT_VERSION = 2           # 2: ID3 leaves marked with tree.format.LEAF (versi
 READABLE_VERSIONS = (1, 2)
 MISSING = "NA"               # the category of a missing value (ID3)
 MAX_CATEGORIES = 64          # distinct values a column may have in an ID3 job
+MIXED = "mixed"              # numeric columns as floats, text columns as codes: what every non-ID3 type does
 CART_DEFAULT_DEPTH = 5
 
 TRAIN_LOCAL = "train_local"  # server -> client: fit your own tree, send it
@@ -77,6 +78,14 @@ def check_model_folder(folder, cfg, what):
     """Refuse to replace a model already in ``folder`` unless ``overwrite``."""
     if os.path.isfile(os.path.join(folder, "model.json")) and not cfg.overwrite:
         raise InputError(what, f"{folder!r} already holds a model; use another model_dir or pass --overwrite")
+
+
+def job_seed(cfg):
+    """The job's seed: ``random_state`` when set, else a fresh one drawn from
+    the operating system (recorded in the summary, so a run can be repeated)."""
+    if cfg.random_state is not None:
+        return int(cfg.random_state)
+    return int(np.random.SeedSequence().entropy % (2 ** 31))
 
 
 def server_setup(comm, cfg, tree_type, task="classification"):
@@ -143,7 +152,7 @@ class ClientTable:
 
     def __init__(self, path, rank, label_column, id_column, need_label=True):
         what = client_what(rank)
-        df = read_table(path, None, what)
+        df = read_table(path, id_column, what, require_id=False)
         df.columns = [str(c) for c in df.columns]
         if need_label and label_column not in df.columns:
             raise InputError(what, f"{path!r} has no label column {label_column!r}")
@@ -165,9 +174,12 @@ class ClientTable:
             classes = sorted({text_of(v) for v in self.y})
         out = {"n_rows": int(self.X.shape[0]), "columns": list(self.X.columns), "kinds": kinds,
                "classes": classes}
-        if tree_type == "id3":
-            out["categories"] = [sorted({text_of(v) for v in self.X[c].dropna()})
-                                 + ([MISSING] if self.X[c].isna().any() else []) for c in self.X.columns]
+        # the category values of text columns (every column for ID3): the server
+        # numbers them once for the whole job
+        out["categories"] = [None if tree_type != "id3" and k == "numeric"
+                             else sorted({text_of(v) for v in self.X[c].dropna()})
+                             + ([MISSING] if self.X[c].isna().any() else [])
+                             for c, k in zip(self.X.columns, kinds)]
         return out
 
 
@@ -215,38 +227,44 @@ class Encoding:
         return np.array([codes[t] for t in text], dtype=np.int64)
 
     def features(self, X, what):
-        """Rows as floats (CART) or category codes (ID3; an unseen category is
-        coded -1 and handled by prediction as "no branch")."""
+        """Rows as a matrix in the job's encoding.
+
+        ID3: every column as category codes (int64; a category unseen in
+        training is coded -1 and handled by prediction as "no branch").
+        Other tree types: numeric columns as floats, text columns as the codes
+        of the job's sorted categories (float64; an unseen category is NaN and
+        follows a split's missing-value direction).  CART needs complete numeric
+        columns; XGBoost learns where missing values go."""
         missing = [c for c in self.columns if c not in X.columns]
         extra = [c for c in X.columns if c not in self.columns]
         if missing or extra:
             raise InputError(what, f"column set differs from the job's: missing {missing}, unexpected {extra}")
         X = X[self.columns]
-        if self.tree_type == "xgboost":  # numeric; missing values allowed, XGBoost learns where they go
-            try:
-                out = X.to_numpy(dtype=np.float64)
-            except (TypeError, ValueError):
-                raise InputError(what, "XGBoost needs numeric columns") from None
-            if np.isinf(out).any():
-                cols = [c for c, bad in zip(self.columns, np.isinf(out).any(axis=0)) if bad]
-                raise InputError(what, f"infinite values in {cols[:5]}")
+        categories = self.categories or [None] * len(self.columns)
+        if self.tree_type == "id3":
+            out = np.empty(X.shape, dtype=np.int64)
+            for j, (c, cats) in enumerate(zip(self.columns, categories)):
+                index = {v: i for i, v in enumerate(cats)}
+                out[:, j] = [index.get(MISSING if pd.isna(v) else text_of(v), -1) for v in X[c]]
             return out
-        if self.tree_type == "cart":
-            try:
-                out = X.to_numpy(dtype=np.float64)
-            except (TypeError, ValueError):
-                raise InputError(what, "tree_type 'cart' needs numeric columns") from None
-            if np.isnan(out).any():
-                cols = [c for c, bad in zip(self.columns, np.isnan(out).any(axis=0)) if bad]
-                raise InputError(what, f"missing values in {cols[:5]}: tree_type 'cart' needs complete "
-                                       "numeric columns (impute them, or use tree_type 'id3')")
-            return out
-        out = np.empty(X.shape, dtype=np.int64)
-        for j, (c, cats) in enumerate(zip(self.columns, self.categories)):
-            index = {v: i for i, v in enumerate(cats)}
+        out = np.empty(X.shape, dtype=np.float64)
+        for j, (c, cats) in enumerate(zip(self.columns, categories)):
             col = X[c]
-            text = [MISSING if pd.isna(v) else text_of(v) for v in col]
-            out[:, j] = [index.get(t, -1) for t in text]
+            if cats is not None:
+                index = {v: float(i) for i, v in enumerate(cats)}
+                out[:, j] = [index.get(MISSING if pd.isna(v) else text_of(v), np.nan) for v in col]
+                continue
+            values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+            bad = np.isnan(values) & col.notna().to_numpy()
+            if bad.any():
+                raise InputError(what, f"column {c!r} is numeric in this job but holds text such as "
+                                       f"{text_of(col[bad].iloc[0])!r}")
+            if np.isinf(values).any():
+                raise InputError(what, f"column {c!r} holds infinite values")
+            if np.isnan(values).any() and self.tree_type != "xgboost":
+                raise InputError(what, f"column {c!r} has missing values: the {self.tree_type!r} trees "
+                                       "need complete numeric columns (impute them, or use tree_type 'id3')")
+            out[:, j] = values
         return out
 
 
@@ -266,25 +284,25 @@ def agree(infos, tree_type, task="classification"):
     if task == "classification" and len(classes) < 2:
         raise InputError("labels", f"all clients together have only the class(es) {classes}; "
                                    "a classifier needs at least two")
-    if tree_type in ("cart", "xgboost"):
-        text = sorted({c for r in ranks for c, k in zip(infos[r]["columns"], infos[r]["kinds"])
-                       if k == "text"})
-        if text:
-            raise InputError("tree_type", f"{tree_type!r} needs numeric columns; text columns: {text[:5]} "
-                                          "(encode them as numbers" + (", or use tree_type 'id3')"
-                                                                      if tree_type == "cart" else ")"))
-        return Encoding(tree_type, columns, classes, task=task)
     categories = []
     for c in columns:
+        kinds = {infos[r]["kinds"][infos[r]["columns"].index(c)] for r in ranks}
+        if tree_type != "id3":
+            if len(kinds) > 1:
+                raise InputError("data", f"column {c!r} is numeric on some clients and text on others")
+            if kinds == {"numeric"}:
+                categories.append(None)
+                continue
         values = set()
         for r in ranks:
             values |= set(infos[r]["categories"][infos[r]["columns"].index(c)])
-        if len(values) > MAX_CATEGORIES:
+        if tree_type == "id3" and len(values) > MAX_CATEGORIES:
             raise InputError("tree_type", f"column {c!r} has {len(values)} distinct values; 'id3' takes "
-                                          f"at most {MAX_CATEGORIES} per column (discretize it, or use "
-                                          "tree_type 'cart')")
+                                          f"at most {MAX_CATEGORIES} per column (bin it into at most "
+                                          f"{MAX_CATEGORIES} ranges, or use tree_type 'cart')")
         categories.append(sorted(values - {MISSING}) + ([MISSING] if MISSING in values else []))
-    return Encoding("id3", columns, classes, categories)
+    return Encoding(tree_type, columns, classes, categories,
+                    task="classification" if tree_type == "id3" else task)
 
 
 # ---------------------------------------------------------------------------
@@ -345,7 +363,7 @@ def run_tree_server(comm, cfg, build):
     tree_type = cfg.tree_type
     infos, enc = server_setup(comm, cfg, tree_type)
     max_depth = tree_depth(cfg, enc)
-    seed = cfg.random_state if cfg.random_state is not None else 0
+    seed = job_seed(cfg)
     comm.bcast({"op": protocol.SETUP, "encoding": enc.to_dict(), "max_depth": max_depth, "seed": seed,
                 "mode": cfg.mode, "criterion": cfg.criterion or "gini"})
     rows = {r: infos[r]["n_rows"] for r in clients}
@@ -353,7 +371,7 @@ def run_tree_server(comm, cfg, build):
               f"({', '.join(f'client {r}: {rows[r]}' for r in clients)}), {enc.tree_type}, "
               f"max_depth {max_depth}")
     summary = {"mode": cfg.mode, "tree_type": enc.tree_type, "n_clients": len(clients),
-               "rows": rows, "max_depth": max_depth}
+               "rows": rows, "max_depth": max_depth, "random_state": seed}
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     tree, rules = build(comm, TreeJob(cfg, enc, infos, max_depth, seed, summary))
     final = comm.exchange({r: {"op": protocol.FINAL, "tree": tree, "rules": rules} for r in clients})
@@ -368,10 +386,11 @@ def run_tree_server(comm, cfg, build):
                 summary[f"{key}_{m}"] = v
     summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
     if tree is not None:
-        path = save_model(server_dir(cfg.model_dir), {
-            "mode": cfg.mode, "encoding": enc.to_dict(), "label_column": cfg.label_column,
-            "tree": tree, "summary": {k: v for k, v in summary.items() if k != "model_dirs"}})
-        summary["model_dirs"][0] = path
+        folder = server_dir(cfg.model_dir)
+        with replaced_folder(folder) as stage:
+            save_model(stage, {"mode": cfg.mode, "encoding": enc.to_dict(), "label_column": cfg.label_column,
+                               "tree": tree, "summary": {k: v for k, v in summary.items() if k != "model_dirs"}})
+        summary["model_dirs"][0] = os.path.join(folder, "model.json")
     summary["seconds"] = time.perf_counter() - t0
     if "test_accuracy" in summary or "train_accuracy" in summary:
         which = "test" if "test_accuracy" in summary else "train"
@@ -413,11 +432,12 @@ def run_tree_client(comm, cfg, handlers=None):
         if client.test is not None:
             reply["test"] = class_scores(client.test[1], tree_proba(tree, client.test[0]))
         folder = client_dir(cfg.model_dir, rank)
-        if msg.get("rules"):
-            save_rules(folder, msg["rules"])
-        save_model(folder, {"mode": client.setup["mode"], "encoding": client.enc.to_dict(),
-                            "label_column": cfg.label_column, "tree": tree, "client": rank,
-                            "metrics": reply})
+        with replaced_folder(folder) as stage:
+            if msg.get("rules"):
+                save_rules(stage, msg["rules"])
+            save_model(stage, {"mode": client.setup["mode"], "encoding": client.enc.to_dict(),
+                               "label_column": cfg.label_column, "tree": tree, "client": rank,
+                               "metrics": reply})
         reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
         return Done(folder, reply)
 
@@ -502,17 +522,27 @@ def save_rules(folder, rules):
     return path
 
 
+def client_folders(model_dir):
+    """The client folders of a job folder that hold a model, in rank order."""
+    if not os.path.isdir(model_dir):
+        return []
+    found = [d for d in os.listdir(model_dir) if d.startswith("client-") and d[7:].isdigit()
+             and os.path.isfile(os.path.join(model_dir, d, "model.json"))]
+    return [os.path.join(model_dir, d) for d in sorted(found, key=lambda d: int(d[7:]))]
+
+
 def model_file(model_dir):
-    """The model file of a job folder (server copy first) or of a client folder."""
+    """The model file of a job folder (the server's global model) or of one
+    client's folder.  A job whose clients keep their own models (no global
+    model) is refused with the client folders to use instead."""
     for cand in (os.path.join(model_dir, "server", "model.json"), os.path.join(model_dir, "model.json")):
         if os.path.isfile(cand):
             return cand
-    clients = sorted(d for d in os.listdir(model_dir) if d.startswith("client-")) \
-        if os.path.isdir(model_dir) else []
-    for d in clients:
-        cand = os.path.join(model_dir, d, "model.json")
-        if os.path.isfile(cand):
-            return cand
+    clients = client_folders(model_dir)
+    if clients:
+        raise InputError("model_dir", f"{model_dir!r} holds no global model: each client keeps its own "
+                                      f"({len(clients)} client folders); predict with one client's model, "
+                                      f"e.g. --model-dir {clients[0]}")
     raise InputError("model_dir", f"{model_dir!r} holds no horizontal model (model.json)")
 
 

@@ -203,6 +203,27 @@ def multiway(feature, child_start, child_count, child_value, child_node, value, 
     return tree
 
 
+def float32_thresholds(threshold):
+    """Float64 thresholds ``t'`` with ``x <= t'`` exactly when
+    ``float(np.float32(x)) <= t``, for every float64 ``x``: the test of a tree
+    learnt on float32 features (scikit-learn, XGBoost) applied to float64 rows.
+
+    ``np.float32(x)`` is at most ``f``, the largest float32 not above ``t``,
+    exactly when ``x`` lies below the midpoint of ``f`` and the next float32
+    (round to nearest), or on it when the tie rounds to ``f`` (``f`` even)."""
+    t = np.asarray(threshold, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = t.astype(np.float32)
+        f = np.where(f.astype(np.float64) > t, np.nextafter(f, np.float32(-np.inf)), f)
+        up = np.nextafter(f, np.float32(np.inf))
+        mid = (f.astype(np.float64) + up.astype(np.float64)) / 2.0
+        even = (f.view(np.uint32) & 1) == 0
+        out = np.where(even, mid, np.nextafter(mid, -np.inf))
+    # beyond the float32 range, and NaN, the threshold stays as it is
+    keep = ~np.isfinite(t) | ~np.isfinite(up) | ~np.isfinite(f)
+    return np.where(keep, t, out)
+
+
 def from_sklearn(estimator, n_classes):
     """A fitted scikit-learn ``DecisionTreeClassifier`` as a canonical binary tree.
 
@@ -210,8 +231,9 @@ def from_sklearn(estimator, n_classes):
     (possibly a subset); ``value`` holds class fractions with one column per
     code, ``n_node_samples`` the training rows per node, and ``missing_left``
     scikit-learn's direction of missing values.  Thresholds are scikit-learn's
-    float64 thresholds, learnt on float32 features: rows cast to float32 (and
-    back) are routed exactly as ``estimator.apply`` routes them."""
+    float64 thresholds learnt on float32 features; they are moved to the
+    float64 value that routes float64 rows exactly as ``estimator.apply`` routes
+    them after its cast to float32 (:func:`float32_thresholds`)."""
     from sklearn.tree import DecisionTreeClassifier  # costs a second: only here
 
     if not isinstance(estimator, DecisionTreeClassifier) or not hasattr(estimator, "tree_"):
@@ -228,7 +250,8 @@ def from_sklearn(estimator, n_classes):
     total = value.sum(axis=1, keepdims=True)
     value = np.divide(value, total, out=np.zeros_like(value), where=total > 0)
     missing = getattr(t, "missing_go_to_left", None)
-    return binary(t.children_left, t.children_right, t.feature, t.threshold, value,
+    threshold = np.where(t.children_left >= 0, float32_thresholds(t.threshold), t.threshold)
+    return binary(t.children_left, t.children_right, t.feature, threshold, value,
                   missing_left=missing, n_node_samples=t.n_node_samples)
 
 

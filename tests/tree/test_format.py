@@ -294,7 +294,9 @@ def test_from_sklearn_matches_apply_and_predict_proba():
     assert tree["children_left"].dtype == np.int32 and tree["feature"].dtype == np.int32
     assert tree["threshold"].dtype == np.float64 and tree["missing_left"].dtype == np.uint8
     assert tree["n_node_samples"].dtype == np.int64
-    assert np.array_equal(tree["threshold"], clf.tree_.threshold)
+    inner = clf.tree_.children_left >= 0
+    assert np.array_equal(tree["threshold"][inner], F.float32_thresholds(clf.tree_.threshold[inner]))
+    assert np.allclose(tree["threshold"], clf.tree_.threshold, rtol=1e-6)
     assert np.array_equal(tree["n_node_samples"], clf.tree_.n_node_samples)
     assert tree["missing_left"][tree["children_left"] >= 0].any()
     assert "child_count" not in tree
@@ -302,6 +304,28 @@ def test_from_sklearn_matches_apply_and_predict_proba():
     for data in (X, X_new):
         assert np.array_equal(F.apply(tree, data.astype(np.float64)), clf.apply(data))
         assert np.allclose(F.node_values(tree, data.astype(np.float64)), clf.predict_proba(data))
+
+
+def test_float64_rows_within_float32_rounding_of_a_threshold_go_where_sklearn_sends_them():
+    X = np.array([[1.0], [1.0], [2.0], [2.0]])
+    clf = DecisionTreeClassifier(random_state=0).fit(X, [0, 0, 1, 1])
+    assert clf.tree_.threshold[0] == 1.5
+    tree = F.from_sklearn(clf, 2)
+    rows = np.array([[1.5], [1.5 + 1e-9], [1.5 - 1e-9], [1.5 + 1e-7], [1.5000001], [np.nextafter(1.5, 2)]])
+    assert F.apply(tree, rows).tolist() == clf.apply(rows).tolist()
+    assert F.apply(tree, rows)[1] == clf.tree_.children_left[0]      # 1.5 + 1e-9 is 1.5 in float32: left
+
+
+def test_float32_thresholds_route_every_float64_as_its_float32_cast():
+    rng = np.random.default_rng(5)
+    t = np.concatenate([rng.normal(size=300), rng.normal(size=100) * 1e-30, [0.0, 1.5, 3e38, -3e38, np.inf]])
+    t = np.where(rng.random(t.size) < 0.5, t.astype(np.float32).astype(np.float64), t)
+    adjusted = F.float32_thresholds(t)
+    for ti, ai in zip(t, adjusted):
+        for x in (ai, np.nextafter(ai, np.inf), np.nextafter(ai, -np.inf), ti, ti + 1e-9, ti - 1e-9):
+            with np.errstate(over="ignore"):
+                cast = float(np.float32(x))
+            assert (x <= ai) == (cast <= ti), (ti, x)
 
 
 def test_from_sklearn_client_with_a_subset_of_the_classes():

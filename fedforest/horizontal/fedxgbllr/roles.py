@@ -24,10 +24,11 @@ import xgboost as xgb
 from ...errors import InputError
 from ...federation import protocol
 from ...federation.aggregate import client_metrics, fedavg, in_rank_order
-from ...federation.files import atomic_write, write_summary
+from ...federation.files import atomic_write, replaced_folder, write_summary
 from ...federation.metrics import class_scores
 from ...federation.rounds import Done, ask, serve
-from ..common import Encoding, client_dir, client_setup, log, server_dir, server_setup, write_model_doc
+from ..common import (Encoding, client_dir, client_setup, job_seed, log, server_dir, server_setup,
+                      write_model_doc)
 from . import DEFAULT_DEPTH, cnn
 
 SERVER = 0
@@ -126,7 +127,7 @@ def server_train(comm, cfg):
     T_req = cfg.xgb_trees // K
     setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "trees_per_client": T_req,
              "max_depth": cfg.max_depth or DEFAULT_DEPTH, "eta": float(cfg.xgb_eta),
-             "seed": cfg.random_state if cfg.random_state is not None else 0,
+             "seed": job_seed(cfg),
              "epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": float(cfg.cnn_lr)}
     comm.bcast(setup)
     rows = {r: infos[r]["n_rows"] for r in clients}
@@ -156,7 +157,7 @@ def server_train(comm, cfg):
     rounds = comm.rounds - rounds0
     server_bytes = comm.bytes_sent - sent0
     final = ask(comm, protocol.FINAL, {"params": params})
-    summary = {"mode": "fedxgbllr", "task": enc.task, "n_clients": K, "rows": rows,
+    summary = {"mode": "fedxgbllr", "task": enc.task, "n_clients": K, "rows": rows, "random_state": setup["seed"],
                "trees_per_client": T, "rounds": rounds, "train_loss_per_round": losses,
                "bytes_sent_per_client": {r: final[r]["bytes_sent"] for r in clients},
                "bytes_received_per_client": server_bytes / K,
@@ -233,14 +234,16 @@ def raw_ensembles(boosters):
 # Model files, prediction, explanation
 # ---------------------------------------------------------------------------
 def save_model(folder, enc, label_column, ensembles, params, extra):
-    """``model.json`` + ``ensemble-<k>.ubj`` (client order) + ``cnn.npz``, each written atomically."""
-    os.makedirs(folder, exist_ok=True)
-    for k, raw in enumerate(ensembles, start=1):
-        data = np.asarray(raw, dtype=np.uint8).tobytes()
-        atomic_write(os.path.join(folder, f"ensemble-{k}.ubj"), lambda fh, d=data: fh.write(d))
-    atomic_write(os.path.join(folder, "cnn.npz"), lambda fh: np.savez(fh, **params))
-    return write_model_doc(folder, dict(extra, mode="fedxgbllr", encoding=enc.to_dict(),
-                                        label_column=label_column, n_ensembles=len(ensembles)))
+    """``model.json`` + ``ensemble-<k>.ubj`` (client order) + ``cnn.npz``, written
+    beside ``folder`` and swapped in at once; returns the path of model.json."""
+    with replaced_folder(folder) as stage:
+        for k, raw in enumerate(ensembles, start=1):
+            data = np.asarray(raw, dtype=np.uint8).tobytes()
+            atomic_write(os.path.join(stage, f"ensemble-{k}.ubj"), lambda fh, d=data: fh.write(d))
+        atomic_write(os.path.join(stage, "cnn.npz"), lambda fh: np.savez(fh, **params))
+        write_model_doc(stage, dict(extra, mode="fedxgbllr", encoding=enc.to_dict(),
+                                    label_column=label_column, n_ensembles=len(ensembles)))
+    return os.path.join(os.path.abspath(folder), "model.json")
 
 
 def load_parts(doc, folder):
