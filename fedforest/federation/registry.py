@@ -20,6 +20,7 @@ BUILTIN = (
     "fedforest.horizontal.baselines",
     "fedforest.horizontal.federated_id3",
     "fedforest.horizontal.fedxgbllr",
+    "fedforest.horizontal.efdt",
     "fedforest.horizontal.fedga",
 )
 ENTRY_POINT_GROUP = "fedforest.modes"
