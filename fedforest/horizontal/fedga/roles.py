@@ -233,6 +233,7 @@ def server_train(comm, cfg):
                               structure.random_structures(rng, max(P - len(first), 0), depth, n_features,
                                                           cfg.leaf_ratio)])
     cache = {r: {} for r in clients}        # per client: structure key -> fitness
+    gene_type = np.int16 if n_features < 2 ** 15 else np.int32   # what a string weighs on the wire
     parents = parent_fit = None
     history = []
     fitted = 0
@@ -251,7 +252,7 @@ def server_train(comm, cfg):
         per_client = {}
         for r in active:
             todo = [kk for kk in unique if kk not in cache[r]]
-            msg = {"structures": np.array([unique[kk] for kk in todo], dtype=np.int32).reshape(-1, L),
+            msg = {"structures": np.array([unique[kk] for kk in todo], dtype=gene_type).reshape(-1, L),
                    "use_all": use_all}
             if r not in own:
                 msg["join"] = depth
