@@ -116,11 +116,11 @@ def main(argv=None):
              if k == "seconds_total" else None) for k in FIGURES]
     if "mpiexec" in out:
         rows += [(f"mpiexec {k}", out["mpiexec"][k], "", None) for k in FIGURES]
-    print_table(rows)
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)
     with open(RESULT, "w") as fh:
         json.dump(out, fh, indent=2, sort_keys=True)
-    log(f"wrote {RESULT}")
+    print_table(rows)
+    log(f"results in {RESULT}")
 
 
 if __name__ == "__main__":
