@@ -35,7 +35,7 @@ from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation import protocol
 from ..federation.aggregate import client_metrics
-from ..federation.files import atomic_write, write_summary
+from ..federation.files import atomic_write, replaced_folder, write_summary
 from ..federation.metrics import class_scores
 from ..federation.mode import HORIZONTAL, Mode, Param
 from ..federation.rounds import Done, ask, serve
@@ -416,11 +416,12 @@ def model_doc(cfg, enc, edges, schema, st, settings, mode=None):
 
 def save_efdt(folder, doc, st):
     """``folder/efdt_state.npz`` (the tree's statistics, for naive Bayes leaves
-    and explanations), then ``folder/model.json``; both written atomically."""
-    os.makedirs(folder, exist_ok=True)
+    and explanations) and ``folder/model.json``, written beside an older model
+    and swapped in together."""
     arrays = {k: np.asarray(v) for k, v in st.items() if k not in ("dcounts", "dnijk")}
-    atomic_write(os.path.join(folder, STATE_FILE), lambda fh: np.savez(fh, **arrays))
-    save_model(folder, doc)
+    with replaced_folder(folder) as stage:
+        atomic_write(os.path.join(stage, STATE_FILE), lambda fh: np.savez(fh, **arrays))
+        save_model(stage, doc)
     return folder
 
 

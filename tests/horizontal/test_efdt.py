@@ -172,6 +172,16 @@ def test_client_with_zero_rows(tmp_path):
     assert not (tmp_path / "m-syn-delta").exists()
 
 
+def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
+    paths, _, _ = _clients(tmp_path, n=600)
+    first = _run(paths, tmp_path, rounds=5)
+    before = os.path.getmtime(os.path.join(first["model_dirs"][0], "model.json"))
+    with pytest.raises((InputError, RemoteError), match="already holds a model"):
+        _run(paths, tmp_path, rounds=5)
+    assert os.path.getmtime(os.path.join(first["model_dirs"][0], "model.json")) == before
+    _run(paths, tmp_path, rounds=5, overwrite=True)
+
+
 @pytest.mark.parametrize("opts,match", [
     ({"strategy": "mean"}, "strategy: must be one of"),
     ({"merge": "sum"}, "merge: must be one of"),
