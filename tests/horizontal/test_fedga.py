@@ -328,9 +328,9 @@ def test_ibm_noise_shares_sum_to_one_laplace_and_split_choice():
     tree = tree_format.binary([-1], [-1], [-2], [-2.0], [[0.5, 0.5]])
     total = sum(noisy_counts(rng, X, np.array([0]), tree, [0], 2, 2, 2.0, 4) for _ in range(4))
     many = np.concatenate([sum(noisy_counts(rng, X, np.array([0]), tree, [0], 2, 2, 2.0, 4)
-                               for _ in range(4)).ravel() for _ in range(3000)])
+                               for _ in range(4)).ravel() for _ in range(1500)])
     assert total.shape == (1, 1, 2, 2)
-    assert abs(np.var(many - np.tile([4, 0, 0, 0], 3000)) - 2 * 2.0 ** 2) < 0.8   # Laplace(2): var 8
+    assert abs(np.var(many - np.tile([4, 0, 0, 0], 1500)) - 2 * 2.0 ** 2) < 0.8   # Laplace(2): var 8
     hist = np.zeros((2, 3, 2))
     hist[0] = [[10, 10], [10, 10], [10, 10]]                       # column 0 says nothing
     hist[1] = [[20, 0], [0, 5], [0, 15]]                           # column 1 splits at code 0

@@ -42,7 +42,7 @@ def server_train(comm, cfg):
     name = cfg.mode
     clients, infos, enc, setup = start_server(comm, cfg, name)
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
-    summary = {"mode": name, "task": enc.task, "n_clients": len(clients),
+    summary = {"mode": name, "task": enc.task, "n_clients": len(clients), "random_state": setup["seed"],
                "rows": {r: infos[r]["n_rows"] for r in clients}}
     common = {}
     if name == "fedga_central":

@@ -18,12 +18,12 @@ import numpy as np
 from ...errors import InputError
 from ...federation import protocol
 from ...federation.aggregate import client_metrics
-from ...federation.files import write_summary
+from ...federation.files import replaced_folder, write_summary
 from ...federation.rounds import Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
 from ...tree.rules import NUMERIC
-from ..common import (MIXED, client_dir, client_setup, client_what, explain as tree_explain, log,
+from ..common import (MIXED, client_dir, client_setup, client_what, explain as tree_explain, job_seed, log,
                       save_model, server_setup)
 from . import ga, n_active
 
@@ -142,9 +142,10 @@ class ClientRows:
             reply["test_rows"] = int(self.test[0].shape[0])
         reply.update(extra or {})
         folder = client_dir(self.cfg.model_dir, self.rank)
-        save_model(folder, {"mode": self.setup["mode"], "encoding": enc.to_dict(),
-                            "label_column": self.cfg.label_column, "tree": tree, "client": self.rank,
-                            "bin_edges": self.edges, "metrics": reply})
+        with replaced_folder(folder) as stage:      # the old model gives way only to a complete new one
+            save_model(stage, {"mode": self.setup["mode"], "encoding": enc.to_dict(),
+                               "label_column": self.cfg.label_column, "tree": tree, "client": self.rank,
+                               "bin_edges": self.edges, "metrics": reply})
         reply.update(model_dir=folder, bytes_sent=self.comm.bytes_sent - self.bytes0)
         return Done(folder, reply)
 
@@ -161,7 +162,7 @@ def start_server(comm, cfg, name, extra=None):
                                              "cross-validation folds (cv_folds)")
     v = cfg.values
     setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "mode": name,
-             "seed": cfg.random_state if cfg.random_state is not None else 0,
+             "seed": job_seed(cfg),
              "binning": bool(v.get("binning", name == "ibm_tree")) and is_classification(enc),
              "n_bins": v.get("n_bins", 5), "min_depth": v.get("min_depth", 1),
              "max_depth": v.get("max_depth"), "cv_folds": v.get("cv_folds", 5)}
@@ -208,6 +209,7 @@ def server_train(comm, cfg):
     k = n_active(cfg.participation, len(clients))
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     summary = {"mode": "fedga", "task": enc.task, "n_clients": len(clients), "population_size": P,
+               "random_state": setup["seed"],
                "generations": cfg.generations, "active_per_generation": k,
                "rows": {r: infos[r]["n_rows"] for r in clients}}
 
