@@ -1,8 +1,10 @@
 """The transport seen by algorithms: encrypted messages between the master
 (rank 0) and the parties (ranks 1..K), with failure propagation.
 
-A message is a dict whose numpy-array values travel as raw buffers and whose
-other values (small control data) are pickled into a short header.  Every
+A message is a dict whose numpy arrays (at any depth) travel as raw buffers
+and whose other values (small control data: numbers, text, lists, tuples,
+dicts, bytes) go in a data-only JSON header (:func:`encode`); a broadcast is
+encoded once.  Every
 message is sealed with the AES-256-GCM channel of its (sender, receiver) pair,
 established by an X25519 exchange in :meth:`Comm.handshake`.
 
@@ -14,7 +16,6 @@ remote traceback, instead of hanging.  The runner then stops every rank.
 import abc
 import json
 import os
-import pickle
 import struct
 import time
 import traceback
@@ -64,6 +65,22 @@ class RawTransport(abc.ABC):
     def probe(self, src, tag):
         """The source rank of a waiting message from ``src`` (-1: any) with ``tag``, or None."""
 
+    def recv_any(self, sources, tag, poll=None):
+        """Receive one message with ``tag`` from whichever of ``sources`` sends
+        first; returns ``(source, data)``."""
+        n = 0
+        while True:
+            for s in sources:
+                if self.probe(s, tag) is not None:
+                    return s, self.recv_bytes(s, tag)
+            self.progress()
+            if getattr(self, "aborted", False):
+                raise JobAborted(f"rank {self.rank}: job stopped")
+            n += 1
+            if poll is not None and n % 8 == 0:
+                poll()
+            time.sleep(0.0002 if n < 1000 else 0.001)
+
     @abc.abstractmethod
     def abort(self, code):
         """Stop every rank of the job with exit code ``code``."""
@@ -76,51 +93,145 @@ class RawTransport(abc.ABC):
 
 
 _ALIGN = 16
+_MAGIC = b"FFW1"        # wire format 1: magic, header length, JSON header, aligned array buffers
 
 
 def _aligned(n):
     return -(-n // _ALIGN) * _ALIGN
 
 
+class WireError(ProtocolError):
+    """A message that is not a valid fedforest message."""
+
+
+def _to_header(v, arrays):
+    """A value as JSON data: arrays become references to buffers, containers
+    and bytes become tagged lists (a JSON list in the header is always a tag)."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            raise WireError(f"an array of dtype {v.dtype} cannot travel as a buffer")
+        arrays.append(np.ascontiguousarray(v))
+        return ["A", len(arrays) - 1]
+    if isinstance(v, dict):
+        return ["D", [[_to_header(k, arrays), _to_header(x, arrays)] for k, x in v.items()]]
+    if isinstance(v, list):
+        return ["L", [_to_header(x, arrays) for x in v]]
+    if isinstance(v, tuple):
+        return ["T", [_to_header(x, arrays) for x in v]]
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        arrays.append(np.frombuffer(bytes(v), dtype=np.uint8))
+        return ["B", len(arrays) - 1]
+    raise WireError(f"a value of type {type(v).__name__} cannot travel in a message")
+
+
+def _from_header(v, arrays):
+    if not isinstance(v, list):
+        if isinstance(v, dict):
+            raise WireError("malformed header")
+        return v
+    if len(v) != 2 or not isinstance(v[0], str):
+        raise WireError("malformed header")
+    tag, body = v
+    if tag in ("A", "B"):
+        if not isinstance(body, int) or not 0 <= body < len(arrays):
+            raise WireError("malformed array reference")
+        return arrays[body] if tag == "A" else arrays[body].tobytes()
+    if not isinstance(body, list):
+        raise WireError("malformed header")
+    if tag == "L":
+        return [_from_header(x, arrays) for x in body]
+    if tag == "T":
+        return tuple(_from_header(x, arrays) for x in body)
+    if tag == "D":
+        out = {}
+        for item in body:
+            if not isinstance(item, list) or len(item) != 2:
+                raise WireError("malformed header")
+            key = _from_header(item[0], arrays)
+            if not isinstance(key, (str, int, float, bool, tuple)) and key is not None:
+                raise WireError("malformed dict key")
+            out[key] = _from_header(item[1], arrays)
+        return out
+    raise WireError(f"unknown value tag {tag!r}")
+
+
 def encode(msg):
-    """Serialize a message dict: small pickled header + raw array buffers, each
-    starting at a 16-byte aligned offset."""
+    """Serialize a message: a data-only JSON header (values, containers, and
+    for each array its dtype and shape) followed by the raw array buffers, each
+    at a 16-byte aligned offset.  Nothing in a message can make the receiver
+    run code (no pickle)."""
     arrays = []
-    ctl = {}
-    for k, v in msg.items():
-        if isinstance(v, np.ndarray):
-            arrays.append((k, np.ascontiguousarray(v)))
-        else:
-            ctl[k] = v
-    header = pickle.dumps((ctl, [(k, a.dtype.str, a.shape) for k, a in arrays]), protocol=5)
-    off = _aligned(8 + len(header))
-    total = off + sum(_aligned(a.nbytes) for _, a in arrays)
+    body = _to_header(msg, arrays)
+    specs = [[a.dtype.str, list(a.shape)] for a in arrays]
+    header = json.dumps([body, specs], separators=(",", ":"), allow_nan=True).encode("utf-8")
+    off = _aligned(12 + len(header))
+    total = off + sum(_aligned(a.nbytes) for a in arrays)
     out = bytearray(total)
-    struct.pack_into("<Q", out, 0, len(header))
-    out[8:8 + len(header)] = header
+    out[:4] = _MAGIC
+    struct.pack_into("<Q", out, 4, len(header))
+    out[12:12 + len(header)] = header
     view = memoryview(out)
-    for _, a in arrays:
+    for a in arrays:
         n = a.nbytes
         view[off:off + n] = a.reshape(-1).view(np.uint8)
         off += _aligned(n)
     return out
 
 
+def _dtype(text):
+    if not isinstance(text, str):
+        raise WireError("malformed array dtype")
+    try:
+        dtype = np.dtype(text)
+    except TypeError:
+        raise WireError(f"unknown array dtype {text!r}") from None
+    if dtype.hasobject:
+        raise WireError(f"array dtype {text!r} is not plain data")
+    return dtype
+
+
 def decode(data):
     """Inverse of :func:`encode`; arrays are views into ``data`` (a writable
-    buffer whose start is suitably aligned) when possible, else copies."""
-    (hlen,) = struct.unpack_from("<Q", data, 0)
-    ctl, specs = pickle.loads(data[8:8 + hlen])
-    off = _aligned(8 + hlen)
-    msg = dict(ctl)
-    for k, dt, shape in specs:
-        dtype = np.dtype(dt)
+    buffer whose start is suitably aligned) when possible, else copies.  A
+    malformed message raises :class:`WireError`."""
+    if len(data) < 12 or bytes(data[:4]) != _MAGIC:
+        raise WireError("not a fedforest message (wrong magic)")
+    (hlen,) = struct.unpack_from("<Q", data, 4)
+    if 12 + hlen > len(data):
+        raise WireError("truncated message header")
+    try:
+        body, specs = json.loads(bytes(data[12:12 + hlen]).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, TypeError):
+        raise WireError("malformed message header") from None
+    if not isinstance(specs, list):
+        raise WireError("malformed message header")
+    off = _aligned(12 + hlen)
+    arrays = []
+    for spec in specs:
+        if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[1], list)
+                and all(isinstance(d, int) and d >= 0 for d in spec[1])):
+            raise WireError("malformed array spec")
+        dtype = _dtype(spec[0])
+        shape = tuple(spec[1])
         count = int(np.prod(shape)) if shape else 1
+        if off + count * dtype.itemsize > len(data):
+            raise WireError("truncated message body")
         arr = np.frombuffer(data, dtype=dtype, count=count, offset=off).reshape(shape)
         if not (arr.flags.writeable and arr.flags.aligned):
             arr = arr.copy()
-        msg[k] = arr
+        arrays.append(arr)
         off += _aligned(count * dtype.itemsize)
+    msg = _from_header(body, arrays)
+    if not isinstance(msg, dict):
+        raise WireError("a message must be a dict")
     return msg
 
 
@@ -172,7 +283,10 @@ class Comm:
 
     # -- point to point -------------------------------------------------------
     def send(self, dest, msg):
-        ct = self.channels[dest].seal(encode(msg))
+        self._send_encoded(dest, encode(msg))
+
+    def _send_encoded(self, dest, data):
+        ct = self.channels[dest].seal(data)
         if self._tamper and self._tamper == (self.rank, dest, self.channels[dest].sent - 1):
             ct = bytearray(ct)
             ct[len(ct) // 2] ^= 0x01
@@ -180,27 +294,40 @@ class Comm:
         self.messages_sent += 1
         self.raw.send_bytes(dest, ct, TAG_DATA, poll=self._poll_errors if self.is_master else None)
 
-    def recv(self, src):
-        poll = None
-        if self.is_master:
-            poll = self._poll_errors
-            if self.reply_timeout:
-                deadline = time.monotonic() + self.reply_timeout
+    def _waiting_poll(self, sources):
+        """What a waiting rank checks now and then: the master, error reports
+        and its ``reply_timeout`` (naming the silent ranks)."""
+        if not self.is_master:
+            return None
+        if not self.reply_timeout:
+            return self._poll_errors
+        deadline = time.monotonic() + self.reply_timeout
 
-                def poll():
-                    self._poll_errors()
-                    if time.monotonic() > deadline:
-                        raise FedForestError(f"rank {src} sent nothing for {self.reply_timeout:g} s "
-                                             "(reply_timeout); it may be stuck")
-        data = self.raw.recv_bytes(src, TAG_DATA, poll=poll)
-        return decode(self.channels[src].open(data))
+        def poll():
+            self._poll_errors()
+            if time.monotonic() > deadline:
+                who = ", ".join(str(r) for r in sources)
+                raise FedForestError(f"rank {who} sent nothing for {self.reply_timeout:g} s "
+                                     "(reply_timeout); it may be stuck")
+        return poll
+
+    def _open(self, src, data):
+        try:
+            return decode(self.channels[src].open(data))
+        except ProtocolError as exc:
+            raise ProtocolError(f"rank {src} sent a malformed message: {exc}") from None
+
+    def recv(self, src):
+        data = self.raw.recv_bytes(src, TAG_DATA, poll=self._waiting_poll([src]))
+        return self._open(src, data)
 
     # -- collectives driven by the master --------------------------------------
     def bcast(self, msg):
         """Master: send the same message to every party.  Party: receive it."""
         if self.is_master:
+            data = encode(msg)          # encoded once, sealed with each party's own channel key
             for c in self.clients:
-                self.send(c, msg)
+                self._send_encoded(c, data)
             return msg
         return self.recv(MASTER)
 
@@ -210,10 +337,18 @@ class Comm:
             self.send(c, m)
 
     def gather(self, ranks=None):
-        """Master: one reply from each listed party (default all), as {rank: msg}."""
+        """Master: one reply from each listed party (default all), as {rank: msg}
+        in rank order; replies are taken in the order they arrive, so a slow
+        party does not hold up receiving (and decrypting) the others."""
         ranks = self.clients if ranks is None else list(ranks)
         self.rounds += 1
-        return {c: self.recv(c) for c in ranks}
+        pending = list(ranks)
+        got = {}
+        while pending:
+            src, data = self.raw.recv_any(pending, TAG_DATA, poll=self._waiting_poll(pending))
+            pending.remove(src)
+            got[src] = self._open(src, data)
+        return {c: got[c] for c in ranks}
 
     def gather_each(self, ranks=None):
         """Master: like :meth:`gather` (one round), but yields ``(rank, msg)`` as

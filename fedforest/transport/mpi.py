@@ -78,6 +78,23 @@ class MPITransport(RawTransport):
         self.comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=tag)
         return buf
 
+    def recv_any(self, sources, tag, poll=None):
+        status = MPI.Status()
+        found = []
+
+        def ready():
+            self._progress()
+            for s in sources:
+                if self.comm.Iprobe(source=s, tag=tag, status=status):
+                    found.append(s)
+                    return True
+            return False
+
+        _wait(ready, poll)
+        buf = bytearray(status.Get_count(MPI.BYTE))
+        self.comm.Recv([buf, MPI.BYTE], source=found[0], tag=tag)
+        return found[0], buf
+
     def probe(self, src, tag):
         status = MPI.Status()
         source = MPI.ANY_SOURCE if src < 0 else src

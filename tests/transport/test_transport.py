@@ -5,7 +5,7 @@ import pytest
 from fedforest.crypto.channel import SecureChannel
 from fedforest.crypto.keys import KeyPair, pair_keys
 from fedforest.errors import ChannelError, RemoteError
-from fedforest.transport.base import decode, encode
+from fedforest.transport.base import WireError, decode, encode
 from fedforest.transport.inprocess import run_inprocess
 
 
@@ -68,6 +68,99 @@ def test_encode_decode_keeps_arrays_and_control_values():
         assert out[k].dtype == msg[k].dtype and out[k].shape == msg[k].shape
         assert np.array_equal(out[k], msg[k])
         assert out[k].flags.writeable and out[k].flags.aligned
+
+
+def test_nested_values_keep_their_types_and_arrays_travel_as_buffers():
+    tree = {"feature": np.array([0, -2, -2], dtype=np.int32), "value": np.eye(3)}
+    msg = {"op": "final", "tree": tree, "trees": [tree, None], "pair": (1, "a", 2.5), 3: "int key",
+           "raw": b"\x00\x01", "n": np.int64(7), "x": np.float32(0.5), "flag": np.bool_(True),
+           "nan": float("nan"), "by_rank": {1: [0.5], 2: {"deep": np.arange(3)}}}
+    data = encode(msg)
+    assert bytes(data[:4]) == b"FFW1"
+    out = decode(data)
+    assert np.array_equal(out["tree"]["value"], np.eye(3)) and out["tree"]["feature"].dtype == np.int32
+    assert np.array_equal(out["trees"][0]["feature"], tree["feature"]) and out["trees"][1] is None
+    assert out["pair"] == (1, "a", 2.5) and out[3] == "int key" and out["raw"] == b"\x00\x01"
+    assert type(out["n"]) is int and out["n"] == 7 and type(out["x"]) is float and out["flag"] is True
+    assert np.isnan(out["nan"])
+    assert out["by_rank"][1] == [0.5] and np.array_equal(out["by_rank"][2]["deep"], np.arange(3))
+    # array contents never pass through the header
+    assert b"deep" in data and np.arange(3).tobytes() in bytes(data)
+
+
+@pytest.mark.parametrize("value", [object(), {1, 2}, np.array([{}, 1], dtype=object), lambda: 0])
+def test_values_that_are_not_data_are_refused_when_sent(value):
+    with pytest.raises(WireError, match="cannot travel"):
+        encode({"op": "x", "v": value})
+
+
+def _frame(header, body=b""):
+    import json
+    import struct
+    h = json.dumps(header).encode()
+    out = b"FFW1" + struct.pack("<Q", len(h)) + h
+    return bytearray(out + b"\0" * (-len(out) % 16) + body)
+
+
+@pytest.mark.parametrize("data,match", [
+    (bytearray(b"\x80\x05\x95" + b"\0" * 40), "wrong magic"),          # a pickle is not a message
+    (_frame([["D", []], [["|O", [1]]]], b"\0" * 16), "not plain data"),
+    (_frame([["D", []], [["<f8", [100]]]], b"\0" * 16), "truncated message body"),
+    (_frame([["A", 5], []]), "malformed array reference"),
+    (_frame([["X", []], []]), "unknown value tag"),
+    (_frame([["L", [1]], []]), "a message must be a dict"),
+    (bytearray(b"FFW1" + b"\xff" * 8 + b"{}"), "truncated message header"),
+])
+def test_malformed_messages_are_refused_with_a_clear_error(data, match):
+    with pytest.raises(WireError, match=match):
+        decode(data)
+
+
+def _slow_first_party(comm):
+    import time
+    comm.handshake()
+    msg = comm.recv(0)
+    if comm.rank == 1:
+        time.sleep(0.4)
+    comm.send(0, {"rank": comm.rank, "x": msg["x"]})
+
+
+def test_gather_takes_replies_as_they_arrive_and_returns_them_in_rank_order(monkeypatch):
+    from fedforest.transport.base import Comm
+    opened = []
+    original = Comm._open
+
+    def spy(self, src, data):
+        if self.rank == 0:
+            opened.append(src)
+        return original(self, src, data)
+
+    monkeypatch.setattr(Comm, "_open", spy)
+
+    def master(comm):
+        comm.handshake()
+        comm.bcast({"op": "go", "x": np.arange(4)})
+        return comm.gather()
+
+    out, comms = run_inprocess(3, master, _slow_first_party)
+    assert list(out) == [1, 2, 3] and [m["rank"] for m in out.values()] == [1, 2, 3]
+    assert opened[-1] == 1 and sorted(opened[-3:]) == [1, 2, 3]   # the slow party came last
+    assert all(np.array_equal(m["x"], np.arange(4)) for m in out.values())
+
+
+def test_a_broadcast_is_encoded_once(monkeypatch):
+    import fedforest.transport.base as base
+    calls = []
+    original = base.encode
+    monkeypatch.setattr(base, "encode", lambda msg: calls.append(msg.get("op")) or original(msg))
+
+    def master(comm):
+        comm.handshake()
+        comm.bcast({"op": "go", "x": np.arange(4)})
+        return comm.gather()
+
+    run_inprocess(4, master, _slow_first_party)
+    assert calls.count("go") == 1
 
 
 def _echo_master(comm):
