@@ -470,6 +470,15 @@ def test_bad_settings(tmp_path, opts, match):
     assert not os.path.exists(tmp_path / "fedga")
 
 
+def test_default_population_smaller_than_clients(tmp_path):
+    paths = [str(tmp_path / f"c{k}.csv") for k in range(21)]
+    with pytest.raises(InputError, match=r"population_size: must be at least the number of clients \(21\), "
+                                         r"got 20"):
+        run_horizontal(paths, mode="fedga", task="classification", label_column="y",
+                       model_dir=str(tmp_path / "m"))
+    assert not os.path.exists(tmp_path / "m")
+
+
 def test_bad_data(tmp_path):
     paths, tests = _clients(tmp_path, n=120)
     pd.read_csv(paths[0]).iloc[:2].to_csv(paths[0], index=False)

@@ -24,6 +24,7 @@ from ...errors import InputError
 from ...federation.mode import HORIZONTAL, Mode, Param
 
 DEPTH_LIMIT = 20
+CLASSIFICATION_POPULATION, REGRESSION_POPULATION = 20, 40
 
 _DEPTH_RANGE = (
     Param("min_depth", 2, (Interval(int, 1, DEPTH_LIMIT),), "smallest depth the clients' cross-validation tries"),
@@ -94,8 +95,10 @@ def _check(cfg):
     if "participation" in cfg.values and n_active(cfg.participation, cfg.n_parties) < 1:
         raise InputError("participation", f"must leave at least one active client of {cfg.n_parties}, "
                                           f"got {cfg.participation}")
-    size = cfg.values.get("population_size")
-    if size is not None and size < cfg.n_parties:
+    size = cfg.values.get("population_size", 0)
+    if size is None:          # the default of the task
+        size = {"classification": CLASSIFICATION_POPULATION, "regression": REGRESSION_POPULATION}.get(cfg.task)
+    if size and size < cfg.n_parties:
         raise InputError("population_size", f"must be at least the number of clients ({cfg.n_parties}), "
                                              f"got {size}")
 

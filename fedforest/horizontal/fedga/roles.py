@@ -25,13 +25,12 @@ from ...tree import structure
 from ...tree.rules import NUMERIC
 from ..common import (MIXED, client_dir, client_setup, client_what, explain as tree_explain, job_seed, log,
                       save_model, server_setup)
-from . import ga, n_active
+from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, ga, n_active
 
 PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size
 STRUCTURE = "structure"      # server -> client: the global depth; send your CART structure (and votes)
 EVALUATE = "evaluate"        # server -> client: fit these structures and send their fitness
 
-CLASSIFICATION_POPULATION, REGRESSION_POPULATION = 20, 40
 
 
 # ---------------------------------------------------------------------------
