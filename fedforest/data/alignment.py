@@ -7,10 +7,11 @@ in a common order.
 """
 import numpy as np
 
-from ..crypto.channel import SecureChannel
+from cryptography.exceptions import InvalidTag
+
 from ..crypto.ids import hash_ids
-from ..crypto.keys import KeyPair, pair_keys, random_secret
-from ..errors import InputError
+from ..crypto.keys import KeyPair, random_secret, seal_to
+from ..errors import ChannelError, InputError
 from ..transport.base import expect
 
 MASTER = 0
@@ -36,7 +37,7 @@ def master_align(comm, cfg, n_rows_by_party):
                       **{f"pub{r}": pubs[r] for r in others}})
     sealed = comm.recv(first)
     for r in others:
-        comm.send(r, {"op": GROUP_MEMBER, "lead": first, "lead_public": pubs[first],
+        comm.send(r, {"op": GROUP_MEMBER, "lead": first,
                       "sealed": sealed[f"sealed{r}"]})
     digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": HASH_IDS} for r in parties}).items()}
     index = {}
@@ -55,25 +56,31 @@ def master_align(comm, cfg, n_rows_by_party):
     return len(order), lost
 
 
+def _group_info(lead, member):
+    return b"fedforest/v1/group-secret/%d->%d" % (lead, member)
+
+
 def party_align(comm, rank, ids):
     kp = KeyPair()
     expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
     msg = comm.recv(MASTER)
     if msg["op"] == GROUP_LEAD:
+        # the lead draws the ID secret and seals it to each other party's key (HPKE):
+        # the master relays the boxes but cannot open them
         secret = random_secret()
-        out = {}
-        for r in msg["peers"]:
-            key, _ = pair_keys(kp, msg[f"pub{r}"].tobytes(), rank, r, b"group")
-            out[f"sealed{r}"] = np.frombuffer(SecureChannel(rank, r, key, key).seal(secret), dtype=np.uint8)
+        out = {f"sealed{r}": np.frombuffer(seal_to(msg[f"pub{r}"].tobytes(), secret, _group_info(rank, r)),
+                                           dtype=np.uint8)
+               for r in msg["peers"]}
         comm.send(MASTER, out)
     else:
         expect(msg, GROUP_MEMBER)
-        # the lead sealed with its send key, which is this party's receive key
         lead = msg["lead"]
-        _, recv_key = pair_keys(kp, msg["lead_public"].tobytes(), rank, lead, b"group")
-        secret = SecureChannel(rank, lead, recv_key, recv_key).open(msg["sealed"].tobytes())
+        try:
+            secret = kp.open_sealed(msg["sealed"].tobytes(), _group_info(lead, rank))
+        except InvalidTag:
+            raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
+                                           "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
     comm.send(MASTER, {"digests": hash_ids(ids, secret)})
     return expect(comm.recv(MASTER), ALIGN)["positions"]
-

@@ -1,0 +1,95 @@
+"""HPKE boxes for the parties' shared ID secret, and the alignment that uses them."""
+import numpy as np
+import pytest
+from cryptography.exceptions import InvalidTag
+
+from fedforest.crypto.keys import KeyPair, seal_to
+from fedforest.data import alignment
+
+
+def test_a_sealed_box_opens_only_with_its_key_and_its_info():
+    a, b = KeyPair(), KeyPair()
+    box = seal_to(a.public, b"s" * 32, b"fedforest/v1/group-secret/1->2")
+    assert a.open_sealed(box, b"fedforest/v1/group-secret/1->2") == b"s" * 32
+    assert seal_to(a.public, b"s" * 32, b"x") != seal_to(a.public, b"s" * 32, b"x")   # fresh each time
+    with pytest.raises(InvalidTag):
+        b.open_sealed(box, b"fedforest/v1/group-secret/1->2")          # another party's key
+    with pytest.raises(InvalidTag):
+        a.open_sealed(box, b"fedforest/v1/group-secret/1->3")          # re-addressed by the relay
+    bad = bytearray(box)
+    bad[-1] ^= 1
+    with pytest.raises(InvalidTag):
+        a.open_sealed(bytes(bad), b"fedforest/v1/group-secret/1->2")
+
+
+class _Relay:
+    """What a party sees of the master during alignment: the master's messages
+    are scripted; ``tamper`` alters the sealed box on its way."""
+
+    def __init__(self, script, tamper=False):
+        self.script, self.sent, self.tamper = list(script), [], tamper
+
+    def recv(self, src):
+        msg = self.script.pop(0)
+        return msg(self.sent) if callable(msg) else msg
+
+    def send(self, dst, msg):
+        self.sent.append(msg)
+
+
+def _run_two_parties(tamper=False):
+    ids = np.array(["a", "b", "c"])
+    lead = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS},
+                   {"op": alignment.ALIGN, "positions": np.arange(3)}])
+    member = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS},
+                     {"op": alignment.ALIGN, "positions": np.arange(3)}])
+    # both parties publish their keys first: run each up to that point by hand
+    import threading
+    results = {}
+
+    def party(relay, rank):
+        try:
+            alignment.party_align(relay, rank, ids)
+            results[rank] = relay.sent[-1]["digests"]
+        except Exception as exc:  # noqa: BLE001
+            results[rank] = exc
+
+    lead.script[1] = lambda sent: {"op": alignment.GROUP_LEAD, "peers": [2],
+                                   "pub2": _wait_public(member)}
+
+    def member_msg(sent):
+        box = _wait_box(lead).copy()
+        if tamper:
+            box[5] ^= 1
+        return {"op": alignment.GROUP_MEMBER, "lead": 1, "sealed": box}
+    member.script[1] = member_msg
+    threads = [threading.Thread(target=party, args=(lead, 1)), threading.Thread(target=party, args=(member, 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return results
+
+
+def _wait_public(relay):
+    import time
+    while not relay.sent:
+        time.sleep(0.001)
+    return relay.sent[0]["public"]
+
+
+def _wait_box(relay):
+    import time
+    while len(relay.sent) < 2:
+        time.sleep(0.001)
+    return relay.sent[1]["sealed2"]
+
+
+def test_parties_agree_on_the_id_secret_the_master_only_relays():
+    out = _run_two_parties()
+    assert np.array_equal(out[1], out[2])              # same keyed hashes: the same secret
+
+
+def test_a_box_altered_by_the_relay_is_refused_naming_both_parties():
+    out = _run_two_parties(tamper=True)
+    assert "from rank 1 to rank 2" in str(out[2]) and "failed authentication" in str(out[2])
