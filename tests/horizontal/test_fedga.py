@@ -398,7 +398,7 @@ def test_fedga_classification_run_models_predict_explain(tmp_path, capsys):
     assert "fedga model" in text and "bin codes" in text
 
 
-def test_fedga_regression_votes_and_predict(tmp_path):
+def test_fedga_regression_votes_predict_explain(tmp_path, capsys):
     paths, tests = _clients(tmp_path, "regression")
     s = _run(paths, tests, tmp_path, task="regression", population_size=12)
     assert s["task"] == "regression" and len(s["population"]) == 12
@@ -410,6 +410,12 @@ def test_fedga_regression_votes_and_predict(tmp_path):
                  "--output", out]) == 0
     pred = pd.read_csv(out)["prediction"].to_numpy()
     assert np.mean((pred - pd.read_csv(tests[0])["y"]) ** 2) == pytest.approx(s["test_metrics"][1]["mse"])
+    capsys.readouterr()
+    assert main(["explain", "--model-dir", s["model_dirs"][1], "--data", tests[0], "--row", "3"]) == 0
+    text = capsys.readouterr().out
+    rules = [line for line in text.splitlines() if line.strip().startswith("rule ")]
+    assert "(regression, " in text and len(rules) == s["decision_nodes"][1] + 1
+    assert "row 3 is decided by rule" in text
 
 
 def test_partial_participation_and_late_joiners(tmp_path):
