@@ -152,22 +152,33 @@ def split_merit(block, kind, value, real, crit):
 
 @njit(cache=True)
 def best_feature_split(block, numeric, real, binary, crit):
-    """The best split of one feature: (merit, kind, value); merit -inf when none."""
+    """The best split of one feature: (merit, kind, value); merit -inf when none.
+    One pass over the codes: running left counts (LE) or each code against the
+    rest (EQ), same merits as :func:`split_merit`."""
+    if not numeric and not binary:
+        return split_merit(block, MULTI, -1, real, crit), MULTI, -1
+    C = block.shape[1]
+    total = np.zeros(C)
+    for j in range(block.shape[0]):
+        for k in range(C):
+            total[k] += block[j, k]
+    left = np.zeros(C)
+    best, best_v = -np.inf, -1
     if numeric:
-        best, best_v = -np.inf, -1
         for v in range(real - 1):
-            m = split_merit(block, LE, v, real, crit)
+            for k in range(C):
+                left[k] += block[v, k]
+            m = _two_way(left, total, crit)
             if m > best:
                 best, best_v = m, v
         return best, LE, best_v
-    if binary:
-        best, best_v = -np.inf, -1
-        for v in range(block.shape[0]):
-            m = split_merit(block, EQ, v, real, crit)
-            if m > best:
-                best, best_v = m, v
-        return best, EQ, best_v
-    return split_merit(block, MULTI, -1, real, crit), MULTI, -1
+    for v in range(block.shape[0]):
+        for k in range(C):
+            left[k] = block[v, k]
+        m = _two_way(left, total, crit)
+        if m > best:
+            best, best_v = m, v
+    return best, EQ, best_v
 
 
 @njit(cache=True)
@@ -263,6 +274,7 @@ def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth,
                 for k in range(C):
                     counts[nd, k] += nijk[node, j, k]
     meta[1] += m
+    meta[2] += 1
     feature[node] = f
     kindarr[node] = kind
     value[node] = v
@@ -349,6 +361,7 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
                 if gain > eps or (eps < tau and gain > tau / 2.0):
                     if f < 0:                   # the split no longer pays: the node becomes a leaf
                         kind[node] = LEAF_KIND
+                        meta[2] += 1
                         feature[node] = _LEAF
                         value[node] = -1
                         first[node] = -1
@@ -484,8 +497,10 @@ class EFDT:
                                 LEAF_PREDICTIONS[leaf_prediction], float(bool(binary_split)),
                                 -1 if max_depth is None else max_depth], dtype=np.float64)
         self._alloc(max(capacity, 1), max(capacity, 2))
-        self.meta = np.array([1, 0], dtype=np.int64)
+        self.meta = np.array([1, 0, 0], dtype=np.int64)   # nodes, children, structure version
         self.a["feature"][0] = tree_format.LEAF
+        self._clean = 0          # structure version of the last compaction
+        self._walk = (-1, None)  # (structure version, export) of the last prediction
 
     def _alloc(self, nodes, pool):
         S, C = int(self.schema.offsets[-1]), self.n_classes
@@ -547,6 +562,9 @@ class EFDT:
         return np.array(order, dtype=np.int64)
 
     def _compact(self):
+        if self.meta[2] == self._clean:
+            return
+        self._clean = int(self.meta[2])
         order = self._order()
         a = self.a
         if order.size == self.meta[0] and np.array_equal(order, np.arange(order.size)):
@@ -556,7 +574,7 @@ class EFDT:
         for k in NODE_INT + NODE_FLOAT + STAT_KEYS:
             a[k][:n] = st[k]
         a["child"][:p] = st["child"]
-        self.meta[:] = (n, p)
+        self.meta[:2] = (n, p)
 
     def state(self, deltas=True):
         """The tree as compact arrays (breadth-first node order); without the
@@ -575,14 +593,28 @@ class EFDT:
         for k in NODE_INT + NODE_FLOAT + ("counts", "nijk"):
             self.a[k][:n] = st[k]
         self.a["child"][:p] = st["child"]
-        self.meta[:] = (n, p)
+        self.meta[0], self.meta[1] = n, p
+        self.meta[2] += 1
+        self._clean = int(self.meta[2])
         return self
 
     def export(self):
         return export(self.state(deltas=False), self.schema)
 
     def predict_proba(self, codes):
-        return state_proba(self.state(deltas=False), self.schema, codes, self.settings["leaf_prediction"])
+        """Class probabilities of coded rows (as :func:`state_proba`); the export
+        the walk needs is rebuilt only when the structure changed."""
+        self._compact()
+        if self._walk[0] != self.meta[2]:
+            st = {k: self.a[k][:self.n_nodes] for k in NODE_INT + ("counts",)}
+            st["child"] = self.a["child"][:self.meta[1]]
+            self._walk = (int(self.meta[2]), export(st, self.schema))
+        codes = np.ascontiguousarray(codes, dtype=np.int32)
+        node = tree_format.apply(self._walk[1], codes.astype(np.float64))
+        a = self.a
+        return leaf_proba_kernel(codes, node, a["counts"], a["nijk"], a["mc_ok"], a["nb_ok"],
+                                 a["kind"] == LEAF_KIND, self.schema.offsets,
+                                 LEAF_PREDICTIONS[self.settings["leaf_prediction"]])
 
 
 def state_of(a, order):
