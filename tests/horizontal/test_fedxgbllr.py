@@ -128,7 +128,8 @@ def test_different_feature_sets(tmp_path):
 def test_different_label_sets_use_the_union(tmp_path):
     paths, tests = _clients(tmp_path, "multiclass", drop_class_on=2)
     s = _run(paths, tests, tmp_path, xgb_trees=30)
-    assert s["test_accuracy"] > 0.4
+    truth = pd.concat([pd.read_csv(t) for t in tests])["y"]
+    assert s["test_accuracy"] >= truth.value_counts(normalize=True).max() + 0.1   # beats a constant
     with np.load(os.path.join(s["model_dirs"][2], "cnn.npz")) as z:
         assert z["V"].shape[0] == 3  # every class of the job has an output
 

@@ -204,7 +204,10 @@ def test_exchange_counts_rounds_and_bytes():
     out, comms = run_inprocess(2, _echo_master, _ok_party)
     assert np.array_equal(out[2]["y"], np.arange(3) * 2)
     assert comms[0].rounds == 2
-    assert comms[0].bytes_sent > 0
+    # every message is its frame plus the 16-byte GCM tag, nothing else
+    sent = [{"op": "ping", "x": np.arange(r + 1)} for r in (1, 2)] + [{"op": "stop"}] * 2
+    assert comms[0].bytes_sent == sum(len(encode(m)) + 16 for m in sent)
+    assert comms[0].messages_sent == 4
 
 
 @pytest.mark.parametrize("tamper,sender,receiver", [((0, 2, 0), 0, 2), ((1, 0, 0), 1, 0)])

@@ -334,7 +334,7 @@ def test_foreign_key_with_forged_fingerprint(tmp_path, monkeypatch):
                        match="another key|not a valid value|public key changed"):
         run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
-    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("tree_*"))
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("tree-*.npz"))
 
 
 class _Forged(P.PublicKey):
