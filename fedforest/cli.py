@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from .errors import InputError
+from .version import __version__
 from .federation.config import JOB_PARAMS, job_setting, parse_flag_value, resolve
 from .federation.registry import REGISTRY
 
@@ -128,7 +129,28 @@ def _mode_in_file(config):
     return isinstance(job, dict) and "mode" in job
 
 
+# what predict reads; every other setting describes training and is the model's
+PREDICT_SETTINGS = {"mode", "n_parties", "data", "id_column", "model_dir", "output", "summary_json",
+                    "reply_timeout", "progress", "verbose", "quiet", "result_party", "predict_method"}
+
+
+def _predict_summary_path(path):
+    """predict keeps the training summary of the job file: its own goes beside it."""
+    import os
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-predict{ext or '.json'}"
+
+
 def cmd_predict(args):
+    training = sorted(k for k in _flags(args) if k not in PREDICT_SETTINGS)
+    if training:
+        flags = ", ".join("--" + k.replace("_", "-") for k in training)
+        what = "is a training setting" if len(training) == 1 else "are training settings"
+        raise InputError("predict", f"{flags} {what}; predict uses the model's own (retrain to change it)")
+    if "summary_json" not in _flags(args):
+        trained = job_setting(args.config, {}, "summary_json")
+        if trained:
+            args.summary_json = _predict_summary_path(trained)
     if "mode" not in _flags(args) and not _mode_in_file(args.config):
         # the model knows its mode: --mode is needed only to override it
         mode = model_mode(job_setting(args.config, _flags(args), "model_dir"))
@@ -185,8 +207,12 @@ def cmd_modes(args):
 
 def cmd_evaluate(args):
     from .federation.metrics import evaluate_files, format_metrics
-    metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task)
+    metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task,
+                             positive_class=args.positive_class)
     print(format_metrics(metrics))
+    if args.json:
+        from .federation.files import write_summary
+        write_summary(args.json, metrics)
     return 0
 
 
@@ -219,6 +245,7 @@ def build_parser():
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__, allow_abbrev=False,
                                      formatter_class=raw, epilog="modes:\n" + _mode_list())
+    parser.add_argument("--version", action="version", version=f"fedforest {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
                        help="train a model of the chosen mode (under mpiexec -n K+1)",
@@ -242,6 +269,9 @@ def build_parser():
     p.add_argument("--label-column", required=True, help="name of the label column in --truth")
     p.add_argument("--task", choices=["classification", "regression"], default=None,
                    help="default: guessed from the predictions file (proba_ columns)")
+    p.add_argument("--positive-class", default=None,
+                   help="the class whose F1 is reported for two classes (default: the last in sorted order)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
     p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("explain", help="print a horizontal model as rules (and the rule of one row)")
     p.add_argument("--model-dir", required=True, help="the job's model_dir, or one client's folder in it")
@@ -279,5 +309,15 @@ def main(argv=None):
     try:
         return args.func(args)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if _launcher_rank() == 0:      # under mpiexec every rank fails alike: one says so
+            print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _launcher_rank():
+    """This process's rank as the MPI launcher or SLURM sets it (0 outside a job)."""
+    import os
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0

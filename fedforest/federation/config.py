@@ -49,7 +49,8 @@ JOB_PARAMS = (
     Param("summary_json", None, (None, str), "the server writes its run summary (JSON) here", path=True),
     Param("reply_timeout", None, (None, Interval(numbers.Real, 0, closed="neither")),
           "seconds the server waits for one message before naming the silent rank (none: no limit)"),
-    Param("progress", True, (bool,), "show progress bars"),
+    Param("progress", None, (None, bool),
+          "show progress bars (none: only when the output is a terminal, so batch logs stay clean)"),
     Param("verbose", False, (bool,), "print remote tracebacks with errors"),
     Param("quiet", False, (bool,), "no progress bars or summary lines"),
 )
@@ -217,6 +218,8 @@ def resolve(config_path, flag_values, registry=REGISTRY):
                                      f"{mode.name!r} does not use it")
     for p in JOB_PARAMS + tuple(mode.params):
         check(p.name, values[p.name], p.constraints)
+    if values["progress"] is None:
+        values["progress"] = sys.stderr.isatty()
     cfg = JobConfig(mode, values, given)
     if mode.check is not None:
         mode.check(cfg)

@@ -6,7 +6,9 @@ from ..data.io import read_table
 from ..errors import InputError
 
 
-def evaluate_files(predictions, truth, id_column, label_column, task=None):
+def evaluate_files(predictions, truth, id_column, label_column, task=None, positive_class=None):
+    """Metrics of a predictions file (``prediction`` and, for classification,
+    ``proba_<class>`` columns) against the labels of ``truth``, joined by ID."""
     pred = read_table(predictions, id_column, "predictions")
     true = read_table(truth, id_column, "truth")
     if label_column not in true.columns:
@@ -23,10 +25,14 @@ def evaluate_files(predictions, truth, id_column, label_column, task=None):
     if joined.empty:
         raise InputError("evaluate", "no ID of the predictions file has a label in the truth file")
     y_true, y_pred = joined[label_column], joined["prediction"]
+    proba = None
     if task == "classification":
         y_true, y_pred = y_true.map(_text), y_pred.map(_text)
-    return compute_metrics(y_true.to_numpy(), y_pred.to_numpy(), task,
-                           n_missing=len(pred) - len(joined))
+        columns = [c for c in pred.columns if c.startswith("proba_")]
+        if columns:
+            proba = (np.array([c[len("proba_"):] for c in columns]), joined[columns].to_numpy(dtype=float))
+    return compute_metrics(y_true.to_numpy(), y_pred.to_numpy(), task, n_missing=len(pred) - len(joined),
+                           proba=proba, positive_class=positive_class)
 
 
 def _text(v):
@@ -36,7 +42,12 @@ def _text(v):
     return str(v)
 
 
-def compute_metrics(y_true, y_pred, task, n_missing=0):
+def compute_metrics(y_true, y_pred, task, n_missing=0, proba=None, positive_class=None):
+    """Accuracy and F1 (binary F1 of ``positive_class``, by default the last
+    class in sorted order, which is named in the result; macro-F1 for more
+    classes), and with ``proba`` = ``(class names, probabilities)`` ROC AUC
+    (one-vs-rest macro for more classes) and log-loss; R², RMSE and MAE for
+    regression."""
     from sklearn import metrics as skm  # a second to import: only where used
     out = {"task": task, "rows": int(len(y_true))}
     if n_missing:
@@ -44,11 +55,28 @@ def compute_metrics(y_true, y_pred, task, n_missing=0):
     if task == "classification":
         yt = np.asarray(y_true).astype(str)
         yp = np.asarray(y_pred).astype(str)
-        labels = np.unique(np.concatenate([yt, yp]))
+        names = None if proba is None else [str(c) for c in proba[0]]
+        labels = np.unique(np.concatenate([yt, yp] + ([np.array(names)] if names else [])))
         out["accuracy"] = float(skm.accuracy_score(yt, yp))
-        average = "binary" if labels.size == 2 else "macro"
-        pos = labels[-1] if average == "binary" else 1
-        out[f"f1_{average}"] = float(skm.f1_score(yt, yp, average=average, pos_label=pos))
+        if labels.size == 2:
+            pos = labels[-1] if positive_class is None else _text(positive_class)
+            if pos not in labels:
+                raise InputError("positive_class", f"{pos!r} is not a class; classes: {labels.tolist()}")
+            out["positive_class"] = pos
+            out["f1_binary"] = float(skm.f1_score(yt, yp, average="binary", pos_label=pos))
+        else:
+            out["f1_macro"] = float(skm.f1_score(yt, yp, average="macro", labels=labels, zero_division=0))
+        if proba is not None:
+            P = np.clip(proba[1], 0.0, 1.0)
+            known = np.isin(yt, names)
+            if known.all() and len(np.unique(yt)) > 1:
+                if len(names) == 2:
+                    k = names.index(out.get("positive_class", names[-1]))
+                    out["roc_auc"] = float(skm.roc_auc_score(yt == names[k], P[:, k]))
+                else:
+                    P = P / np.maximum(P.sum(axis=1, keepdims=True), 1e-300)
+                    out["roc_auc"] = float(skm.roc_auc_score(yt, P, multi_class="ovr", labels=names))
+                out["log_loss"] = float(skm.log_loss(yt, P, labels=names))
     else:
         yt = np.asarray(y_true, dtype=float)
         yp = np.asarray(y_pred, dtype=float)

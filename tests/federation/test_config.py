@@ -83,7 +83,7 @@ def test_flags_override_the_file(tmp_path):
     ({"mode": "icdta4fl", "tree_type": "xgboost"}, r"tree_type: must be one of 'cart', 'id3'"),
     ({"mode": "fedxgbllr", "cnn_lr": 0}, r"cnn_lr: must be"),
     ({"reply_timeout": 0}, r"reply_timeout: must be None or a number > 0"),
-    ({"progress": 1}, r"progress: must be true or false, got 1"),
+    ({"progress": 1}, r"progress: must be None or true or false, got 1"),
     ({"data": []}, r"data: must be None or a list of file paths"),
 ])
 def test_values_are_checked_against_their_constraints(options, match):

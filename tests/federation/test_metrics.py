@@ -1,7 +1,9 @@
 """Client scores in numpy against scikit-learn's."""
 import numpy as np
+import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
+from fedforest.errors import InputError
 from fedforest.federation.metrics import accuracy, class_scores, macro_f1
 
 
@@ -20,3 +22,51 @@ def test_class_scores_use_the_argmax_of_the_distributions():
     s = class_scores(np.array([0, 1, 1]), proba)
     assert np.isclose(s["accuracy"], 2 / 3)
     assert np.isclose(s["f1"], f1_score([0, 1, 1], [0, 1, 0], average="macro"))
+
+
+def _prediction_files(tmp_path, classes=("no", "yes"), n=200, seed=0):
+    import pandas as pd
+    rng = np.random.default_rng(seed)
+    truth = rng.choice(classes, n, p=[0.7] + [0.3 / (len(classes) - 1)] * (len(classes) - 1))
+    P = rng.dirichlet(np.ones(len(classes)), n)
+    P[np.arange(n), np.searchsorted(classes, truth)] += 0.8       # informative, not perfect
+    P /= P.sum(axis=1, keepdims=True)
+    ids = [f"{i:04d}" for i in range(n)]
+    pred = pd.DataFrame({"id": ids, "prediction": np.array(classes)[P.argmax(axis=1)]})
+    for k, c in enumerate(classes):
+        pred[f"proba_{c}"] = P[:, k]
+    pred.to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame({"id": ids, "y": truth}).to_csv(tmp_path / "t.csv", index=False)
+    return truth, P, pred["prediction"].to_numpy()
+
+
+def test_evaluate_names_the_positive_class_and_adds_auc_and_log_loss(tmp_path):
+    from sklearn import metrics as skm
+    from fedforest.federation.metrics import evaluate_files
+    truth, P, pred = _prediction_files(tmp_path)
+    m = evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t.csv"), "id", "y")
+    assert m["positive_class"] == "yes"
+    assert m["f1_binary"] == pytest.approx(skm.f1_score(truth, pred, pos_label="yes"))
+    assert m["roc_auc"] == pytest.approx(skm.roc_auc_score(truth == "yes", P[:, 1]))
+    assert m["log_loss"] == pytest.approx(skm.log_loss(truth, P, labels=["no", "yes"]))
+    other = evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t.csv"), "id", "y", positive_class="no")
+    assert other["positive_class"] == "no"
+    assert other["f1_binary"] == pytest.approx(skm.f1_score(truth, pred, pos_label="no"))
+    assert other["f1_binary"] != pytest.approx(m["f1_binary"])
+    assert other["roc_auc"] == pytest.approx(m["roc_auc"])   # AUC of one class is AUC of the other
+    with pytest.raises(InputError, match="positive_class: 'maybe' is not a class"):
+        evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t.csv"), "id", "y", positive_class="maybe")
+
+
+def test_evaluate_multiclass_auc_and_json_output(tmp_path):
+    import json
+    from sklearn import metrics as skm
+    from fedforest.cli import main
+    truth, P, pred = _prediction_files(tmp_path, classes=("a", "b", "c"))
+    assert main(["evaluate", "--predictions", str(tmp_path / "p.csv"), "--truth", str(tmp_path / "t.csv"),
+                 "--label-column", "y", "--json", str(tmp_path / "m.json")]) == 0
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert "positive_class" not in m
+    assert m["f1_macro"] == pytest.approx(skm.f1_score(truth, pred, average="macro"))
+    assert m["roc_auc"] == pytest.approx(skm.roc_auc_score(truth, P, multi_class="ovr", labels=["a", "b", "c"]))
+    assert m["log_loss"] == pytest.approx(skm.log_loss(truth, P, labels=["a", "b", "c"]))

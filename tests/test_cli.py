@@ -1,0 +1,42 @@
+"""What the command line shows a user: version, settings predict refuses, the
+training summary kept by predict, progress bars only on a terminal."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+from sklearn.datasets import make_classification
+
+from fedforest.version import __version__
+
+from _util import ROOT, mpirun, party_frames, write_job
+
+
+def test_version():
+    proc = subprocess.run([sys.executable, "-m", "fedforest", "--version"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"fedforest {__version__}"
+
+
+def test_vertical_predict_keeps_the_training_summary_and_refuses_training_flags(tmp_path):
+    X, y = make_classification(200, 4, random_state=0)
+    frames = party_frames(np.round(X, 3), y, [[0, 1], [2, 3]])
+    job = write_job(str(tmp_path), frames, "classification", n_estimators=3, extra='summary_json = "train.json"')
+    text = open(job).read().replace("progress = false\n", "")    # the default: bars only on a terminal
+    open(job, "w").write(text)
+    proc = mpirun(3, ["train", "--config", job])
+    assert proc.returncode == 0, proc.stderr
+    assert "training trees" not in proc.stderr          # no progress bar into a file or pipe
+    trained = (tmp_path / "train.json").read_text()
+    paths = [str(tmp_path / f"party{p}.csv") for p in (1, 2)]
+    proc = mpirun(3, ["predict", "--config", job, "--data", *paths, "--output", str(tmp_path / "p.csv"),
+                      "--n-estimators", "9", "--max-depth", "2"])
+    assert proc.returncode == 2
+    assert proc.stderr.count("error:") == 1
+    assert "--max-depth, --n-estimators are training settings; predict uses the model's own" in proc.stderr
+    assert not (tmp_path / "p.csv").exists()
+    proc = mpirun(3, ["predict", "--config", job, "--data", *paths, "--output", str(tmp_path / "p.csv")])
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "train.json").read_text() == trained          # the training summary is kept
+    predicted = json.loads((tmp_path / "train-predict.json").read_text())
+    assert predicted["method"] == "oneshot" and predicted["n_rows"] == 200
