@@ -178,6 +178,10 @@ def main():
         rows.append((f"aggregation_seconds_per_round ({strategy}, 4 clients)", a["aggregation_seconds_per_round"],
                      "", None))
     print_table(rows)
+    save(out)
+
+
+def save(out):
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)
     with open(RESULT, "w") as fh:
         json.dump(out, fh, indent=2, sort_keys=True)
