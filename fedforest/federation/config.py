@@ -94,6 +94,10 @@ def load_toml(path):
             doc = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise InputError("config", f"{path!r} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError("config", f"{path!r} is not UTF-8 text (a TOML file is)") from None
+    except OSError as exc:
+        raise InputError("config", f"cannot read {path!r}: {exc.strerror}") from None
     doc["__base__"] = os.path.dirname(os.path.abspath(path))
     return doc
 

@@ -14,6 +14,7 @@ after each tree (the checkpoint), so ``n_trees`` counts only complete trees.
 import json
 import os
 import shutil
+import zipfile
 
 import numpy as np
 
@@ -65,8 +66,8 @@ def read_trees(folder, n_trees, what="model"):
         try:
             with np.load(path, allow_pickle=False) as z:
                 trees.append({k: z[k] for k in z.files})
-        except (OSError, ValueError) as exc:
-            raise InputError(what, f"cannot read tree file {path!r}: {exc}") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise InputError(what, f"cannot read tree file {path!r}: {exc or type(exc).__name__}") from None
     return trees
 
 
