@@ -51,7 +51,7 @@ from fedforest.tree import hoeffding as ht  # noqa: E402
 RESULT = os.path.join(ROOT, "experiments", "results", "bench_efdt.json")
 DATA = os.path.join(ROOT, "..", "shared", "data")
 CHUNK = 100
-RIVER_DEFAULT_ROWS = 10_000
+RIVER_DEFAULT_ROWS = 2_000
 OFF = 10 ** 9
 N_BINS = 32
 

@@ -203,24 +203,30 @@ def best_split(stats, offsets, numeric, real, binary, crit):
 @njit(cache=True)
 def nb_scores(nijk, counts, node, row, offsets, out):
     """log P(k) + sum_i log P(x_i | k) at ``node`` (Laplace-smoothed counts;
-    a code outside the feature, such as -1 for an unseen category, is skipped)."""
+    a code outside the feature, such as -1 for an unseen category, is skipped).
+    The factors are multiplied and their product logged whenever it gets small
+    (one log per few dozen features instead of one per feature)."""
     C = counts.shape[1]
     F = offsets.shape[0] - 1
     n = 0.0
     for k in range(C):
         n += counts[node, k]
     for k in range(C):
-        out[k] = math.log((counts[node, k] + 1.0) / (n + C))
-    for k in range(C):
         nk = 0.0
         for j in range(offsets[0], offsets[1]):
             nk += nijk[node, j, k]
+        acc = math.log((counts[node, k] + 1.0) / (n + C))
+        prod = 1.0
         for f in range(F):
             width = offsets[f + 1] - offsets[f]
             code = row[f]
             if code < 0 or code >= width:
                 continue
-            out[k] += math.log((nijk[node, offsets[f] + code, k] + 1.0) / (nk + width))
+            prod *= (nijk[node, offsets[f] + code, k] + 1.0) / (nk + width)
+            if prod < 1e-150:
+                acc += math.log(prod)
+                prod = 1.0
+        out[k] = acc + math.log(prod)
 
 
 @njit(cache=True)
