@@ -147,6 +147,20 @@ def text_of(v):
 
 
 
+def distinct_texts(col):
+    """The distinct non-missing values of a column as texts (:func:`text_of`)."""
+    return {text_of(v) for v in pd.unique(col.dropna())}
+
+
+def category_codes(col, index, unseen):
+    """Codes of a column's values in ``index`` (text -> code); a missing value
+    takes the code of :data:`MISSING`, a value not in ``index`` ``unseen``.
+    Vectorised: each distinct value is looked up once."""
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    lookup = np.array([index.get(text_of(u), unseen) for u in uniques] + [index.get(MISSING, unseen)])
+    return lookup[codes]          # the sentinel -1 picks the last entry: missing
+
+
 class ClientTable:
     """One client's rows: features (DataFrame) and labels."""
 
@@ -177,7 +191,7 @@ class ClientTable:
         # the category values of text columns (every column for ID3): the server
         # numbers them once for the whole job
         out["categories"] = [None if tree_type != "id3" and k == "numeric"
-                             else sorted({text_of(v) for v in self.X[c].dropna()})
+                             else sorted(distinct_texts(self.X[c]))
                              + ([MISSING] if self.X[c].isna().any() else [])
                              for c, k in zip(self.X.columns, kinds)]
         return out
@@ -244,15 +258,13 @@ class Encoding:
         if self.tree_type == "id3":
             out = np.empty(X.shape, dtype=np.int64)
             for j, (c, cats) in enumerate(zip(self.columns, categories)):
-                index = {v: i for i, v in enumerate(cats)}
-                out[:, j] = [index.get(MISSING if pd.isna(v) else text_of(v), -1) for v in X[c]]
+                out[:, j] = category_codes(X[c], {v: i for i, v in enumerate(cats)}, -1)
             return out
         out = np.empty(X.shape, dtype=np.float64)
         for j, (c, cats) in enumerate(zip(self.columns, categories)):
             col = X[c]
             if cats is not None:
-                index = {v: float(i) for i, v in enumerate(cats)}
-                out[:, j] = [index.get(MISSING if pd.isna(v) else text_of(v), np.nan) for v in col]
+                out[:, j] = category_codes(col, {v: float(i) for i, v in enumerate(cats)}, np.nan)
                 continue
             values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
             bad = np.isnan(values) & col.notna().to_numpy()
