@@ -84,7 +84,7 @@ def test_tree_outputs_sum_to_xgboost_margin():
     margin = booster.predict(xgb.DMatrix(X), output_margin=True)
     S = fedxgbllr.tree_outputs([booster], X)
     assert S.shape == (200, 10)
-    assert np.ptp(margin - S.sum(axis=1)) < 1e-5  # the difference is the constant base score
+    assert np.ptp(margin - S.sum(axis=1)) < 1e-6  # the difference is the constant base score
 
 
 def test_bytes_do_not_grow_with_rows(tmp_path):
@@ -161,3 +161,20 @@ def test_bad_settings(tmp_path, opts, match):
     paths, _ = _clients(tmp_path)
     with pytest.raises(InputError, match=match):
         _run(paths, None, tmp_path, **opts)
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_leaf_values_from_the_model_json_equal_xgboosts_tree_table(tmp_path, task):
+    paths, _ = _clients(tmp_path, task)
+    df = pd.read_csv(paths[0])
+    enc = Encoding("xgboost", [f"x{j}" for j in range(6)], sorted(df["y"].unique()), task="classification")
+    X, y = enc.features(df.drop(columns="y"), "c"), enc.labels(df["y"], "c")
+    booster = fedxgbllr.load_booster(fedxgbllr.train_ensemble(X, y, enc, 12, 4, 0.3, 0))
+    table = booster.trees_to_dataframe()
+    leaves = table[table["Feature"] == "Leaf"]
+    values = fedxgbllr.leaf_values(booster)
+    assert values.shape[0] == table["Tree"].nunique()
+    # the table is a decimal dump; the JSON holds the float32 values themselves
+    assert np.allclose(values[leaves["Tree"], leaves["Node"]], leaves["Gain"].to_numpy(), rtol=1e-6, atol=1e-7)
+    inner = table[table["Feature"] != "Leaf"]
+    assert not values[inner["Tree"], inner["Node"]].any()

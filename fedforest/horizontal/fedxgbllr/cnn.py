@@ -34,7 +34,9 @@ def _blocks(X, params):
 def forward(params, X):
     """Logits / predictions (N, out) and the cache for :func:`backward`."""
     Xb = _blocks(X, params)                                       # (N, K, T)
-    Z = np.einsum("nkt,ct->nck", Xb, params["W"]) + params["b"][None, :, None]
+    N, K, T = Xb.shape
+    Z = (Xb.reshape(N * K, T) @ params["W"].T).reshape(N, K, -1).transpose(0, 2, 1)   # (N, C, K)
+    Z = Z + params["b"][None, :, None]
     A = np.maximum(Z, 0.0)                                        # (N, C, K)
     F = A.reshape(A.shape[0], -1)                                 # channel-major flatten
     out = F @ params["V"].T + params["c"]
@@ -63,7 +65,8 @@ def loss_and_grad(params, X, y, task):
         d_out = (2.0 * r / n)[:, None]
     grads = {"V": d_out.T @ F, "c": d_out.sum(axis=0)}
     dZ = (d_out @ params["V"]).reshape(Z.shape) * (Z > 0)
-    grads["W"] = np.einsum("nck,nkt->ct", dZ, Xb)
+    C, T = params["W"].shape
+    grads["W"] = dZ.transpose(1, 0, 2).reshape(C, -1) @ Xb.reshape(-1, T)
     grads["b"] = dZ.sum(axis=(0, 2))
     return float(loss), grads
 

@@ -15,6 +15,7 @@ For multiclass tasks XGBoost grows one tree per class per boosting round;
 "trees" counts those trees, so a client runs ``T // C`` rounds (at least one)
 and the CNN sees ``T`` outputs per client ensemble.
 """
+import json
 import os
 import time
 
@@ -78,12 +79,26 @@ def tree_outputs(boosters, X):
     cols = []
     for booster in boosters:
         leaves = booster.predict(dm, pred_leaf=True).astype(np.int64).reshape(X.shape[0], -1)
-        df = booster.trees_to_dataframe()
-        leaf = df[df["Feature"] == "Leaf"]
-        values = np.zeros((int(df["Tree"].max()) + 1, int(df["Node"].max()) + 1))
-        values[leaf["Tree"].to_numpy(), leaf["Node"].to_numpy()] = leaf["Gain"].to_numpy()
+        values = leaf_values(booster)
         cols.append(values[np.arange(values.shape[0])[None, :], leaves])
     return np.hstack(cols) if cols else np.empty((X.shape[0], 0))
+
+
+def leaf_values(booster):
+    """``values[tree, node]``: the output of each leaf of the booster's trees
+    (0 at inner nodes), read from the model's JSON once per booster."""
+    cached = getattr(booster, "_fedforest_leaf_values", None)
+    if cached is not None:
+        return cached
+    trees = json.loads(bytes(booster.save_raw("json")))["learner"]["gradient_booster"]["model"]["trees"]
+    width = max(len(t["left_children"]) for t in trees)
+    values = np.zeros((len(trees), width))
+    for t in trees:
+        left = np.asarray(t["left_children"])
+        leaf = np.flatnonzero(left == -1)
+        values[int(t["id"]), leaf] = np.asarray(t["split_conditions"], dtype=np.float64)[leaf]
+    booster._fedforest_leaf_values = values
+    return values
 
 
 def intercepts(raw_ensembles, n_features, n_out):
