@@ -19,6 +19,16 @@ The script is only the driver; the jobs run under ``mpiexec -n 3`` (master +
    additions and decryptions per second at 2048 bits;
 5. prints a table and writes ``experiments/results/bench_paillier.json``.
 
+A second, dense numeric case (``--dense``, on by default; ``--no-dense`` to
+skip): ``make_classification(100_000, 20, random_state=0)``, 10 columns per
+party, 255 bins, ``max_depth`` 8, 10 trees, 2048-bit key, plain and Paillier
+with the key holder's CRT randomness (the default ``label_randomness =
+"master"``).  Label encryption with both randomness sources is also timed in
+this process with the product's functions on ``--randomness-rows`` rows
+(default 2,000) and scaled to the full row count: the master's CRT factors
+(``n_jobs`` processes) plus the label holder's multiplications, against the
+label holder's own ``r^n mod n²`` (``encrypt_workers`` processes).
+
 Per-tree times are ``train_seconds / n_trees`` from the master's run summary
 (the tree loop; label encryption is reported apart as
 ``label_encrypt_seconds``).  The label holder encrypts with
@@ -63,7 +73,11 @@ encrypt_workers = {workers}
 n_estimators = {trees}
 max_depth = {depth}
 random_state = 0
-"""
+label_randomness = "{randomness}"
+{extra}"""
+
+DENSE_ROWS = 100_000
+DENSE_FEATURES = 20
 
 
 def make_data(seed=0):
@@ -93,13 +107,90 @@ def write_files(folder):
     return cut, X.shape[1] - cut, float(X.mean()), float(y.mean())
 
 
-def job_file(folder, tag, privacy, trees, depth, key_length, workers, insecure=False):
+def job_file(folder, tag, privacy, trees, depth, key_length, workers, insecure=False,
+             randomness="master", extra=""):
     path = os.path.join(folder, f"{tag}.toml")
     with open(path, "w") as fh:
         fh.write(JOB.format(what=tag, tag=tag, privacy=privacy, trees=trees, depth=depth,
-                            key_length=key_length, workers=workers,
-                            insecure=str(insecure).lower()))
+                            key_length=key_length, workers=workers, randomness=randomness,
+                            insecure=str(insecure).lower(), extra=extra))
     return path
+
+
+def write_dense_files(folder):
+    from sklearn.datasets import make_classification
+    X, y = make_classification(DENSE_ROWS, DENSE_FEATURES, random_state=0)
+    ids = [f"r{i:06d}" for i in range(DENSE_ROWS)]
+    half = DENSE_FEATURES // 2
+    for p, cols in enumerate((range(half), range(half, DENSE_FEATURES)), start=1):
+        df = pd.DataFrame({f"f{c:02d}": X[:, c] for c in cols})
+        df.insert(0, "id", ids)
+        if p == 1:
+            df["label"] = y
+        df.to_parquet(os.path.join(folder, f"party{p}.parquet"))
+
+
+def label_encryption_rates(key_length, rows, workers, n_jobs, insecure=False):
+    """Seconds per row to encrypt labels: the key holder's CRT randomness plus the
+    label holder's multiplications, against the label holder's own randomness."""
+    from fedforest.crypto import paillier
+    from fedforest.tree.params import resolve_n_jobs
+    from fedforest.vertical import encrypted_labels as E
+    pub, priv = paillier.generate_keypair(key_length, insecure)
+    plaintexts = [int(i % 2) << 40 for i in range(rows)]
+    jobs = resolve_n_jobs(n_jobs)
+    t0 = time.perf_counter()
+    factors = priv.randomness(rows, jobs)
+    master = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    E.encrypt_rows(pub, plaintexts, factors=[paillier.gmpy2.mpz(f) for f in factors])
+    holder = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    E.encrypt_rows(pub, plaintexts, workers)
+    own = time.perf_counter() - t0
+    return {"rows_timed": rows, "master_processes": jobs, "own_workers": workers,
+            "master_randomness_seconds_per_row": master / rows,
+            "holder_multiply_seconds_per_row": holder / rows,
+            "own_randomness_seconds_per_row": own / rows}
+
+
+def dense_case(args):
+    folder = os.path.join(WORKDIR, "dense")
+    os.makedirs(folder)
+    write_dense_files(folder)
+    log(f"dense case: {DENSE_ROWS} x {DENSE_FEATURES} numeric, 10 trees, depth 8, 255 bins")
+    runs = {}
+    for privacy in ("plain", "paillier"):
+        job = job_file(folder, privacy, privacy, 10, 8, args.key_length, args.encrypt_workers,
+                       insecure=args.insecure_key, extra="max_bins = 255\n")
+        summary, _, wall = run_fedforest("train", job, os.path.join(folder, f"{privacy}.json"))
+        runs[privacy] = summary
+        log(f"  {privacy}: {summary['train_seconds']:.1f}s for 10 trees (wall {wall:.0f}s)")
+    he, plain = runs["paillier"], runs["plain"]
+    rates = label_encryption_rates(args.key_length, args.randomness_rows, args.encrypt_workers, -1,
+                                   args.insecure_key)
+    per_row_master = rates["master_randomness_seconds_per_row"] + rates["holder_multiply_seconds_per_row"]
+    return {
+        "seconds_per_tree": he["train_seconds"] / 10,
+        "plain_seconds_per_tree": plain["train_seconds"] / 10,
+        "he_over_plain": he["train_seconds"] / plain["train_seconds"],
+        "label_randomness_seconds": he["label_randomness_seconds"],
+        "label_encrypt_seconds": he["label_encrypt_seconds"],
+        "label_setup_seconds_master_randomness": he["label_setup_seconds"],
+        "label_setup_seconds_master_randomness_scaled": per_row_master * DENSE_ROWS,
+        "label_setup_seconds_own_randomness_scaled":
+            rates["own_randomness_seconds_per_row"] * DENSE_ROWS,
+        "own_over_master_randomness": rates["own_randomness_seconds_per_row"] / per_row_master,
+        "label_encryption_timing": rates,
+        "bytes_per_tree": he["bytes_per_tree"],
+        "rounds_per_forest": he.get("rounds_per_forest"),
+        "plain_rounds_per_forest": plain.get("rounds_per_forest"),
+        "decrypts_per_tree": he["decrypts_per_tree"],
+        "same_trees_as_plain": same_master_trees(folder),
+        "setup": {"rows": DENSE_ROWS, "features": DENSE_FEATURES, "columns": [10, 10], "trees": 10,
+                  "max_depth": 8, "max_bins": 255, "key_length": args.key_length,
+                  "data": f"sklearn make_classification({DENSE_ROWS}, {DENSE_FEATURES}, random_state=0)"},
+    }
 
 
 def crypto_rates(key_length, insecure=False, seconds=1.0):
@@ -138,6 +229,10 @@ def main(argv=None):
     ap.add_argument("--encrypt-workers", type=int, default=2)
     ap.add_argument("--insecure-key", action="store_true", help="allow short keys (trial runs)")
     ap.add_argument("--output", default=RESULT)
+    ap.add_argument("--dense", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the dense numeric case (10^5 x 20)")
+    ap.add_argument("--randomness-rows", type=int, default=2000,
+                    help="rows on which both label randomness sources are timed")
     args = ap.parse_args(argv)
     shutil.rmtree(WORKDIR, ignore_errors=True)
     os.makedirs(WORKDIR)
@@ -166,6 +261,8 @@ def main(argv=None):
         "plain_seconds_per_tree": plain_per_tree,
         "he_over_plain": seconds_per_tree / plain_per_tree,
         "label_encrypt_seconds": he["label_encrypt_seconds"],
+        "label_randomness_seconds": he.get("label_randomness_seconds"),
+        "label_setup_seconds": he.get("label_setup_seconds"),
         "encrypt_workers": args.encrypt_workers,
         "adds_per_second": adds,
         "decrypts_per_second": decrypts,
@@ -199,6 +296,27 @@ def main(argv=None):
         ("key_length", result["key_length"], "2048", result["key_length"] >= 2048),
         ("same_trees_as_plain", result["same_trees_as_plain"], "True", result["same_trees_as_plain"]),
     ])
+    if args.dense:
+        dense = dense_case(args)
+        result["dense"] = dense
+        log("dense numeric case (10^5 x 20, 10 trees, depth 8, 255 bins):")
+        print_table([
+            ("seconds_per_tree", dense["seconds_per_tree"], "", None),
+            ("plain_seconds_per_tree", dense["plain_seconds_per_tree"], "", None),
+            ("he_over_plain", dense["he_over_plain"], "", None),
+            ("label_setup_seconds (master randomness, run)",
+             dense["label_setup_seconds_master_randomness"], "", None),
+            ("label_setup_seconds_master_randomness_scaled",
+             dense["label_setup_seconds_master_randomness_scaled"], "", None),
+            ("label_setup_seconds_own_randomness_scaled",
+             dense["label_setup_seconds_own_randomness_scaled"], "", None),
+            ("own_over_master_randomness", dense["own_over_master_randomness"], ">= 3",
+             dense["own_over_master_randomness"] >= 3),
+            ("rounds_per_forest", dense["rounds_per_forest"], "", None),
+            ("same_trees_as_plain", dense["same_trees_as_plain"], "True", dense["same_trees_as_plain"]),
+        ])
+        busy.append(cpu_busy())
+        result["cpu_busy_other"] = busy
     if max(busy) > 0.25:
         log(f"warning: other processes kept {max(busy):.0%} of the CPU busy; timings are inflated")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)

@@ -793,3 +793,74 @@ def test_intersection_of_compact_sets_recovers_apply(index_bytes, n_rows):
             pt["threshold"], pt["missing_left"], leaves, index_bytes)])
     pos = leaf_positions(n_rows, per_party, 0, leaves.size)
     assert leaves[pos].tolist() == apply(tree, X).tolist()
+
+
+# --------------------------------------------------------------------------- threads and compact inputs
+def _split_search_inputs(task, seed, n=3000, n_feat=7):
+    rng = np.random.default_rng(seed)
+    prob = Problem(rng, n, task)
+    n_bins = rng.integers(2, 255, n_feat).astype(np.int32)
+    Xb = hist_matrix(rng, n, n_bins, [0.1] * n_feat)
+    rows, starts, ends = make_segments(rng, prob.w, n_big=6)
+    fmask = (rng.random((starts.size, n_feat)) < 0.6).astype(np.uint8)
+    return rng, prob, n_bins, Xb, rows, starts, ends, fmask
+
+
+@pytest.mark.parametrize("task", ["gini4", "mse"])
+def test_split_search_is_independent_of_the_thread_count(task):
+    rng, prob, n_bins, Xb, rows, starts, ends, fmask = _split_search_inputs(task, 21)
+    X = np.where(Xb == MISSING, np.nan, Xb + rng.random(Xb.shape)).astype(np.float32)
+    out = {}
+    try:
+        for threads in (1, 2):
+            K.set_threads(threads)
+            out[threads] = (
+                K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
+                                   prob.w_total, 1, 0.0),
+                K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+                                    prob.w_total, 1, 0.0))
+    finally:
+        K.set_threads(1)
+    for a, b in zip(out[1], out[2]):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y, equal_nan=True)
+    assert np.isfinite(out[1][0][0]).sum() >= 3
+
+
+def test_integer_bootstrap_counts_give_the_same_splits_as_float_weights():
+    rng, prob, n_bins, Xb, rows, starts, ends, fmask = _split_search_inputs("gini2", 22)
+    counts = prob.w.astype(np.uint8).reshape(-1, 1)
+    as_float = K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, prob.yw, True,
+                                  prob.S, prob.crit, prob.w_total, 1, 0.0)
+    as_count = K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, counts, True,
+                                  prob.S, prob.crit, float(counts.sum()), 1, 0.0)
+    for x, y in zip(as_float, as_count):
+        assert np.array_equal(x, y)
+    stats_f = K.node_statistics(rows, starts, ends, prob.ycls, prob.yw, True, prob.S, prob.crit)
+    stats_c = K.node_statistics(rows, starts, ends, prob.ycls, counts, True, prob.S, prob.crit)
+    for x, y in zip(stats_f, stats_c):
+        assert np.array_equal(x, y)
+
+
+def test_partition_on_bin_codes_matches_thresholds():
+    """Bins as thresholds on bin codes send the same rows left as the bins' edges on values."""
+    X = binning_matrix(400, 3)
+    edges, n_bins = fit_bins(X, 9)
+    Xb = transform_bins(X, edges, n_bins)
+    rng = np.random.default_rng(4)
+    rows = rng.permutation(400).astype(np.int32)
+    starts = np.array([0, 120, 250], dtype=np.int64)
+    ends = np.array([100, 250, 400], dtype=np.int64)
+    feats = np.array([0, 1, 4], dtype=np.int64)
+    bins = np.array([rng.integers(0, n_bins[f]) for f in feats], dtype=np.int32)
+    bins[2] = n_bins[4] - 1                      # the last bin: every non-missing value left
+    ml = np.array([1, 0, 0], dtype=np.uint8)
+    got = K.partition_bits(Xb, rows, starts, ends, feats, bins, ml, K.MISSING_BIN)
+    ref = []
+    for j in range(3):
+        f, b = feats[j], bins[j]
+        thr = np.inf if b == n_bins[f] - 1 else edges[f, b]
+        for r in rows[starts[j]:ends[j]]:
+            v = X[r, f]
+            ref.append(int(ml[j]) if np.isnan(v) else int(v <= thr))
+    assert got.tolist() == ref

@@ -1,7 +1,10 @@
 """Quantile binning of feature columns for histogram split search."""
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
-from .kernels import MAX_BINS, MISSING_BIN
+from .kernels import MAX_BINS, bin_codes
 
 
 def column_thresholds(col, max_bins):
@@ -31,14 +34,20 @@ def _midpoints(values):
 
 def fit_bins(X, max_bins):
     """Bin edges of every column of ``X`` as a padded (n_features, MAX_BINS) array
-    (``inf`` beyond the last edge) and the number of non-missing bins per column."""
+    (``inf`` beyond the last edge) and the number of non-missing bins per column.
+    Columns are binned on the kernels' threads (numpy sorts without the GIL)."""
     if not 2 <= max_bins <= MAX_BINS:
         raise ValueError(f"max_bins must be in [2, {MAX_BINS}]")
     n_feat = X.shape[1]
     edges = np.full((n_feat, MAX_BINS), np.inf)
     n_bins = np.ones(n_feat, dtype=np.int32)
-    for f in range(n_feat):
-        t = column_thresholds(X[:, f], max_bins)
+    workers = min(n_feat, numba.get_num_threads())
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            found = list(pool.map(lambda f: column_thresholds(X[:, f], max_bins), range(n_feat)))
+    else:
+        found = [column_thresholds(X[:, f], max_bins) for f in range(n_feat)]
+    for f, t in enumerate(found):
         edges[f, : t.size] = t
         n_bins[f] = t.size + 1
     return edges, n_bins
@@ -47,10 +56,7 @@ def fit_bins(X, max_bins):
 def transform_bins(X, edges, n_bins):
     """Bin codes (uint8, column-major); NaN gets ``MISSING_BIN``.  A value ``x``
     lands in bin ``b`` with ``edges[b-1] < x <= edges[b]``."""
+    X = np.asarray(X, dtype=np.float64)
     out = np.empty(X.shape, dtype=np.uint8, order="F")
-    for f in range(X.shape[1]):
-        col = X[:, f]
-        codes = np.searchsorted(edges[f, : n_bins[f] - 1], col, side="left")
-        codes[np.isnan(col)] = MISSING_BIN
-        out[:, f] = codes
+    bin_codes(X, edges, np.asarray(n_bins, dtype=np.int32), out)
     return out

@@ -108,6 +108,16 @@ class SplitSettings:
         self.min_impurity_decrease = float(params.min_impurity_decrease)
         self.reveal_splits = False  # winners also send feature and threshold to the master
 
+    def to_dict(self):
+        """Plain values, as the settings travel in a message."""
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, values):
+        out = cls.__new__(cls)
+        out.__dict__.update(values)
+        return out
+
 
 def _pack(bits):
     return np.packbits(bits) if bits.size else np.empty(0, dtype=np.uint8)
@@ -175,7 +185,8 @@ class Nodes:
 
 PARTY_COLUMNS = {"feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
                   "missing_left": (np.uint8, 0), "cand_feature": (np.int32, -1),
-                  "cand_threshold": (np.float64, np.nan), "cand_missing_left": (np.uint8, 0)}
+                  "cand_threshold": (np.float64, np.nan), "cand_missing_left": (np.uint8, 0),
+                  "cand_bin": (np.int32, 0)}
 
 
 class PartySplitter:
@@ -187,13 +198,14 @@ class PartySplitter:
         X = np.asarray(X, dtype=np.float64)
         self.n_features = X.shape[1]
         if settings.split_method == "hist":
+            # one byte per value: the bin codes are all the growth needs
             self.edges, self.n_bins = fit_bins(X, settings.max_bins)
             self.Xb = transform_bins(X, self.edges, self.n_bins)
-            self.X = np.asfortranarray(X)
+            self.X = None
         else:
             self.edges = self.n_bins = self.Xb = None
             # scikit-learn compares float32 feature values against float64 thresholds
-            self.X = np.asfortranarray(X.astype(np.float32).astype(np.float64))
+            self.X = np.asfortranarray(X, dtype=np.float32)
         self.trees = []
         self.tree_ids = []
         self._tree = None
@@ -249,12 +261,13 @@ class PartySplitter:
         starts, ends = tree.bounds(nodes)
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
                 self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)
+        c = tree.col
         if s.split_method == "hist":
             gain, feat, b, ml = kernels.best_splits_hist(self.Xb, self.n_bins, *args)
             thr = self.bin_threshold(feat, b)
+            c["cand_bin"][nodes] = b
         else:
             gain, feat, thr, ml = kernels.best_splits_exact(self.X, *args)
-        c = tree.col
         c["cand_feature"][nodes] = feat
         c["cand_threshold"][nodes] = thr
         c["cand_missing_left"][nodes] = ml
@@ -275,12 +288,17 @@ class PartySplitter:
         if "bin" in msg:  # the key holder chose the split from this party's encrypted histograms
             c["cand_feature"][nodes] = msg["feature"]
             c["cand_threshold"][nodes] = self.bin_threshold(msg["feature"], msg["bin"])
+            c["cand_bin"][nodes] = msg["bin"]
             c["cand_missing_left"][nodes] = msg["missing_left"]
         feat = c["cand_feature"][nodes]
         thr = c["cand_threshold"][nodes]
         ml = c["cand_missing_left"][nodes]
         starts, ends = tree.bounds(nodes)
-        bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
+        if self.Xb is not None:
+            bits = kernels.partition_bits(self.Xb, tree.rows, starts, ends, feat.astype(np.int64),
+                                          c["cand_bin"][nodes], ml, kernels.MISSING_BIN)
+        else:
+            bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml

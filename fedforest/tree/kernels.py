@@ -24,6 +24,8 @@ written out in each scan loop: a shared helper measured about 40% slower
 training (numba does not keep it as tight), so the repetition is deliberate;
 tests check both kernels against one brute-force reference.
 """
+import os
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -33,6 +35,11 @@ from .impurity import ENTROPY, GINI, SQUARED_ERROR, impurity  # noqa: F401  (par
 MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
+
+
+# idle kernel threads sleep instead of spinning: parties often share cores with
+# other ranks, where spinning threads slow everyone down (set the variable to override)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def set_threads(n):
@@ -76,7 +83,7 @@ def _accumulate(acc, rows, s, e, ycls, yw, is_clf):
             acc[2] += yw[r, 2]
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     """Per-node label statistics, weight, impurity and distinct-row count."""
     n_nodes = starts.shape[0]
@@ -84,9 +91,8 @@ def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     w = np.zeros(n_nodes)
     imp = np.zeros(n_nodes)
     count = np.zeros(n_nodes, dtype=np.int64)
-    acc = np.zeros(S)
-    for j in range(n_nodes):
-        acc[:] = 0.0
+    for j in prange(n_nodes):
+        acc = np.zeros(S)
         _accumulate(acc, rows, starts[j], ends[j], ycls, yw, is_clf)
         stats[j, :] = acc
         w[j] = _weight(acc, is_clf)
@@ -183,7 +189,58 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     return best, best_b, best_ml
 
 
+@njit(cache=True, parallel=True)
+def _node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit):
+    """Weight and impurity of every node segment (one node per thread)."""
+    n_nodes = starts.shape[0]
+    w = np.zeros(n_nodes)
+    imp = np.zeros(n_nodes)
+    for j in prange(n_nodes):
+        acc = np.zeros(S)
+        _accumulate(acc, rows, starts[j], ends[j], ycls, yw, is_clf)
+        w[j] = _weight(acc, is_clf)
+        imp[j] = impurity(acc, w[j], crit)
+    return w, imp
+
+
 @njit(cache=True)
+def _open_pairs(starts, ends, fmask, min_samples_leaf):
+    """The (node, feature) pairs a split search scans, node by node then by feature."""
+    n_nodes, n_feat = fmask.shape
+    pair_node = np.empty(n_nodes * n_feat, dtype=np.int64)
+    pair_feat = np.empty(n_nodes * n_feat, dtype=np.int64)
+    n = 0
+    for j in range(n_nodes):
+        m = ends[j] - starts[j]
+        if m < 2 * min_samples_leaf or m < 2:
+            continue
+        for f in range(n_feat):
+            if fmask[j, f] != 0:
+                pair_node[n] = j
+                pair_feat[n] = f
+                n += 1
+    return pair_node[:n], pair_feat[:n]
+
+
+@njit(cache=True)
+def _best_per_node(n_nodes, pair_node, pair_feat, gain, where, ml):
+    """Reduce per-pair results to per-node winners in pair order (strictly larger
+    gain wins), exactly as one sequential scan over features would."""
+    best_gain = np.full(n_nodes, -np.inf)
+    best_feat = np.full(n_nodes, -1, dtype=np.int32)
+    best_where = np.zeros(n_nodes, dtype=where.dtype)
+    best_ml = np.zeros(n_nodes, dtype=np.uint8)
+    for i in range(pair_node.shape[0]):
+        j = pair_node[i]
+        if gain[i] > best_gain[j]:
+            best_gain[j] = gain[i]
+            best_feat[j] = pair_feat[i]
+            best_where[j] = where[i]
+            best_ml[j] = ml[i]
+    return best_gain, best_feat, best_where, best_ml
+
+
+@njit(cache=True, parallel=True)
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                      w_total, min_samples_leaf, min_weight_leaf):
     """Best histogram split of every open node over the allowed local features.
@@ -195,75 +252,51 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     Returns ``gain, feature, bin, missing_left`` per node; ``feature`` is -1 and
     ``gain`` -inf where no allowed split exists.  ``bin == n_bins[f] - 1`` with
     missing values present means "non-missing left, missing right".
+
+    The (node, feature) pairs are scanned in parallel, each into its own
+    histogram with the rows in node order, and reduced in feature order, so
+    the result does not depend on the number of threads.
     """
     n_nodes = starts.shape[0]
-    n_feat = Xb.shape[1]
-    best_gain = np.full(n_nodes, -np.inf)
-    best_feat = np.full(n_nodes, -1, dtype=np.int32)
-    best_bin = np.zeros(n_nodes, dtype=np.int32)
-    best_ml = np.zeros(n_nodes, dtype=np.uint8)
-    hist = np.zeros((MISSING_BIN + 1, S))
-    cnt = np.zeros(MISSING_BIN + 1, dtype=np.int64)
-    node = np.zeros(S)
-    tot = np.zeros(S)
-    left = np.zeros(S)
-    right = np.zeros(S)
-    lm = np.zeros(S)
-    rm = np.zeros(S)
-    for j in range(n_nodes):
+    w_node, imp_node = _node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit)
+    pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
+    n_pairs = pair_node.shape[0]
+    gain = np.full(n_pairs, -np.inf)
+    where = np.zeros(n_pairs, dtype=np.int32)
+    mls = np.zeros(n_pairs, dtype=np.uint8)
+    for i in prange(n_pairs):
+        j = pair_node[i]
+        f = pair_feat[i]
         s = starts[j]
         e = ends[j]
-        if e - s < 2 * min_samples_leaf or e - s < 2:
-            continue
-        node[:] = 0.0
-        _accumulate(node, rows, s, e, ycls, yw, is_clf)
-        w_node = _weight(node, is_clf)
-        imp_node = impurity(node, w_node, crit)
-        for f in range(n_feat):
-            if fmask[j, f] == 0:
-                continue
-            nb = n_bins[f]
-            col = Xb[:, f]
-            if is_clf:
-                for i in range(s, e):
-                    r = rows[i]
-                    b = col[r]
-                    cnt[b] += 1
-                    hist[b, ycls[r]] += yw[r, 0]
-            else:
-                for i in range(s, e):
-                    r = rows[i]
-                    b = col[r]
-                    cnt[b] += 1
-                    hist[b, 0] += yw[r, 0]
-                    hist[b, 1] += yw[r, 1]
-                    hist[b, 2] += yw[r, 2]
-            g, b, ml = _scan_hist(hist, cnt, nb, e - s, w_node, imp_node, w_total, is_clf, S,
-                                  crit, min_samples_leaf, min_weight_leaf, tot, left, right,
-                                  lm, rm)
-            if g > best_gain[j]:
-                best_gain[j] = g
-                best_feat[j] = f
-                best_bin[j] = b
-                best_ml[j] = ml
-            # clear the histogram: by bins for large nodes, by the rows' bins for small ones
-            if e - s > nb:
-                for b in range(nb):
-                    if cnt[b] != 0:
-                        cnt[b] = 0
-                        for k in range(S):
-                            hist[b, k] = 0.0
-                cnt[MISSING_BIN] = 0
-                for k in range(S):
-                    hist[MISSING_BIN, k] = 0.0
-            else:
-                for i in range(s, e):
-                    b = col[rows[i]]
-                    if cnt[b] != 0:
-                        cnt[b] = 0
-                        for k in range(S):
-                            hist[b, k] = 0.0
-    return best_gain, best_feat, best_bin, best_ml
+        hist = np.zeros((MISSING_BIN + 1, S))
+        cnt = np.zeros(MISSING_BIN + 1, dtype=np.int64)
+        tot = np.empty(S)
+        left = np.empty(S)
+        right = np.empty(S)
+        lm = np.empty(S)
+        rm = np.empty(S)
+        col = Xb[:, f]
+        if is_clf:
+            for k in range(s, e):
+                r = rows[k]
+                b = col[r]
+                cnt[b] += 1
+                hist[b, ycls[r]] += yw[r, 0]
+        else:
+            for k in range(s, e):
+                r = rows[k]
+                b = col[r]
+                cnt[b] += 1
+                hist[b, 0] += yw[r, 0]
+                hist[b, 1] += yw[r, 1]
+                hist[b, 2] += yw[r, 2]
+        g, b, ml = _scan_hist(hist, cnt, n_bins[f], e - s, w_node[j], imp_node[j], w_total, is_clf,
+                              S, crit, min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+        gain[i] = g
+        where[i] = b
+        mls[i] = ml
+    return _best_per_node(n_nodes, pair_node, pair_feat, gain, where, mls)
 
 
 @njit(cache=True)
@@ -307,7 +340,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
     return best_gain, best_feat, best_bin, best_ml
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                       w_total, min_samples_leaf, min_weight_leaf):
     """Best exact split of every open node, thresholds as scikit-learn computes them.
@@ -316,102 +349,99 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
     midpoint of two consecutive distinct values (falling back to the lower value
     when the midpoint rounds up to the upper one); ``+inf`` separates all
     non-missing values (left) from missing ones (right).
-    Returns ``gain, feature, threshold, missing_left`` per node.
+    Returns ``gain, feature, threshold, missing_left`` per node.  Like
+    :func:`best_splits_hist`, (node, feature) pairs run in parallel and are
+    reduced in feature order.
     """
     n_nodes = starts.shape[0]
-    n_feat = X.shape[1]
-    best_gain = np.full(n_nodes, -np.inf)
-    best_feat = np.full(n_nodes, -1, dtype=np.int32)
-    best_thr = np.zeros(n_nodes)
-    best_ml = np.zeros(n_nodes, dtype=np.uint8)
-    node = np.zeros(S)
-    tot = np.zeros(S)
-    miss = np.zeros(S)
-    left = np.zeros(S)
-    right = np.zeros(S)
-    lm = np.zeros(S)
-    rm = np.zeros(S)
-    for j in range(n_nodes):
+    w_nodes, imp_nodes = _node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit)
+    pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
+    n_pairs = pair_node.shape[0]
+    gains = np.full(n_pairs, -np.inf)
+    thrs = np.zeros(n_pairs)
+    mls = np.zeros(n_pairs, dtype=np.uint8)
+    for i in prange(n_pairs):
+        j = pair_node[i]
+        f = pair_feat[i]
         s = starts[j]
         e = ends[j]
         n = e - s
-        if n < 2 * min_samples_leaf or n < 2:
-            continue
-        node[:] = 0.0
-        _accumulate(node, rows, s, e, ycls, yw, is_clf)
-        w_node = _weight(node, is_clf)
-        imp_node = impurity(node, w_node, crit)
+        w_node = w_nodes[j]
+        imp_node = imp_nodes[j]
+        miss = np.zeros(S)
+        tot = np.zeros(S)
+        left = np.zeros(S)
+        right = np.zeros(S)
+        lm = np.zeros(S)
+        rm = np.zeros(S)
         vals = np.empty(n, dtype=np.float64)
         nm_rows = np.empty(n, dtype=np.int32)
-        for f in range(n_feat):
-            if fmask[j, f] == 0:
-                continue
-            n_nonmiss = 0
-            miss[:] = 0.0
-            tot[:] = 0.0
-            for i in range(s, e):
-                r = rows[i]
-                v = X[r, f]
-                if np.isnan(v):
-                    _add_row(miss, r, ycls, yw, is_clf, 1.0)
-                else:
-                    nm_rows[n_nonmiss] = r
-                    vals[n_nonmiss] = v
-                    n_nonmiss += 1
-                    _add_row(tot, r, ycls, yw, is_clf, 1.0)
-            n_miss = n - n_nonmiss
-            order = np.argsort(vals[:n_nonmiss], kind="mergesort")
-            left[:] = 0.0
-            for p in range(n_nonmiss):
-                r = nm_rows[order[p]]
-                _add_row(left, r, ycls, yw, is_clf, 1.0)
-                cl = p + 1
-                cr = n_nonmiss - cl
-                last = cr == 0
-                if not last:
-                    v0 = vals[order[p]]
-                    v1 = vals[order[p + 1]]
-                    if v1 <= v0 + FEATURE_THRESHOLD:
-                        continue
-                    thr = v0 / 2.0 + v1 / 2.0
-                    if thr == v1 or thr == np.inf or thr == -np.inf:
-                        thr = v0
-                else:
-                    if n_miss == 0:
-                        break
-                    thr = np.inf
-                for k in range(S):
-                    right[k] = tot[k] - left[k]
-                if n_miss == 0:
-                    g = _gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
-                              min_samples_leaf, min_weight_leaf)
-                    if g > best_gain[j]:
-                        best_gain[j] = g
-                        best_feat[j] = f
-                        best_thr[j] = thr
-                        best_ml[j] = 1 if cl > cr else 0
+        best = -np.inf
+        best_thr = 0.0
+        best_ml = 0
+        n_nonmiss = 0
+        for k in range(s, e):
+            r = rows[k]
+            v = X[r, f]
+            if np.isnan(v):
+                _add_row(miss, r, ycls, yw, is_clf, 1.0)
+            else:
+                nm_rows[n_nonmiss] = r
+                vals[n_nonmiss] = v
+                n_nonmiss += 1
+                _add_row(tot, r, ycls, yw, is_clf, 1.0)
+        n_miss = n - n_nonmiss
+        order = np.argsort(vals[:n_nonmiss], kind="mergesort")
+        for p in range(n_nonmiss):
+            r = nm_rows[order[p]]
+            _add_row(left, r, ycls, yw, is_clf, 1.0)
+            cl = p + 1
+            cr = n_nonmiss - cl
+            last = cr == 0
+            if not last:
+                v0 = vals[order[p]]
+                v1 = vals[order[p + 1]]
+                if v1 <= v0 + FEATURE_THRESHOLD:
                     continue
-                for k in range(S):
-                    rm[k] = right[k] + miss[k]
-                g = _gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit,
-                          min_samples_leaf, min_weight_leaf)
-                if g > best_gain[j]:
-                    best_gain[j] = g
-                    best_feat[j] = f
-                    best_thr[j] = thr
-                    best_ml[j] = 0
-                if last:
+                thr = v0 / 2.0 + v1 / 2.0
+                if thr == v1 or thr == np.inf or thr == -np.inf:
+                    thr = v0
+            else:
+                if n_miss == 0:
                     break
-                for k in range(S):
-                    lm[k] = left[k] + miss[k]
-                g = _gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit,
+                thr = np.inf
+            for k in range(S):
+                right[k] = tot[k] - left[k]
+            if n_miss == 0:
+                g = _gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
                           min_samples_leaf, min_weight_leaf)
-                if g > best_gain[j]:
-                    best_gain[j] = g
-                    best_feat[j] = f
-                    best_thr[j] = thr
-                    best_ml[j] = 1
-    return best_gain, best_feat, best_thr, best_ml
+                if g > best:
+                    best = g
+                    best_thr = thr
+                    best_ml = 1 if cl > cr else 0
+                continue
+            for k in range(S):
+                rm[k] = right[k] + miss[k]
+            g = _gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit,
+                      min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_thr = thr
+                best_ml = 0
+            if last:
+                break
+            for k in range(S):
+                lm[k] = left[k] + miss[k]
+            g = _gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit,
+                      min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_thr = thr
+                best_ml = 1
+        gains[i] = best
+        thrs[i] = best_thr
+        mls[i] = best_ml
+    return _best_per_node(n_nodes, pair_node, pair_feat, gains, thrs, mls)
 
 
 @njit(cache=True)
@@ -428,21 +458,32 @@ def goes_left(x, rows, start, end, thr, missing_left):
 
 
 @njit(cache=True)
-def partition_bits(X, rows, starts, ends, features, thresholds, missing_left):
+def _segment_offsets(starts, ends):
+    off = np.empty(starts.shape[0] + 1, dtype=np.int64)
+    off[0] = 0
+    for j in range(starts.shape[0]):
+        off[j + 1] = off[j] + ends[j] - starts[j]
+    return off
+
+
+@njit(cache=True, parallel=True)
+def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code=np.nan):
     """Left (1) / right (0) bit of every row of several node segments, each
-    split on its own column, concatenated in segment order."""
-    total = 0
-    for j in range(starts.shape[0]):
-        total += ends[j] - starts[j]
-    out = np.empty(total, dtype=np.uint8)
-    o = 0
-    for j in range(starts.shape[0]):
+    split on its own column, concatenated in segment order.  A value is
+    missing when it is NaN or equals ``missing_code``: on bin codes (``X``
+    uint8, ``thresholds`` the split bins, ``missing_code = MISSING_BIN``) a row
+    goes left when its bin is at most the split's bin, the same rows as
+    ``x <= threshold`` of that bin's upper edge."""
+    off = _segment_offsets(starts, ends)
+    out = np.empty(off[-1], dtype=np.uint8)
+    for j in prange(starts.shape[0]):
         f = features[j]
         thr = thresholds[j]
         ml = missing_left[j]
+        o = off[j]
         for i in range(starts[j], ends[j]):
             v = X[rows[i], f]
-            if np.isnan(v):
+            if np.isnan(v) or v == missing_code:
                 out[o] = ml
             else:
                 out[o] = 1 if v <= thr else 0
@@ -450,40 +491,63 @@ def partition_bits(X, rows, starts, ends, features, thresholds, missing_left):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def apply_partition(rows, starts, ends, bits):
     """Stable in-place partition of each node segment by its left/right bits.
 
     ``bits`` is the concatenation, over the listed segments, of one uint8 per
     row (1 = left).  Returns the number of left rows of each segment.
     """
-    n_left = np.zeros(starts.shape[0], dtype=np.int64)
-    tmp = np.empty(rows.shape[0], dtype=rows.dtype)
-    off = 0
-    for j in range(starts.shape[0]):
+    n_seg = starts.shape[0]
+    n_left = np.zeros(n_seg, dtype=np.int64)
+    off = _segment_offsets(starts, ends)
+    for j in prange(n_seg):
         s = starts[j]
         e = ends[j]
+        o = off[j]
+        tmp = np.empty(e - s, dtype=rows.dtype)
         nl = 0
         for i in range(s, e):
-            if bits[off + i - s] == 1:
+            if bits[o + i - s] == 1:
                 nl += 1
-        li = s
-        ri = s + nl
+        li = 0
+        ri = nl
         for i in range(s, e):
-            if bits[off + i - s] == 1:
+            if bits[o + i - s] == 1:
                 tmp[li] = rows[i]
                 li += 1
             else:
                 tmp[ri] = rows[i]
                 ri += 1
         for i in range(s, e):
-            rows[i] = tmp[i]
+            rows[i] = tmp[i - s]
         n_left[j] = nl
-        off += e - s
     return n_left
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
+def bin_codes(X, edges, n_bins, out):
+    """Bin code of every value into ``out`` (uint8): the number of the
+    feature's edges below the value (``MISSING_BIN`` for NaN), rows in parallel."""
+    n, n_feat = X.shape
+    for i in prange(n):
+        for f in range(n_feat):
+            v = X[i, f]
+            if np.isnan(v):
+                out[i, f] = MISSING_BIN
+                continue
+            lo = 0
+            hi = n_bins[f] - 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if edges[f, mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i, f] = lo
+
+
+@njit(cache=True, nogil=True)
 def partial_leaf_sets(X, children_left, children_right, feature, threshold, missing_left,
                       leaves, index_bytes):
     """Per-leaf row sets of one partial tree (paper Algorithm 3), in compact form.
@@ -654,7 +718,7 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
     return set_of_leaf, is_dense, counts, out_rows, out_dense
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row, dense,
                         n_leaves):
     """Master side of Algorithm 4 on compact row sets (see :func:`partial_leaf_sets`).

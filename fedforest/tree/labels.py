@@ -49,11 +49,13 @@ class PlainLabels:
     def tree_stats(self, counts, class_weight):
         """Per-row statistics of one tree from its bootstrap counts and the
         per-class weights (an empty array means no class weighting)."""
-        w = counts.astype(np.float64)
         if self.is_classification:
-            if class_weight.size:
-                w = w * class_weight[self.y]
-            return self.y, w.reshape(-1, 1)
+            if not class_weight.size:
+                # the bootstrap counts themselves (one byte a row): the kernels add
+                # them as float64, the same sums as float64 weights give
+                return self.y, np.asarray(counts).reshape(-1, 1)
+            return self.y, (counts.astype(np.float64) * class_weight[self.y]).reshape(-1, 1)
+        w = counts.astype(np.float64)
         y = self.y
         return np.zeros(y.shape[0], dtype=np.int32), np.column_stack((w, w * y, w * y * y))
 

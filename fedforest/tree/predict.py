@@ -1,5 +1,8 @@
 """Forest prediction: complete trees, and the one-round federated scheme
 (paper Algorithms 3 and 4: parties send per-leaf row sets, the master intersects)."""
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
 from . import format as tree_format
@@ -50,9 +53,21 @@ def party_leaf_sets(X_local, partial_trees, split_method):
     when there are at most 65,536 rows, else 4)."""
     X = prepare_X(X_local, split_method)
     index_bytes = 2 if X.shape[0] <= 65536 else 4
-    return [kernels.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
-                                t["threshold"], t["missing_left"], leaves_of(t), index_bytes)
-            for t in partial_trees]
+
+    def one(t):
+        return kernels.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
+                                         t["threshold"], t["missing_left"], leaves_of(t), index_bytes)
+    return in_threads(one, partial_trees)
+
+
+def in_threads(fn, items):
+    """``[fn(x) for x in items]`` on the kernels' thread count (``fn`` runs
+    nogil kernels); results in item order."""
+    workers = min(len(items), numba.get_num_threads())
+    if workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
 
 
 def pack_leaf_sets(sets):

@@ -28,7 +28,11 @@ PARAMS = tuple(
     Param("insecure_key", False, (bool,), "allow Paillier keys shorter than 2048 bits (tests only)"),
     Param("slot_bits", None, (None, Interval(int, 1)),
           "bits per encrypted statistic (None: just enough for the rows)"),
-    Param("encrypt_workers", 1, (Interval(int, 1),), "processes the label holder uses to encrypt the labels"),
+    Param("encrypt_workers", 1, (Interval(int, 1),),
+          "processes the label holder uses to encrypt the labels with its own randomness"),
+    Param("label_randomness", "master", (Options("master", "own"),),
+          "'master': the key holder computes the labels' encryption randomness (CRT, n_jobs "
+          "processes) and sends it to the label holder; 'own': the label holder draws it", text=True),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1)),

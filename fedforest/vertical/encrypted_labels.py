@@ -102,6 +102,16 @@ class EncryptionSpec:
         self.__dict__.update(state)
         self.slots = P.Slots(self.width, self.key_length)
 
+    def to_dict(self):
+        """Plain values, as the layout travels in a message."""
+        return self.__getstate__()
+
+    @classmethod
+    def from_dict(cls, values):
+        out = cls.__new__(cls)
+        out.__setstate__(dict(values))
+        return out
+
     @property
     def value_bits(self):
         return self.width * self.n_stats
@@ -155,9 +165,12 @@ def _encrypt_chunk(n, plaintexts):
     return [int(c) for c in key.encrypt_many(plaintexts)]
 
 
-def encrypt_rows(public_key, plaintexts, workers=1):
-    """Encrypt every row's plaintext with fresh randomness; ``workers`` > 1 uses
-    that many local processes."""
+def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
+    """Encrypt every row's plaintext with fresh randomness: the key holder's
+    ready-made factors ``r^n mod n²`` when given (one per row), else drawn
+    here, with ``workers`` > 1 local processes."""
+    if factors is not None:
+        return public_key.encrypt_with(plaintexts, factors, "randomness from the master")
     if workers <= 1 or len(plaintexts) < 2 * workers:
         return public_key.encrypt_many(plaintexts)
     ints = [int(v) for v in plaintexts]

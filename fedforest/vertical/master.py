@@ -81,7 +81,7 @@ def master_train(comm, cfg):
         if is_clf:
             class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
         # validation is complete: from here on work starts and files get written
-        comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings))
+        comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings.to_dict()))
     manifest = {
         "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "run_id": run_id,
         "task": cfg.task,
@@ -166,13 +166,20 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
     public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
     log(cfg, f"Paillier key: {public.key_length} bits; party {label_party} encrypts the labels")
-    rep = comm.exchange({label_party: {"op": protocol.ENCRYPT_LABELS, "public_key": public.to_bytes(),
-                                       "n_total": n_total, "slot_bits": cfg.slot_bits}})[label_party]
+    ask = {"op": protocol.ENCRYPT_LABELS, "public_key": public.to_bytes(), "n_total": n_total,
+           "slot_bits": cfg.slot_bits}
+    randomness_seconds = 0.0
+    if cfg.label_randomness == "master":
+        # the key holder makes the randomness factors (CRT, in parallel): see docs/protocol.md
+        t0 = time.perf_counter()
+        ask["randomness"] = public.serialize(private.randomness(n_rows, resolve_n_jobs(cfg.n_jobs)))
+        randomness_seconds = time.perf_counter() - t0
+    rep = comm.exchange({label_party: ask})[label_party]
     if rep["fingerprint"] != public.fingerprint:
         raise encrypted.ProtocolIntegrityError(
             f"party {label_party} encrypted the labels under another public key (fingerprint "
             f"{rep['fingerprint']}, the master's key is {public.fingerprint})")
-    spec = rep["spec"]
+    spec = encrypted.EncryptionSpec.from_dict(rep["spec"])
     if spec.key_length != public.key_length or spec.n_total != n_total:
         raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
     classes = np.asarray(rep["classes"]) if is_clf else np.empty(0)
@@ -180,7 +187,7 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     settings = SplitSettings(params, n_rows, is_clf, n_classes)
     settings.reveal_splits = bool(cfg.master_full_model)
     # validation is complete: from here on work starts and files get written
-    comm.scatter({r: dict(common, settings=settings, n_classes=n_classes, spec=spec,
+    comm.scatter({r: dict(common, settings=settings.to_dict(), n_classes=n_classes, spec=spec.to_dict(),
                           public_key=public.to_bytes(),
                           **({} if r == label_party else {"labels": rep["blocks"],
                                                           "fingerprint": rep["fingerprint"]}))
@@ -192,7 +199,9 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     info = encrypted.LabelInfo(is_clf, n_classes, n_rows)
     grower = encrypted.PaillierGrower(RemoteParties(comm), info, params, settings, feature_counts,
                                       private, spec, label_party - 1, party_bins)
-    he = {"key_length": public.key_length, "label_encrypt_seconds": rep["seconds"],
+    he = {"key_length": public.key_length, "label_randomness": cfg.label_randomness,
+          "label_randomness_seconds": randomness_seconds, "label_encrypt_seconds": rep["seconds"],
+          "label_setup_seconds": randomness_seconds + rep["seconds"],
           "slot_bits": spec.width, "values_per_ciphertext": spec.per_ciphertext}
     log(cfg, f"labels encrypted in {rep['seconds']:.1f}s ({n_rows} rows, {spec.width}-bit slots, "
               f"{spec.per_ciphertext} statistics vectors per ciphertext)")
@@ -226,6 +235,7 @@ def master_predict(comm, cfg):
             log(cfg, f"party {r}: {infos[r]['n_unseen']} values of text columns were not seen in "
                       "training and are treated as missing")
     n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
+    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
     comm.exchange({r: {"op": protocol.READY} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
@@ -264,9 +274,16 @@ def _predict_oneshot(comm, cfg, trees, n_rows):
     per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
     width = trees[0]["value"].shape[1]
     values = np.zeros((n_rows, width))
-    for i in progress_bar(cfg, iterable=range(len(trees)), desc="combining leaf sets", unit="tree"):
-        pos = leaf_positions(n_rows, per_party, i, leaf_lists[i].size)
-        values += trees[i]["value"][leaf_lists[i][pos]]
+    bar = progress_bar(cfg, total=len(trees), desc="combining leaf sets", unit="tree")
+    # intersections in parallel blocks of trees, sums in tree order
+    block = 4 * max(1, kernels.numba.get_num_threads())
+    for b0 in range(0, len(trees), block):
+        ids = range(b0, min(b0 + block, len(trees)))
+        found = predict.in_threads(lambda i: leaf_positions(n_rows, per_party, i, leaf_lists[i].size), ids)
+        for i, pos in zip(ids, found):
+            values += trees[i]["value"][leaf_lists[i][pos]]
+        bar.update(len(ids))
+    bar.close()
     return values
 
 

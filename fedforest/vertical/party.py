@@ -10,7 +10,7 @@ from ..data.alignment import party_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
 from ..tree import builder, kernels, predict
-from ..tree.builder import PartySplitter
+from ..tree.builder import PartySplitter, SplitSettings
 from ..tree.labels import PlainLabels
 from ..tree.params import resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
@@ -67,7 +67,7 @@ def party_train(comm, cfg):
         held = _encrypt_labels(comm, cfg, msg, table.y[positions])
         msg = comm.recv(MASTER)
     setup = expect(msg, protocol.SETUP)
-    settings = setup["settings"]
+    settings = SplitSettings.from_dict(setup["settings"])
     if "spec" in setup:
         splitter = _paillier_splitter(comm, rank, X, settings, setup, held)
     else:
@@ -141,16 +141,19 @@ def _encrypt_labels(comm, cfg, msg, y):
                                         msg["slot_bits"], step=step, bias=bias)
         scored = codes * step
     t0 = time.perf_counter()
-    cts = encrypted.encrypt_rows(public, spec.row_plaintexts(codes), cfg.encrypt_workers)
+    factors = None
+    if "randomness" in msg:
+        factors = public.factors_from_blocks(msg["randomness"], "randomness from the master")
+    cts = encrypted.encrypt_rows(public, spec.row_plaintexts(codes), cfg.encrypt_workers, factors)
     seconds = time.perf_counter() - t0
-    comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec, "seconds": seconds,
+    comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec.to_dict(), "seconds": seconds,
                        "blocks": public.serialize(cts), "fingerprint": public.fingerprint})
     return {"codes": codes, "scored": scored, "public": public}
 
 
 def _paillier_splitter(comm, rank, X, settings, setup, held):
     """The splitter of a party in the encrypted-label mode."""
-    spec = setup["spec"]
+    spec = encrypted.EncryptionSpec.from_dict(setup["spec"])
     public = paillier.PublicKey.from_bytes(setup["public_key"])
     if held is not None:
         if public.fingerprint != held["public"].fingerprint:
@@ -187,6 +190,7 @@ def party_predict(comm, cfg):
     X = table.X[positions]
     ids = table.ids[positions]
     method = manifest["split_method"]
+    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
     while True:
         msg = comm.recv(MASTER)

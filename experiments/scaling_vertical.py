@@ -1,0 +1,299 @@
+"""Scaling of the vertical Federated Forest (the shape of the paper's Fig. 3).
+
+Run with ``.venv/bin/python experiments/scaling_vertical.py`` (``make
+experiments``).  Training time, bytes on the wire, rounds and peak memory of
+federated training (``mpiexec``, master + K parties, AES-GCM channels on)
+against scikit-learn ``RandomForestClassifier`` and XGBoost's random-forest
+mode (``XGBRFClassifier``) on the same pooled rows, measured in the same run:
+
+* rows: 10^4, 10^5, 10^6 (2 parties, 20 features);
+* parties: 2, 4, 8 (10^5 rows; the columns dealt round-robin);
+* trees: 10, 100, 300 (10^5 rows);
+* ``n_jobs``: 1, 2 per rank (10^5 rows; the peers with the same thread count);
+* with ``--big``: 10^6 rows x 50 features, 4 parties, 100 trees, depth 12.
+
+Data: ``sklearn.datasets.make_classification(n_samples, n_features,
+n_informative=10, random_state=0)``, synthetic so that the row count can be
+chosen freely.  Forest: ``max_depth`` 10, ``max_features`` "sqrt", feature
+subsets per node, seed 0 (XGBoost: ``subsample`` 0.632, ``colsample_bynode``
+sqrt(d)/d, ``tree_method`` "hist").  Federated times come from the master's
+run summary (the tree-building loop); the peers are timed around ``fit``.
+Peak memory: the master's from its summary, each party's from its model
+manifest (``ru_maxrss``).  Writes ``experiments/results/scaling_vertical.{json,md,png}``.
+The machine may be shared: ratios between systems measured back to back in
+the same run are the figures to read, not absolute seconds.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vertical import cpu_busy, machine_info  # noqa: E402  (the shared machine report)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+PYTHON = os.path.join(VENV_BIN, "python")
+MPIEXEC = os.path.join(VENV_BIN, "mpiexec")
+RESULTS = os.path.join(ROOT, "experiments", "results")
+WORKDIR = os.path.join(ROOT, "build", "scaling")
+SEED = 0
+
+JOB = """# scaling_vertical.py
+[job]
+task = "classification"
+data = [{data}]
+id_column = "id"
+label_column = "label"
+model_dir = "model"
+progress = false
+quiet = true
+
+[forest]
+n_estimators = {trees}
+max_depth = {depth}
+max_features = "sqrt"
+random_state = {seed}
+n_jobs = {n_jobs}
+"""
+
+
+def log(text):
+    print(text, flush=True)
+
+
+def make_data(n_rows, n_features):
+    from sklearn.datasets import make_classification
+    return make_classification(n_samples=n_rows, n_features=n_features, n_informative=10,
+                               random_state=SEED)
+
+
+def write_parties(folder, X, y, n_parties):
+    """Party files (columns dealt round-robin, party 1 holds the label); returns paths."""
+    os.makedirs(folder, exist_ok=True)
+    ids = np.arange(X.shape[0], dtype=np.int64)
+    paths = []
+    for p in range(n_parties):
+        cols = list(range(p, X.shape[1], n_parties))
+        df = pd.DataFrame({"id": ids})
+        for c in cols:
+            df[f"f{c:02d}"] = X[:, c]
+        if p == 0:
+            df["label"] = y
+        path = os.path.join(folder, f"party{p + 1}.parquet")
+        df.to_parquet(path, index=False)
+        paths.append(path)
+    return paths
+
+
+def federated(folder, paths, trees, depth, n_jobs):
+    """One training under mpiexec; returns the master's summary plus the parties' peak memory."""
+    job = os.path.join(folder, "job.toml")
+    with open(job, "w") as fh:
+        fh.write(JOB.format(data=", ".join(f'"{p}"' for p in paths), trees=trees, depth=depth,
+                            seed=SEED, n_jobs=n_jobs))
+    summary_path = os.path.join(folder, "summary.json")
+    cmd = [MPIEXEC, "-n", str(len(paths) + 1), PYTHON, "-m", "fedforest", "train", "--config", job,
+           "--summary-json", summary_path, "--overwrite"]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(f"failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}\n")
+        raise SystemExit(1)
+    with open(summary_path) as fh:
+        s = json.load(fh)
+    rss = {"0": s["peak_rss_mb"]}
+    for rank, d in s["model_dirs"].items():
+        if int(rank):
+            with open(os.path.join(d, "manifest.json")) as fh:
+                rss[str(rank)] = json.load(fh).get("peak_rss_mb")
+    return {"train_seconds": s["train_seconds"], "rounds_per_forest": s["rounds_per_forest"],
+            "bytes_total": s["bytes_per_tree"] * s["trees_built"], "tree_batch": s["tree_batch"],
+            "n_jobs": s["n_jobs"], "peak_rss_mb": rss}
+
+
+def peers(X, y, trees, depth, n_jobs):
+    from sklearn.ensemble import RandomForestClassifier
+    import xgboost as xgb
+    d = X.shape[1]
+    out = {}
+    rf = RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
+                                n_jobs=n_jobs, random_state=SEED)
+    t0 = time.perf_counter()
+    rf.fit(X, y)
+    out["sklearn_seconds"] = time.perf_counter() - t0
+    del rf
+    model = xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, subsample=0.632,
+                                colsample_bynode=math.sqrt(d) / d, tree_method="hist",
+                                n_jobs=n_jobs if n_jobs > 0 else os.cpu_count(), random_state=SEED)
+    t0 = time.perf_counter()
+    model.fit(X, y)
+    out["xgboost_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def point(sweep, value, X, y, n_parties, trees, depth, n_jobs, with_peers=True, peer_cache=None):
+    folder = os.path.join(WORKDIR, f"{sweep}-{value}")
+    shutil.rmtree(folder, ignore_errors=True)
+    paths = write_parties(folder, X, y, n_parties)
+    fed = federated(folder, paths, trees, depth, n_jobs)
+    row = {"sweep": sweep, "value": value, "rows": X.shape[0], "features": X.shape[1],
+           "parties": n_parties, "trees": trees, "depth": depth, "n_jobs": n_jobs, **fed}
+    if with_peers:
+        key = (X.shape, trees, depth, n_jobs)
+        if peer_cache is not None and key in peer_cache:
+            row.update(peer_cache[key])
+        else:
+            row.update(peers(X, y, trees, depth, n_jobs))
+            if peer_cache is not None:
+                peer_cache[key] = {k: row[k] for k in ("sklearn_seconds", "xgboost_seconds")}
+        row["ratio_vs_sklearn"] = row["train_seconds"] / row["sklearn_seconds"]
+        row["ratio_vs_xgboost"] = row["train_seconds"] / row["xgboost_seconds"]
+    shutil.rmtree(folder, ignore_errors=True)
+    log(f"  {sweep}={value}: fedforest {row['train_seconds']:.2f}s, {row['rounds_per_forest']} rounds, "
+        f"{row['bytes_total'] / 2 ** 20:.1f} MiB, peak RSS {max(v or 0 for v in row['peak_rss_mb'].values()):.0f} MiB"
+        + (f"; sklearn {row['sklearn_seconds']:.2f}s, xgboost {row['xgboost_seconds']:.2f}s"
+           if with_peers else ""))
+    return row
+
+
+def warm_up():
+    """A tiny job per rank count (numba's on-disk cache; not recorded), and each peer once."""
+    X, y = make_data(2000, 20)
+    for k in (2, 4, 8):
+        point("warmup", k, X, y, k, 3, 4, -1, with_peers=False)
+    peers(X, y, 3, 4, -1)
+
+
+def markdown(rows, big):
+    lines = ["# Vertical Federated Forest: scaling", "",
+             "Produced by `experiments/scaling_vertical.py`; ratios = fedforest training time / peer "
+             "fit time, measured back to back in the same run. Bytes: everything the master and "
+             "the parties sent during training. Peak RSS: largest resident set of any rank.", "",
+             "| sweep | value | rows | features | parties | trees | n_jobs | fedforest s | rounds | MiB sent "
+             "| peak RSS MiB | sklearn s | xgboost s | ÷ sklearn | ÷ xgboost |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows + ([big] if big else []):
+        lines.append(
+            f"| {r['sweep']} | {r['value']} | {r['rows']:,} | {r['features']} | {r['parties']} | "
+            f"{r['trees']} | {r['n_jobs']} | {r['train_seconds']:.2f} | {r['rounds_per_forest']} | "
+            f"{r['bytes_total'] / 2 ** 20:.1f} | {max(v or 0 for v in r['peak_rss_mb'].values()):.0f} | "
+            f"{r.get('sklearn_seconds', float('nan')):.2f} | {r.get('xgboost_seconds', float('nan')):.2f} | "
+            f"{r.get('ratio_vs_sklearn', float('nan')):.2f} | {r.get('ratio_vs_xgboost', float('nan')):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _axis(ax, x, label, logx, ylabel):
+    ax.set_xlabel(label)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:,}" for v in x])
+    ax.minorticks_off()
+    ax.grid(alpha=0.3)
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sweeps = [("rows", "rows", True), ("parties", "parties", False), ("trees", "trees", True),
+              ("n_jobs", "n_jobs per rank", False)]
+    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
+    for col, (sweep, label, logx) in enumerate(sweeps):
+        pts = sorted((r for r in rows if r["sweep"] == sweep), key=lambda r: r["value"])
+        if not pts:
+            continue
+        x = [r["value"] for r in pts]
+        ax = axes[0, col]
+        ax.plot(x, [r["train_seconds"] for r in pts], "o-", label="fedforest (federated)")
+        if "sklearn_seconds" in pts[0]:
+            ax.plot(x, [r["sklearn_seconds"] for r in pts], "s--", label="scikit-learn RF")
+            ax.plot(x, [r["xgboost_seconds"] for r in pts], "^--", label="XGBoost RF mode")
+        _axis(ax, x, label, logx, "training seconds")
+        ax.set_title(f"time vs {label}")
+        ax.legend(fontsize=8)
+        ax = axes[1, col]
+        ax.plot(x, [r["bytes_total"] / 2 ** 20 for r in pts], "o-", color="C3", label="MiB sent")
+        _axis(ax, x, label, logx, "MiB sent (all ranks)")
+        ax2 = ax.twinx()
+        ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4")
+        ax2.set_ylabel("peak RSS of a rank, MiB", color="C4")
+        ax.set_title(f"bytes and memory vs {label}")
+    fig.suptitle("Vertical Federated Forest scaling (20 features, depth 10, synthetic data)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--depth", type=int, default=10)
+    ap.add_argument("--max-rows", type=int, default=1_000_000, help="largest row count of the rows sweep")
+    ap.add_argument("--big", action="store_true", help="also the 10^6 x 50, 4 parties, depth 12 run")
+    ap.add_argument("--sweeps", default="rows,parties,trees,n_jobs")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
+    args = ap.parse_args(argv)
+    t_all = time.perf_counter()
+    busy = {"start": cpu_busy()}
+    log("warm-up (not recorded)")
+    warm_up()
+    rows, cache = [], {}
+    base_X, base_y = make_data(100_000, 20)
+    sweeps = args.sweeps.split(",")
+    if "rows" in sweeps:
+        log("rows sweep: 2 parties, 100 trees")
+        for n in (10_000, 100_000, 1_000_000):
+            if n > args.max_rows:
+                continue
+            X, y = (base_X, base_y) if n == 100_000 else make_data(n, 20)
+            rows.append(point("rows", n, X, y, 2, 100, args.depth, -1, peer_cache=cache))
+            del X, y
+    if "parties" in sweeps:
+        log("parties sweep: 10^5 rows, 100 trees")
+        for k in (2, 4, 8):
+            rows.append(point("parties", k, base_X, base_y, k, 100, args.depth, -1, peer_cache=cache))
+    if "trees" in sweeps:
+        log("trees sweep: 10^5 rows, 2 parties")
+        for t in (10, 100, 300):
+            rows.append(point("trees", t, base_X, base_y, 2, t, args.depth, -1, peer_cache=cache))
+    if "n_jobs" in sweeps:
+        log("n_jobs sweep: 10^5 rows, 2 parties, 100 trees (peers with the same n_jobs)")
+        for j in (1, 2):
+            rows.append(point("n_jobs", j, base_X, base_y, 2, 100, args.depth, j, peer_cache=cache))
+    big = None
+    if args.big:
+        log("big run: 10^6 x 50, 4 parties, 100 trees, depth 12")
+        del base_X, base_y
+        X, y = make_data(1_000_000, 50)
+        big = point("big", "1e6x50", X, y, 4, 100, 12, -1)
+    busy["end"] = cpu_busy()
+    doc = {"rows": rows, "big": big, "machine": dict(machine_info(), cpu_busy_by_others=busy,
+                                                    loadavg_end=list(os.getloadavg())),
+           "setup": {"data": "sklearn make_classification(n_samples, n_features, n_informative=10, "
+                             "random_state=0)", "depth": args.depth, "max_features": "sqrt",
+                     "feature_sampling": "node", "seed": SEED, "channels": "AES-256-GCM"},
+           "total_seconds": time.perf_counter() - t_all}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out + ".json", "w") as fh:
+        json.dump(doc, fh, indent=2, default=str)
+        fh.write("\n")
+    md = markdown(rows, big)
+    with open(args.out + ".md", "w") as fh:
+        fh.write(md)
+    plot(rows, args.out + ".png")
+    print(md)
+    log(f"results: {args.out}.{{json,md,png}} ({doc['total_seconds']:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

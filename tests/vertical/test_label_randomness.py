@@ -1,0 +1,67 @@
+"""The key holder's randomness for the label encryption (label_randomness =
+"master"): valid, fresh factors, and the same forest as the label holder's own."""
+import gmpy2
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+from fedforest.crypto import paillier as P
+from fedforest.errors import InputError
+from fedforest.jobs import run_vertical
+
+from _util import assert_same_trees, complete_trees, party_frames
+
+KEY = 512
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return P.generate_keypair(KEY, insecure=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_crt_factors_are_fresh_nth_residues(keys, workers):
+    pub, priv = keys
+    factors = priv.randomness(40, workers)
+    assert len(factors) == 40 and len(set(int(f) for f in factors)) == 40
+    for f in factors:
+        assert 1 < f < pub.nsq and gmpy2.gcd(f, pub.n) == 1
+        assert priv.decrypt(f) == 0                   # an encryption of 0: an n-th residue
+    values = list(range(40))
+    cts = pub.encrypt_with(values, factors)
+    assert [int(priv.decrypt(c)) for c in cts] == values
+
+
+def test_factors_are_uniform_enough_to_hide_equal_plaintexts(keys):
+    pub, priv = keys
+    # the low bits of fresh factors look uniform (a weak sanity check of the CRT recombination)
+    bits = np.array([int(f) & 1 for f in priv.randomness(400)])
+    assert 0.4 < bits.mean() < 0.6
+
+
+def test_repeated_or_invalid_factors_are_refused(keys):
+    pub, priv = keys
+    f = priv.randomness(2)
+    with pytest.raises(InputError, match="invalid or repeated"):
+        pub.encrypt_with([1, 1], [f[0], f[0]])
+    with pytest.raises(InputError, match="invalid or repeated"):
+        pub.encrypt_with([1], [gmpy2.mpz(1)])
+    with pytest.raises(InputError, match="2 randomness factors for 1 values"):
+        pub.encrypt_with([1], f)
+
+
+def test_master_and_own_randomness_grow_the_plain_forest(tmp_path):
+    X, y = make_classification(150, 6, n_informative=4, random_state=3)
+    frames = party_frames(X, y, [[0, 1, 2], [3, 4, 5]], label_party=1)
+    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3,
+                random_state=1, key_length=KEY, insecure_key=True)
+    plain = str(tmp_path / "plain")
+    run_vertical("train", frames, model_dir=plain, **opts)
+    ref = complete_trees(plain, 2, [0, 3, 6])
+    for source in ("master", "own"):
+        md = str(tmp_path / source)
+        s = run_vertical("train", frames, model_dir=md, label_privacy="paillier",
+                         label_randomness=source, **opts)
+        assert s["label_randomness"] == source
+        assert (s["label_randomness_seconds"] > 0) == (source == "master")
+        assert_same_trees(complete_trees(md, 2, [0, 3, 6]), ref)
