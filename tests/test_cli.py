@@ -40,3 +40,43 @@ def test_vertical_predict_keeps_the_training_summary_and_refuses_training_flags(
     assert (tmp_path / "train.json").read_text() == trained          # the training summary is kept
     predicted = json.loads((tmp_path / "train-predict.json").read_text())
     assert predicted["method"] == "oneshot" and predicted["n_rows"] == 200
+
+
+def _demo_recipe():
+    """The commands of the Makefile's ``demo`` target, continuation lines joined."""
+    lines, inside = [], False
+    for line in open(f"{ROOT}/Makefile"):
+        if line.startswith("demo:"):
+            inside = True
+            continue
+        if inside:
+            if not line.startswith("\t"):
+                break
+            lines.append(line.strip())
+    commands, current = [], ""
+    for line in lines:
+        current += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            commands.append(current.strip())
+            current = ""
+    return commands
+
+
+def test_make_demo_runs_end_to_end(tmp_path):
+    """What ``make demo`` runs (read from the Makefile), into a temporary folder."""
+    import os
+    import shlex
+    from _util import find_mpiexec
+    commands = _demo_recipe()
+    assert len(commands) == 4 and "demo-data" in commands[0] and "demo-report" in commands[-1]
+    out = str(tmp_path / "demo")
+    for command in commands:
+        command = (command.replace("$(MPIEXEC)", find_mpiexec()).replace("$(PY)", sys.executable)
+                   .replace("$(DEMO)", out))
+        proc = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout}\n{proc.stderr}"
+    report = proc.stdout
+    fed = [line for line in report.splitlines() if line.startswith("Federated Forest")][0].split()
+    ref = [line for line in report.splitlines() if line.startswith("scikit-learn RandomForest")][0].split()
+    assert float(fed[-2]) >= float(ref[-2]) - 0.03        # accuracy within 3 points of scikit-learn's
+    assert os.path.isfile(os.path.join(out, "predictions.csv"))

@@ -99,6 +99,11 @@ def test_split_train_predict_evaluate_chain(clients, mode, tmp_path):
     assert f"{accuracy:.4f}" in proc.stdout
     majority = truth["label"].value_counts(normalize=True).max()
     assert accuracy >= majority + 0.1, (mode, accuracy, majority)   # a constant model does not pass
+    proc = cli("explain", "--model-dir", str(model_dir), "--data", str(test), "--row", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert f"row 2 (" in proc.stdout and "THEN" in proc.stdout
+    if mode in ("icdta4fl", "centralized"):                       # CART rules on numbers and text codes
+        assert "IF " in proc.stdout and (" <= " in proc.stdout or " > " in proc.stdout)
 
 
 def test_a_second_train_into_the_same_folder_is_refused_and_overwrite_swaps(clients, tmp_path):
