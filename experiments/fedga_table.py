@@ -286,9 +286,9 @@ def main(argv=None):
          f"(P = 20 / 40, G = {G}, depths 2..15, K = 5, r = 0.8, epsilon = 1); classification columns binned "
          "(Appendix A, fitted per client). letter and shuttle subsampled to 8,000 rows. "
          f"Main table: N = {MAIN_CLIENTS} clients (concrete 5, bostonhousing 2), full participation, "
-         f"{args.seeds} seeds. Reduced from the issue's grid to fit the time budget: the N and participation "
+         f"{args.seeds} seeds. Reduced from the full grid (N = 5, 10, 20 x participation 100 / 50 / 25 / 10 % on every data set) to fit the time budget: the N and participation "
          f"sweeps run on satellite only, over {args.sweep_seeds} seeds; binning off is checked over "
-         f"{args.binning_seeds} seeds.", "",
+         f"{args.binning_seeds} seed{'s' if args.binning_seeds != 1 else ''}.", "",
          "Delta = mean over clients of (fed / local - 1) x 100 (Eq. 3): F1 for classification (higher is "
          "better, Delta > 0 good), MSE for regression (Delta < 0 good). Improved = share of clients whose "
          "FedGA tree beats their local tree. Mean ± sd over seeds.", "",
