@@ -286,7 +286,8 @@ def main(argv=None):
          f"(P = 20 / 40, G = {G}, depths 2..15, K = 5, r = 0.8, epsilon = 1); classification columns binned "
          "(Appendix A, fitted per client). letter and shuttle subsampled to 8,000 rows. "
          f"Main table: N = {MAIN_CLIENTS} clients (concrete 5, bostonhousing 2), full participation, "
-         f"{args.seeds} seeds. Reduced from the full grid (N = 5, 10, 20 x participation 100 / 50 / 25 / 10 % on every data set) to fit the time budget: the N and participation "
+         f"{args.seeds} seeds. Reduced from the full grid (N = 5, 10, 20 x participation 100 / 50 / 25 / 10 % "
+         "on every data set) to fit the time budget: the N and participation "
          f"sweeps run on satellite only, over {args.sweep_seeds} seeds; binning off is checked over "
          f"{args.binning_seeds} seed{'s' if args.binning_seeds != 1 else ''}.", "",
          "Delta = mean over clients of (fed / local - 1) x 100 (Eq. 3): F1 for classification (higher is "
@@ -310,7 +311,8 @@ def main(argv=None):
     summary_lines = []
     if clf_rows:
         summary_lines.append(
-            f"Classification, averaged over data sets and seeds: FedGA Delta {np.mean([r['delta'] for r in clf_rows]):+.2f} % "
+            "Classification, averaged over data sets and seeds: FedGA Delta "
+            f"{np.mean([r['delta'] for r in clf_rows]):+.2f} % "
             f"F1 with {np.mean([r['improved'] for r in clf_rows]):.0f} % of clients improved; IBM tree Delta "
             f"{np.mean([r['ibm_delta'] for r in clf_rows]):+.2f} % with "
             f"{np.mean([r['ibm_improved'] for r in clf_rows]):.0f} % improved (paper: +5.58 % / 75 % and "
@@ -322,7 +324,8 @@ def main(argv=None):
     L += [""] + summary_lines
     if sweeps:
         L += ["", "## Sweeps on satellite (Fig. 6-7, 10)", "",
-              "| sweep | N | participation | seeds | FedGA Delta % | improved % | IBM Delta % |", "|---|---|---|---|---|---|---|"]
+              "| sweep | N | participation | seeds | FedGA Delta % | improved % | IBM Delta % |",
+              "|---|---|---|---|---|---|---|"]
         for kind, keyf in (("clients", "clients"), ("participation", "participation")):
             rs = [r for r in sweeps if r["sweep"] == kind]
             for v in sorted({r[keyf] for r in rs}, reverse=(kind == "participation")):
@@ -332,7 +335,8 @@ def main(argv=None):
                          f"{mean_sd([r.get('ibm_delta') for r in g])} |")
     if unbinned:
         L += ["", "## Binning (Appendix A) on or off, N = 20", "",
-              "| data set | seeds | Delta % binned | Delta % not binned | mean local F1 binned | mean local F1 not binned "
+              "| data set | seeds | Delta % binned | Delta % not binned | mean local F1 binned "
+              "| mean local F1 not binned "
               "| mean FedGA F1 binned | mean FedGA F1 not binned |", "|---|---|---|---|---|---|---|---|"]
         for n in sorted({r["dataset"] for r in unbinned}, key=clf_sets.index):
             b = [r for r in main_rows if r["dataset"] == n and r["seed"] < args.binning_seeds]

@@ -356,7 +356,8 @@ def client_train(comm, cfg):
         batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
         tree = structure.batch_tree(batch, 0)
         dist = structure.tree_edit_distance(pop[best], own_structure(msg["depth"]))
-        return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(), "structure": pop[best].tolist(), "edit_distance": dist,
+        return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(),
+                               "structure": pop[best].tolist(), "edit_distance": dist,
                                "eval_bytes": comm.bytes_sent - state.get("eval_start", comm.bytes_sent)})
 
     return serve(comm, {PROPOSE: propose, STRUCTURE: send_structure, EVALUATE: evaluate,
