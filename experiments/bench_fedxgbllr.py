@@ -34,6 +34,7 @@ from sklearn.datasets import make_classification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_vertical import ROOT, log, machine_info, print_table, run_fedforest
+import provenance  # noqa: E402
 
 RESULT = os.path.join(ROOT, "experiments", "results", "bench_fedxgbllr.json")
 WORKDIR = os.path.join(ROOT, "build", "bench_fedxgbllr")
@@ -75,7 +76,11 @@ def run(n_rows):
     return summary
 
 
-def main():
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    provenance.add_arguments(ap)
+    prov = provenance.record(ap.parse_args(argv))
     shutil.rmtree(WORKDIR, ignore_errors=True)
     small, large = run(N), run(4 * N)
     out = {
@@ -91,7 +96,7 @@ def main():
         "train_accuracy": small["train_accuracy"], "train_accuracy_4x": large["train_accuracy"],
         "setup": {"clients": 2, "ranks": 3, "xgb_trees": 500, "max_depth": 8, "rounds": 10,
                   "local_epochs": 5, "features": 20, "command": "make bench (experiments/bench_fedxgbllr.py)"},
-        "machine": machine_info(),
+        "machine": machine_info(), "provenance": prov,
     }
     print_table([
         ("rows", N, "", None), ("rounds", out["rounds"], "R + 1 = 11", out["rounds"] == 11),

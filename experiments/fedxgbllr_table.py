@@ -37,6 +37,7 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.model_selection import train_test_split
 
+import provenance
 from fedforest import run_horizontal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,7 +125,9 @@ def main(argv=None):
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="1 seed, spambase and concrete, 2 clients, 5 epochs")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     datasets, clients, seeds, epochs = args.datasets.split(","), CLIENTS, args.seeds, args.epochs
     if args.quick:
         datasets, clients, seeds, epochs = ["spambase", "concrete"], [2], 1, 5
@@ -139,11 +142,11 @@ def main(argv=None):
                   f"{np.mean([r['central'] for r in runs]):.4f} local {np.mean([r['local'] for r in runs]):.4f} "
                   f"({np.mean([r['fed_seconds'] for r in runs]):.0f}s)", flush=True)
         done.append(name)  # the table so far, rewritten after every data set
-        write(results, done, clients, seeds, epochs, " ".join(sys.argv[1:]), time.perf_counter() - t_all)
+        write(results, done, clients, seeds, epochs, " ".join(sys.argv[1:]), time.perf_counter() - t_all, prov)
     return 0
 
 
-def write(results, datasets, clients, seeds, epochs, argv, seconds):
+def write(results, datasets, clients, seeds, epochs, argv, seconds, prov):
     os.makedirs(OUT, exist_ok=True)
     lines = ["# FedXGBllr against centralized and local-only XGBoost (shape of the paper's Table 2)", "",
              ("Command: `.venv/bin/python experiments/fedxgbllr_table.py " + argv).rstrip() + "`", "",
@@ -154,7 +157,8 @@ def write(results, datasets, clients, seeds, epochs, argv, seconds):
              "process (server + client threads, in-process transport). letter and shuttle subsampled to "
              "8,000 and 10,000 rows.", "",
              f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
-             f"{seconds / 60:.1f} minutes in all.", "",
+             f"{seconds / 60:.1f} minutes in all; commit {str(prov['git_commit'])[:12]}"
+             f"{' with uncommitted changes' if prov['fedforest_uncommitted_changes'] else ''}.", "",
              "| data set | metric | centralized XGBoost | " + " | ".join(f"FedXGBllr {k} clients" for k in clients)
              + " | " + " | ".join(f"local-only {k} clients" for k in clients) + " |",
              "|---|---|---|" + "---|" * (2 * len(clients))]
@@ -174,7 +178,7 @@ def write(results, datasets, clients, seeds, epochs, argv, seconds):
     with open(os.path.join(OUT, "fedxgbllr_table.md"), "w") as fh:
         fh.write("\n".join(lines))
     with open(os.path.join(OUT, "fedxgbllr_table.json"), "w") as fh:
-        json.dump(results, fh, indent=1, default=float)
+        json.dump(dict(results, provenance=prov), fh, indent=1, default=float)
     print("\n".join(lines))
 
 

@@ -46,6 +46,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import numpy as np
 import pandas as pd
 
+import provenance
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DATA_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
@@ -409,7 +411,9 @@ def main(argv=None):
                     help="smoke run: 2 seeds, 10 trees, ionosphere and concrete, letter capped at 1000 rows")
     ap.add_argument("--out", default=os.path.join(RESULTS, "lossless_vs_sklearn"),
                     help="output path without extension (.md and .json are written)")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     if args.quick:
         args.seeds = min(args.seeds, 2)
         args.n_estimators = 10
@@ -462,7 +466,7 @@ def main(argv=None):
     doc = {"command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "runtime_s": runtime, "seeds": seeds, "n_estimators": args.n_estimators,
            "letter_rows": args.letter_rows, "split_method": args.split_method,
-           "check_seeds": check, "jobs": args.jobs, "versions": vers, "datasets": info,
+           "check_seeds": check, "jobs": args.jobs, "versions": vers, "datasets": info, "provenance": prov,
            "summary": [{k: v for k, v in r.items()} for r in rows],
            "per_seed": sorted(records, key=lambda r: (names.index(r["dataset"]), r["seed"]))}
     with open(args.out + ".json", "w") as fh:

@@ -1,0 +1,72 @@
+"""Where a result came from: the commit it was made from, the machine and the versions.
+
+Every experiment and benchmark calls :func:`add_arguments` on its parser and
+:func:`record` before it writes a result.  A result made from code that differs
+from the commit it names cannot be reproduced, so :func:`record` refuses to
+run when ``fedforest/`` or ``experiments/`` has uncommitted changes, unless
+``--allow-dirty`` is given (the result then says so).
+"""
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WATCHED = ("fedforest", "experiments/*.py")
+
+
+def add_arguments(parser):
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write results even when fedforest/ or experiments/ has uncommitted changes "
+                             "(the result records it)")
+    return parser
+
+
+def git_state():
+    """``(commit, dirty)``: the checked-out commit and whether the code differs from it
+    (None, None outside a git checkout)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *WATCHED], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return commit, bool(dirty)
+
+
+def versions():
+    import numpy
+    import pandas
+    import sklearn
+    import fedforest
+    out = {"python": platform.python_version(), "fedforest": fedforest.__version__, "numpy": numpy.__version__,
+           "pandas": pandas.__version__, "scikit-learn": sklearn.__version__}
+    for name in ("numba", "xgboost", "river", "mpi4py"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def record(args=None):
+    """The provenance of a result (a dict for its JSON).  Exits with a message
+    when the code has uncommitted changes and ``args.allow_dirty`` is not set."""
+    commit, dirty = git_state()
+    allow = bool(getattr(args, "allow_dirty", False))
+    if dirty and not allow:
+        sys.exit("refusing to write results: fedforest/ or experiments/ has uncommitted changes, so the "
+                 f"result could not be reproduced from commit {commit[:12]}. Commit first, or pass "
+                 "--allow-dirty.")
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"git_commit": commit, "fedforest_uncommitted_changes": dirty,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python"] + [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+            "cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform(), "versions": versions()}
