@@ -421,12 +421,12 @@ class ClientTree:
         self.X, self.y, self.test = X, y, test
         self.own = None
 
-    def own_tree(self):
-        """This client's own tree (fitted once)."""
+    def own_tree(self, rows=None):
+        """This client's own tree (fitted once, on its ``rows`` when given)."""
         if self.own is None:
             s = self.setup
-            self.own = fit_client_tree(self.X, self.y, self.enc, s["max_depth"], s["seed"] + self.comm.rank,
-                                       s["criterion"])
+            X, y = (self.X, self.y) if rows is None else (self.X[rows], self.y[rows])
+            self.own = fit_client_tree(X, y, self.enc, s["max_depth"], s["seed"] + self.comm.rank, s["criterion"])
         return self.own
 
 

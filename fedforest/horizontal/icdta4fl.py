@@ -6,7 +6,8 @@ clients' trees on its rows (accuracy, macro-F1); the server drops trees whose
 mean score over the other clients does not reach the filter (mean of the
 scores by default, median or a percentile), turns the kept trees into rules,
 merges the rule sets by Cartesian product and grows the global tree from the
-merged rules.  The final tree and the merged rules go back to every client,
+merged rules (see docs/horizontal.md for the choices where the method's text
+and its published code differ: ``merge_bounds``, ``rule_weight``).  The final tree and the merged rules go back to every client,
 which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
 """
 import numbers
@@ -23,12 +24,13 @@ from ..federation.mode import HORIZONTAL, Mode, Param
 from ..federation.rounds import ask
 from ..tree import format as tree_format
 from ..tree.id3 import id3_from_rules
-from ..tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, tree_from_rules
+from ..tree.rules import BOUNDS, CATEGORICAL, NUMERIC, RuleArrays, aggregate, tree_from_rules
 from .common import TRAIN_LOCAL, log, run_tree_client, run_tree_server, tree_params, tree_proba
 from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 EVALUATE = "evaluate"        # server -> client: score these trees on your rows
 FILTERS = ("mean", "median", "percentile", "none")
+RULE_WEIGHTS = ("mass", "none")
 
 PARAMS = tree_params() + (
     Param("filter", "mean", (Options(*FILTERS),),
@@ -38,7 +40,19 @@ PARAMS = tree_params() + (
           "percentile of the 'percentile' filter"),
     Param("filter_metric", "accuracy", (Options("accuracy", "f1"),),
           "score the filter compares: 'accuracy' or 'f1' (macro)", text=True),
-    Param("max_rules", 10000, (Interval(int, 1),), "cap on merged rules after each merge step"),
+    Param("validation_fraction", 0.0, (Interval(numbers.Real, 0, 1, closed="left"),),
+          "share of each client's rows held out of its tree to score the other clients' trees "
+          "(0: trees are fitted on all rows and score the others on all rows)"),
+    Param("merge_bounds", "intersect", (Options(*BOUNDS),),
+          "CART rules bounding one feature on the same side: keep the more restrictive bound "
+          "('intersect': the exact conjunction) or the less restrictive ('loose', the method's text)",
+          text=True),
+    Param("rule_weight", "mass", (Options(*RULE_WEIGHTS),),
+          "CART global tree: weigh each merged rule by its estimated share of rows ('mass': the product "
+          "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
+          "('none', the method's text)", text=True),
+    Param("max_rules", 10000, (Interval(int, 1),),
+          "cap on merged rules at each merge step (those of largest estimated mass are kept)"),
     Param("global_max_depth", None, (None, Interval(int, 1)),
           "depth of the global tree (None: the client trees' depth)"),
     Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (grown breadth first)"),
@@ -70,9 +84,10 @@ def filter_trees(scores, how, percentile=75.0):
 def rule_arrays(merged, n_features, tree_type):
     """The merged rules as the arrays every client saves (``rules.npz``)."""
     arrays = RuleArrays.from_rules(merged, n_features)
+    common = {"dist": arrays.dist, "support": arrays.support, "mass": arrays.mass}
     if tree_type == "id3":
-        return {"val": arrays.cond, "dist": arrays.dist, "support": arrays.support}
-    return {"lo": arrays.cond[0], "hi": arrays.cond[1], "dist": arrays.dist, "support": arrays.support}
+        return dict(common, val=arrays.cond)
+    return dict(common, lo=arrays.cond[0], hi=arrays.cond[1])
 
 
 def _build(comm, job):
@@ -90,16 +105,20 @@ def _build(comm, job):
     rule_sets = [list(tree_format.leaf_rules(trees[i], kind).values()) for i in kept]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        merged, stats = aggregate(rule_sets, cfg.max_rules)
+        merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds)
     for w in caught:
         log(cfg, f"warning: {w.message}")
     if not merged:
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
                                   "or fewer clients")
-    grow = id3_from_rules if enc.tree_type == "id3" else tree_from_rules
     info = {}
-    tree = grow(merged, len(enc.classes), max_depth=cfg.global_max_depth or job.max_depth,
-                max_nodes=cfg.global_max_nodes, info=info)
+    depth = cfg.global_max_depth or job.max_depth
+    if enc.tree_type == "id3":
+        tree = id3_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes, info=info)
+    else:
+        weights = [r.mass for r in merged] if cfg.rule_weight == "mass" else None
+        tree = tree_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes,
+                               info=info, weights=weights)
     if info.get("truncated"):
         log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
                   "nodes beyond it were left as leaves")
@@ -112,15 +131,45 @@ def _build(comm, job):
         global_tree_truncated=bool(info.get("truncated")),
         aggregate_seconds=time.perf_counter() - t0,
         local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
+    if all("own_test" in evals[r] for r in clients):   # each client's own tree on its test file
+        for m in ("accuracy", "f1"):
+            per = [float(evals[r]["own_test"][m]) for r in clients]
+            summary[f"local_test_{m}s"] = per
+            summary[f"local_test_{m}"] = float(np.mean(per))
     log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
               f"{cfg.filter_metric}); {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
     return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
 
 
+def split_rows(n, fraction, seed):
+    """``(fit rows, validation rows)`` of a client with ``n`` rows: a seeded
+    random ``fraction`` of them (at least one row, and one row left to fit)
+    is held out; with ``fraction`` 0 (or one row) both are all the rows."""
+    every = np.arange(n)
+    if not fraction or n < 2:
+        return every, every
+    perm = np.random.default_rng(seed).permutation(n)
+    k = min(n - 1, max(1, int(round(fraction * n))))
+    return np.sort(perm[k:]), np.sort(perm[:k])
+
+
+def _rows(client):
+    return split_rows(len(client.y), client.cfg.validation_fraction, client.setup["seed"] + client.comm.rank)
+
+
+def _train_local(client, msg):
+    return {"tree": client.own_tree(_rows(client)[0])}
+
+
 def _evaluate(client, msg):
-    scores = [class_scores(client.y, tree_proba(t, client.X)) for t in msg["trees"]]
-    return {"accuracy": np.array([s["accuracy"] for s in scores]), "f1": np.array([s["f1"] for s in scores])}
+    rows = _rows(client)[1]
+    X, y = client.X[rows], client.y[rows]
+    scores = [class_scores(y, tree_proba(t, X)) for t in msg["trees"]]
+    reply = {"accuracy": np.array([s["accuracy"] for s in scores]), "f1": np.array([s["f1"] for s in scores])}
+    if client.test is not None:
+        reply["own_test"] = class_scores(client.test[1], tree_proba(client.own_tree(), client.test[0]))
+    return reply
 
 
 def server_train(comm, cfg):
@@ -128,7 +177,7 @@ def server_train(comm, cfg):
 
 
 def client_train(comm, cfg):
-    return run_tree_client(comm, cfg, {EVALUATE: _evaluate})
+    return run_tree_client(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate})
 
 
 MODE = Mode(

@@ -14,7 +14,15 @@ sums their class distributions.  Rules contradict each other when some
 feature cannot satisfy both conditions: two different categories, or two
 disjoint intervals.  For numeric conditions on the same feature and side,
 the less restrictive threshold is kept (``x > 32.5`` and ``x > 35`` merge to
-``x > 32.5``), as the method prescribes.
+``x > 32.5``), as the method's text prescribes (``bounds="loose"``), or the
+more restrictive one, so that the merged rule is the exact conjunction of the
+two (``bounds="intersect"``, as the method's published code does).
+
+Merging the rules of trees whose leaves partition the space with
+``bounds="intersect"`` gives the cells of their common refinement; the rows
+a cell holds are unknown to the server, and :attr:`Rule.mass` estimates its
+share of the rows as the product, over the merged trees, of the share of the
+tree's rows at the leaf the cell lies in (a product of independent shares).
 """
 import math
 import time
@@ -35,11 +43,13 @@ CATEGORICAL = "categorical"
 class Rule:
     """``conditions`` maps a feature index to ``(lo, hi)`` (numeric) or to a
     category value (categorical); ``dist`` is the class distribution (sums of
-    leaf probabilities after merging); ``support`` the training rows behind it."""
+    leaf probabilities after merging); ``support`` the training rows behind it;
+    ``mass`` the estimated share of the rows it covers (see :func:`aggregate`)."""
     conditions: dict
     dist: np.ndarray
     support: float = 0.0
     kind: str = NUMERIC
+    mass: float = 1.0
 
     @property
     def predicted(self):
@@ -71,6 +81,7 @@ def rules_from_tree(children_left, children_right, feature, threshold, value, n_
     value = np.array(value, dtype=np.float64).reshape(len(feature), -1)
     total = value.sum(axis=1, keepdims=True)
     value = np.divide(value, total, out=value.copy(), where=total > 0)
+    threshold = np.where(np.asarray(children_left) >= 0, tree_format.float32_thresholds(threshold), threshold)
     tree = tree_format.binary(children_left, children_right, feature, threshold, value,
                               n_node_samples=n_node_samples)
     return list(tree_format.leaf_rules(tree, NUMERIC).values())
@@ -91,7 +102,7 @@ def compatible(a, b):
     return True
 
 
-def merge(a, b):
+def merge(a, b, bounds="loose"):
     """The merged rule of two compatible rules (see the module docstring)."""
     cond = dict(a.conditions)
     for f, cb in b.conditions.items():
@@ -99,33 +110,40 @@ def merge(a, b):
         if ca is None or a.kind == CATEGORICAL:
             cond[f] = cb
             continue
+        if bounds == "intersect":
+            cond[f] = (max(ca[0], cb[0]), min(ca[1], cb[1]))
+            continue
         # the less restrictive bound on each side both rules constrain
         lo = min(ca[0], cb[0]) if ca[0] > -math.inf and cb[0] > -math.inf else max(ca[0], cb[0])
         hi = max(ca[1], cb[1]) if ca[1] < math.inf and cb[1] < math.inf else min(ca[1], cb[1])
         cond[f] = (lo, hi)
-    return Rule(cond, a.dist + b.dist, a.support + b.support, a.kind)
+    return Rule(cond, a.dist + b.dist, a.support + b.support, a.kind, a.mass * b.mass)
 
 
 @dataclass
 class MergeStats:
-    """Rules and time of every pairwise merge step of :func:`aggregate`."""
+    """Rules and time of every pairwise merge step of :func:`aggregate`
+    (``compatible``: the pairs that did not contradict, before ``max_rules``)."""
     steps: list = field(default_factory=list)
     capped: bool = False
 
-    def add(self, left, right, pairs, kept, seconds):
+    def add(self, left, right, pairs, kept, seconds, compatible=None):
         self.steps.append({"left_rules": left, "right_rules": right, "pairs": pairs,
+                           "compatible": kept if compatible is None else compatible,
                            "kept_rules": kept, "seconds": seconds})
 
 
 class RuleArrays:
     """Rules as arrays: numeric ``lo``/``hi`` (R, F) bounds, or categorical
-    ``val`` (R, F) codes with -1 for "no condition"; ``dist`` (R, C), ``support`` (R,)."""
+    ``val`` (R, F) codes with -1 for "no condition"; ``dist`` (R, C), ``support`` (R,),
+    ``mass`` (R,)."""
 
-    def __init__(self, kind, cond, dist, support):
+    def __init__(self, kind, cond, dist, support, mass=None):
         self.kind = kind
         self.cond = cond            # (lo, hi) or val
         self.dist = dist
         self.support = support
+        self.mass = np.ones(len(support)) if mass is None else mass
 
     @classmethod
     def from_rules(cls, rules, n_features, codebook=None):
@@ -134,25 +152,37 @@ class RuleArrays:
         R = len(rules)
         dist = np.array([r.dist for r in rules], dtype=np.float64).reshape(R, -1)
         support = np.array([r.support for r in rules], dtype=np.float64)
+        mass = np.array([r.mass for r in rules], dtype=np.float64)
         if kind == CATEGORICAL:
             val = np.full((R, n_features), -1, dtype=np.int64)
             for i, r in enumerate(rules):
                 for f, v in r.conditions.items():
                     val[i, f] = codebook[v] if codebook is not None else v
-            return cls(kind, val, dist, support)
+            return cls(kind, val, dist, support, mass)
         lo = np.full((R, n_features), -np.inf)
         hi = np.full((R, n_features), np.inf)
         for i, r in enumerate(rules):
             for f, (a, b) in r.conditions.items():
                 lo[i, f], hi[i, f] = a, b
-        return cls(kind, (lo, hi), dist, support)
+        return cls(kind, (lo, hi), dist, support, mass)
 
     def __len__(self):
         return self.dist.shape[0]
 
     def take(self, idx):
         cond = self.cond[idx] if self.kind == CATEGORICAL else (self.cond[0][idx], self.cond[1][idx])
-        return RuleArrays(self.kind, cond, self.dist[idx], self.support[idx])
+        return RuleArrays(self.kind, cond, self.dist[idx], self.support[idx], self.mass[idx])
+
+    @classmethod
+    def concat(cls, parts):
+        """One rule array of the rules of ``parts`` (same kind and width), in order."""
+        kind = parts[0].kind
+        if kind == CATEGORICAL:
+            cond = np.concatenate([p.cond for p in parts])
+        else:
+            cond = (np.concatenate([p.cond[0] for p in parts]), np.concatenate([p.cond[1] for p in parts]))
+        return cls(kind, cond, np.concatenate([p.dist for p in parts]),
+                   np.concatenate([p.support for p in parts]), np.concatenate([p.mass for p in parts]))
 
     def rules(self, values=None):
         """Back to :class:`Rule` objects (``values``: code -> category value)."""
@@ -165,7 +195,7 @@ class RuleArrays:
                 lo, hi = self.cond[0][i], self.cond[1][i]
                 cond = {int(f): (float(lo[f]), float(hi[f]))
                         for f in np.flatnonzero(np.isfinite(lo) | np.isfinite(hi))}
-            out.append(Rule(cond, self.dist[i].copy(), float(self.support[i]), self.kind))
+            out.append(Rule(cond, self.dist[i].copy(), float(self.support[i]), self.kind, float(self.mass[i])))
         return out
 
 
@@ -174,9 +204,28 @@ def feature_count(rule_sets):
     return 1 + max((f for rs in rule_sets for r in rs for f in r.conditions), default=-1)
 
 
-def _merge_step(a, b, block=512):
-    """All compatible pairs of ``a`` x ``b`` (row-major order), merged."""
-    parts = []
+#: elements of the (block, rules, features) arrays one merge block may build (about 16 MiB of float64 each)
+BLOCK_ELEMENTS = 1 << 21
+BOUNDS = ("loose", "intersect")
+
+
+def _top(rules, max_rules):
+    """The ``max_rules`` rules of largest mass (ties: the earlier), in their order."""
+    if len(rules) <= max_rules:
+        return rules
+    return rules.take(np.sort(np.argsort(-rules.mass, kind="stable")[:max_rules]))
+
+
+def _merge_step(a, b, bounds="loose", max_rules=None):
+    """The compatible pairs of ``a`` x ``b`` (row-major order), merged; with
+    ``max_rules``, only the ``max_rules`` of largest mass (ties: the earlier
+    pair), selected block by block so that memory stays bounded by
+    ``max_rules`` plus one block.  Returns ``(rules, number of compatible pairs)``."""
+    if bounds not in BOUNDS:
+        raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
+    width = (b.cond if a.kind == CATEGORICAL else b.cond[0]).shape[1]
+    block = max(1, BLOCK_ELEMENTS // max(1, len(b) * max(width, 1)))
+    kept, compatible = None, 0
     for s in range(0, len(a), block):
         blk = a.take(np.arange(s, min(s + block, len(a))))
         if a.kind == CATEGORICAL:
@@ -189,24 +238,30 @@ def _merge_step(a, b, block=512):
             ok = (np.maximum(la[:, None, :], lb[None]) < np.minimum(ha[:, None, :], hb[None])).all(axis=2)
             i, j = np.nonzero(ok)
             la, lb, ha, hb = la[i], lb[j], ha[i], hb[j]
-            # the less restrictive bound where both rules bound a side, else the one bound
-            lo = np.where(np.isfinite(la) & np.isfinite(lb), np.minimum(la, lb), np.maximum(la, lb))
-            hi = np.where(np.isfinite(ha) & np.isfinite(hb), np.maximum(ha, hb), np.minimum(ha, hb))
+            if bounds == "intersect":
+                lo, hi = np.maximum(la, lb), np.minimum(ha, hb)
+            else:  # the less restrictive bound where both rules bound a side, else the one bound
+                lo = np.where(np.isfinite(la) & np.isfinite(lb), np.minimum(la, lb), np.maximum(la, lb))
+                hi = np.where(np.isfinite(ha) & np.isfinite(hb), np.maximum(ha, hb), np.minimum(ha, hb))
             cond = (lo, hi)
-        parts.append(RuleArrays(a.kind, cond, blk.dist[i] + b.dist[j], blk.support[i] + b.support[j]))
-    if a.kind == CATEGORICAL:
-        cond = np.concatenate([p.cond for p in parts])
-    else:
-        cond = (np.concatenate([p.cond[0] for p in parts]), np.concatenate([p.cond[1] for p in parts]))
-    return RuleArrays(a.kind, cond, np.concatenate([p.dist for p in parts]),
-                      np.concatenate([p.support for p in parts]))
+        compatible += i.size
+        part = RuleArrays(a.kind, cond, blk.dist[i] + b.dist[j], blk.support[i] + b.support[j],
+                          blk.mass[i] * b.mass[j])
+        kept = part if kept is None else RuleArrays.concat([kept, part])
+        if max_rules is not None:
+            kept = _top(kept, max_rules)
+    return kept, compatible
 
 
-def aggregate(rule_sets, max_rules=10_000):
-    """Cartesian product of the rule sets, merged pairwise and incrementally:
-    incompatible pairs and rules without support are dropped after every step;
-    when more than ``max_rules`` remain, the best supported are kept and a
-    warning names how many were dropped.  Returns ``(rules, MergeStats)``."""
+def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
+    """Cartesian product of the rule sets, merged pairwise and incrementally
+    (``bounds``: see the module docstring).  Each rule's mass starts as its
+    share of its tree's rows (its support over the rule set's total support)
+    and merged masses multiply.  Incompatible pairs and rules without support
+    are dropped at every step; when more than ``max_rules`` pairs are
+    compatible, those of largest mass are kept (selected while merging, so
+    memory stays bounded) and a warning names how many were dropped.
+    Returns ``(rules, MergeStats)``."""
     stats = MergeStats()
     sets = [list(rs) for rs in rule_sets if rs]
     if not sets:
@@ -216,21 +271,26 @@ def aggregate(rule_sets, max_rules=10_000):
     if sets[0][0].kind == CATEGORICAL:
         values = sorted({v for rs in sets for r in rs for v in r.conditions.values()}, key=repr)
     codebook = {v: i for i, v in enumerate(values)} if values is not None else None
-    arrays = [RuleArrays.from_rules(rs, n_feat, codebook) for rs in sets]
-    current = arrays[0].take(np.flatnonzero(arrays[0].support > 0))
+    arrays = []
+    for rs in sets:
+        ra = RuleArrays.from_rules(rs, n_feat, codebook)
+        ra = ra.take(np.flatnonzero(ra.support > 0))
+        ra.mass = ra.support / ra.support.sum() if len(ra) else ra.support
+        arrays.append(ra)
+    current = arrays[0]
     for nxt in arrays[1:]:
         t0 = time.perf_counter()
-        nxt = nxt.take(np.flatnonzero(nxt.support > 0))
-        out = _merge_step(current, nxt) if len(current) and len(nxt) else current.take(np.arange(0))
-        if len(out) > max_rules:
-            keep = np.sort(np.argsort(-out.support, kind="stable")[:max_rules])
-            order = np.argsort(-out.support[keep], kind="stable")
-            dropped = len(out) - max_rules
-            out = out.take(keep[order])
+        if len(current) and len(nxt):
+            out, compatible = _merge_step(current, nxt, bounds, max_rules)
+        else:
+            out, compatible = current.take(np.arange(0)), 0
+        if compatible > len(out):
             stats.capped = True
-            warnings.warn(f"rule aggregation: {dropped} merged rules beyond max_rules={max_rules} "
-                          "were dropped (the least supported)", RuntimeWarning, stacklevel=2)
-        stats.add(len(current), len(nxt), len(current) * len(nxt), len(out), time.perf_counter() - t0)
+            out = out.take(np.argsort(-out.mass, kind="stable"))
+            warnings.warn(f"rule aggregation: {compatible - len(out)} merged rules beyond max_rules={max_rules} "
+                          "were dropped (those of least estimated mass)", RuntimeWarning, stacklevel=2)
+        stats.add(len(current), len(nxt), len(current) * len(nxt), len(out), time.perf_counter() - t0,
+                  compatible)
         current = out
     return current.rules(values), stats
 
@@ -244,7 +304,7 @@ def _leaf_value(dist, n_classes):
     return total / s if s > 0 else total
 
 
-def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
+def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None, weights=None):
     """A binary tree (:mod:`fedforest.tree.format`, with the rules per node in
     ``n_rules``) grown from numeric rules: each node holds the rules that can reach it; the split
     ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
@@ -252,7 +312,10 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
     least one child holds fewer rules than the node (rules spanning ``t`` go to
     both children, clipped to each side, so a threshold is never reused).  A
     node is a leaf when its rules agree on the class, at ``max_depth``, or when
-    no split qualifies; its value is the normalized sum of its rules' distributions.
+    no split qualifies; its value is the normalized sum of its rules' class distributions.
+    ``weights`` (one per rule, e.g. the rules' :attr:`Rule.mass`) weigh each rule
+    in the class counts of the gain and in the leaf values; by default every rule
+    counts once, as the method's entropy of rules prescribes.
     Nodes are expanded breadth first; a split that would pass ``max_nodes``
     nodes is not made (``info["truncated"]`` is then set when ``info`` is a dict)."""
     nodes = []   # [left, right, feature, threshold, value, n_rules]
@@ -261,7 +324,8 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
     ra = RuleArrays.from_rules(rules, n_feat)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
 
-    w_all = np.ones(len(ra))  # every rule counts once (the method's entropy of rules)
+    w_all = np.ones(len(ra)) if weights is None else np.asarray(weights, dtype=np.float64).reshape(len(ra))
+    prob = ra.dist / np.maximum(ra.dist.sum(axis=1, keepdims=True), 1e-300)
 
     def side_weights(values, w, cuts, left):
         """Per cut, the weight of rules with ``values < t`` (left) or ``values > t`` (right)."""
@@ -302,7 +366,7 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None)
         return best
 
     def new_node(members):
-        value = _leaf_value(ra.dist[members] * w_all[members, None], n_classes)
+        value = _leaf_value(prob[members] * w_all[members, None], n_classes)
         nodes.append([tree_format.NO_CHILD, tree_format.NO_CHILD, tree_format.LEAF, -2.0, value,
                       int(members.size)])
         return len(nodes) - 1
