@@ -56,8 +56,10 @@ METHODS = [("Centralized", "centralized", "delta"), ("Local", "local", "delta"),
 def git_state():
     def run(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return run("rev-parse", "--short", "HEAD"), bool(run("status", "--porcelain", "--", "fedforest",
-                                                          "experiments/efdt_table.py"))
+    mine = ("fedforest/tree/hoeffding.py", "fedforest/horizontal/efdt.py", "fedforest/horizontal/common.py",
+            "experiments/efdt_table.py")
+    return (run("rev-parse", "--short", "HEAD"), bool(run("status", "--porcelain", "--", *mine)),
+            bool(run("status", "--porcelain", "--", "fedforest")))
 
 
 def write_clients(folder, df, target, seed):
@@ -120,18 +122,21 @@ def plot(name, runs, rounds, path):
 
 
 def write(results, rounds, seeds, argv, seconds):
-    commit, dirty = git_state()
+    commit, dirty, dirty_elsewhere = git_state()
     command = ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`"
     lines = ["# Federated streaming EFDT (shape of the paper's Tables 1-2)", "",
              f"Mean ± std over {seeds} seed(s) of the prequential accuracy (%) pooled over 4 clients, at the "
-             "given rounds (cumulative from round 1). 1 % of the rows (stratified) is the server's proxy set; "
+             "given rounds (cumulative from round 1). 1 % of the rows (stratified; soybean: random, its 7 rows "
+             "cannot cover 19 classes) is the server's proxy set; "
              "the rest is split in 4 stratified equal shares, each client's share shuffled and streamed in "
              "`rounds` chunks. Trees: river's EFDT defaults with `binary_split` true. Syn/Sem/Ind merge the "
              "statistics gathered since the last broadcast (`merge = \"delta\"`); the *total* columns merge "
              "the totals (the paper's literal aggregation).", "",
              f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
              f"{seconds / 60:.1f} minutes in all; code at commit {commit}"
-             f"{' with uncommitted changes' if dirty else ''}; command: {command}.", ""]
+             + (" with uncommitted changes to the efdt code" if dirty else " (efdt code as committed"
+                + ("; other modules of fedforest/ had uncommitted changes)" if dirty_elsewhere else ")"))
+             + f"; command: {command}.", ""]
     for name, runs in results.items():
         R = rounds[name]
         shown = [r for r in SHOWN if r < R] + [R]
@@ -145,6 +150,20 @@ def write(results, rounds, seeds, argv, seconds):
         lines += ["", "Server aggregation per round (ms): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in agg.items()) + ".", "",
                   f"![accuracy vs round]({os.path.basename(plot_path(name))})", ""]
+    lines += ["## At the last round", "",
+              "Prequential accuracy (%) after the last round, mean over seeds; gain = strategy − Local, "
+              "gap = Centralized − strategy; total − delta compares the two merges of the same strategy.", "",
+              "| data set | Local | Syn | Sem | Ind | Centralized | Syn gain | Syn gap | Syn total − delta | "
+              "Sem total − delta | Ind total − delta |", "|---|" + "---|" * 10]
+    for name, runs in results.items():
+        last = {label: 100 * np.mean([run[label]["round_accuracy"][-1] for run in runs]) for label, _, _ in METHODS}
+        lines.append(f"| {name} | {last['Local']:.2f} | {last['Syn']:.2f} | {last['Sem']:.2f} | {last['Ind']:.2f} | "
+                     f"{last['Centralized']:.2f} | {last['Syn'] - last['Local']:+.2f} | "
+                     f"{last['Centralized'] - last['Syn']:+.2f} | {last['Syn total'] - last['Syn']:+.2f} | "
+                     f"{last['Sem total'] - last['Sem']:+.2f} | {last['Ind total'] - last['Ind']:+.2f} |")
+    if seeds < 10:
+        lines += ["", f"This run used {seeds} seed(s) per data set, fewer than the paper's 10, to fit the "
+                  "shared 2-core machine; `--seeds 10` gives the paper's count."]
     text = "\n".join(lines)
     with open(os.path.join(OUT, "efdt_tables.md"), "w") as fh:
         fh.write(text)
