@@ -229,6 +229,20 @@ def cmd_split(args):
     return 0
 
 
+def cmd_warm_up(args):
+    """Compile the numba kernels once (they are cached beside the package), so the
+    first job does not pay for it."""
+    import time
+    t0 = time.perf_counter()
+    from .tree import builder, predict
+    for split_method in ("hist", "exact"):
+        for is_classification in (True, False):
+            builder.warm_up(split_method, is_classification)
+    predict.warm_up()
+    print(f"kernels ready in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def cmd_demo_data(args):
     from .demo import make_demo
     print(make_demo(args.out))
@@ -295,6 +309,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed of the split")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=cmd_split)
+    p = sub.add_parser("warm-up", help="compile the numba kernels now (make venv does it once after install)")
+    p.set_defaults(func=cmd_warm_up)
     p = sub.add_parser("demo-data", help="write the bundled demo job (breast cancer, 2 parties)")
     p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
     p.set_defaults(func=cmd_demo_data)

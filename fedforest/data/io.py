@@ -29,6 +29,11 @@ def read_table(path, id_column, what, require_id=True):
                              dtype={id_column: str} if id_column else None,
                              na_values=["NA", ""], keep_default_na=False)
         elif ext in (".parquet", ".pq"):
+            try:
+                import pyarrow  # noqa: F401  (pandas' Parquet engine)
+            except ImportError:
+                raise InputError(what, f"{path!r}: reading Parquet needs the package 'pyarrow': "
+                                       "pip install 'fedforest[parquet]'") from None
             df = pd.read_parquet(path)
         elif ext == ".npy":
             arr = np.load(path, allow_pickle=False)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..constraints import Paths, describe
 from ..data.validation import CLASSIFICATION, REGRESSION
+from ..errors import InputError
 
 VERTICAL = "vertical"
 HORIZONTAL = "horizontal"
@@ -71,6 +72,7 @@ class Mode:
     tasks: tuple = (CLASSIFICATION, REGRESSION)
     check: object = None          # optional cfg -> None, cross-setting checks (raise InputError)
     roles: tuple = ("server_train", "client_train")
+    extra: str = None             # the pip extra that installs the packages its implementation needs
     _param_index: dict = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -95,4 +97,12 @@ class Mode:
         """The function implementing ``name`` (imports the implementation module)."""
         if name not in self.roles:
             raise LookupError(f"mode {self.name!r} has no {name!r} role")
-        return getattr(importlib.import_module(self.impl), name)
+        try:
+            module = importlib.import_module(self.impl)
+        except ModuleNotFoundError as exc:
+            if not exc.name or exc.name.split(".")[0] == "fedforest":
+                raise
+            how = f"pip install 'fedforest[{self.extra}]'" if self.extra else f"pip install {exc.name}"
+            raise InputError("mode", f"mode {self.name!r} needs the Python package {exc.name!r}, which is not "
+                                     f"installed: {how}") from None
+        return getattr(module, name)

@@ -37,3 +37,26 @@ def test_register_refuses_duplicates_and_unknown_modes():
         reg.get("nope")
     with pytest.raises(LookupError):
         extra.role("server_predict")
+
+
+def test_a_mode_whose_package_is_missing_names_the_extra_to_install(monkeypatch):
+    import sys
+    from fedforest.errors import InputError
+    from fedforest.federation.registry import get_mode
+    monkeypatch.setitem(sys.modules, "xgboost", None)                 # as if not installed
+    monkeypatch.delitem(sys.modules, "fedforest.horizontal.fedxgbllr.roles", raising=False)
+    with pytest.raises(InputError, match="mode 'fedxgbllr' needs the Python package 'xgboost', which is not "
+                                         "installed: pip install 'fedforest\\[xgboost\\]'"):
+        get_mode("fedxgbllr").role("server_train")
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    import sys
+    import pandas as pd
+    from fedforest.data.io import read_table
+    from fedforest.errors import InputError
+    pd.DataFrame({"id": ["a"], "x": [1.0]}).to_parquet(tmp_path / "t.parquet")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(InputError, match="reading Parquet needs the package 'pyarrow': pip install "
+                                         "'fedforest\\[parquet\\]'"):
+        read_table(str(tmp_path / "t.parquet"), "id", "party 1")

@@ -42,6 +42,6 @@ def _check(cfg):
 MODE = Mode(
     name="fedxgbllr", family=HORIZONTAL, table="fedxgbllr",
     summary="FedXGBllr: client XGBoost ensembles, per-tree learning rates learned by FedAvg of a small CNN",
-    params=PARAMS, impl="fedforest.horizontal.fedxgbllr.roles", check=_check,
+    params=PARAMS, impl="fedforest.horizontal.fedxgbllr.roles", check=_check, extra="xgboost",
     roles=("server_train", "client_train", "predict_proba", "explain"))
 MODES = (MODE,)
