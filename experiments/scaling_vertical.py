@@ -6,10 +6,12 @@ federated training (``mpiexec``, master + K parties, AES-GCM channels on)
 against scikit-learn ``RandomForestClassifier`` and XGBoost's random-forest
 mode (``XGBRFClassifier``) on the same pooled rows, measured in the same run:
 
-* rows: 10^4, 10^5, 10^6 (2 parties, 20 features);
-* parties: 2, 4, 8 (10^5 rows; the columns dealt round-robin);
-* trees: 10, 100, 300 (10^5 rows);
-* ``n_jobs``: 1, 2 per rank (10^5 rows; the peers with the same thread count);
+* rows: 10^4, 10^5, 10^6 (2 parties, 20 features, ``--rows-trees`` trees, default 20);
+* parties: 2, 4, 8 (``--sweep-rows`` rows, default 20,000, 100 trees; the
+  columns dealt round-robin);
+* trees: 10, 100, 300 (``--sweep-rows`` rows, 2 parties);
+* ``n_jobs``: 1, 2 per rank (``--sweep-rows`` rows, 100 trees; the peers with
+  the same thread count);
 * with ``--big``: 10^6 rows x 50 features, 4 parties, 100 trees, depth 12.
 
 Data: ``sklearn.datasets.make_classification(n_samples, n_features,
@@ -228,7 +230,8 @@ def plot(rows, path):
         ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4")
         ax2.set_ylabel("peak RSS of a rank, MiB", color="C4")
         ax.set_title(f"bytes and memory vs {label}")
-    fig.suptitle("Vertical Federated Forest scaling (20 features, depth 10, synthetic data)")
+    fig.suptitle("Vertical Federated Forest scaling (20 features, depth 10, synthetic data; "
+                 "rows sweep with 20 trees, other sweeps on 20,000 rows)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -240,6 +243,9 @@ def main(argv=None):
     ap.add_argument("--max-rows", type=int, default=1_000_000, help="largest row count of the rows sweep")
     ap.add_argument("--big", action="store_true", help="also the 10^6 x 50, 4 parties, depth 12 run")
     ap.add_argument("--sweeps", default="rows,parties,trees,n_jobs")
+    ap.add_argument("--sweep-rows", type=int, default=20_000,
+                    help="rows of the parties, trees and n_jobs sweeps")
+    ap.add_argument("--rows-trees", type=int, default=20, help="trees of the rows sweep")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
     args = ap.parse_args(argv)
     t_all = time.perf_counter()
@@ -247,26 +253,26 @@ def main(argv=None):
     log("warm-up (not recorded)")
     warm_up()
     rows, cache = [], {}
-    base_X, base_y = make_data(100_000, 20)
+    base_X, base_y = make_data(args.sweep_rows, 20)
     sweeps = args.sweeps.split(",")
     if "rows" in sweeps:
-        log("rows sweep: 2 parties, 100 trees")
+        log(f"rows sweep: 2 parties, {args.rows_trees} trees")
         for n in (10_000, 100_000, 1_000_000):
             if n > args.max_rows:
                 continue
-            X, y = (base_X, base_y) if n == 100_000 else make_data(n, 20)
-            rows.append(point("rows", n, X, y, 2, 100, args.depth, -1, peer_cache=cache))
+            X, y = make_data(n, 20)
+            rows.append(point("rows", n, X, y, 2, args.rows_trees, args.depth, -1, peer_cache=cache))
             del X, y
     if "parties" in sweeps:
-        log("parties sweep: 10^5 rows, 100 trees")
+        log(f"parties sweep: {args.sweep_rows:,} rows, 100 trees")
         for k in (2, 4, 8):
             rows.append(point("parties", k, base_X, base_y, k, 100, args.depth, -1, peer_cache=cache))
     if "trees" in sweeps:
-        log("trees sweep: 10^5 rows, 2 parties")
+        log(f"trees sweep: {args.sweep_rows:,} rows, 2 parties")
         for t in (10, 100, 300):
             rows.append(point("trees", t, base_X, base_y, 2, t, args.depth, -1, peer_cache=cache))
     if "n_jobs" in sweeps:
-        log("n_jobs sweep: 10^5 rows, 2 parties, 100 trees (peers with the same n_jobs)")
+        log(f"n_jobs sweep: {args.sweep_rows:,} rows, 2 parties, 100 trees (peers with the same n_jobs)")
         for j in (1, 2):
             rows.append(point("n_jobs", j, base_X, base_y, 2, 100, args.depth, j, peer_cache=cache))
     big = None
@@ -280,7 +286,9 @@ def main(argv=None):
                                                     loadavg_end=list(os.getloadavg())),
            "setup": {"data": "sklearn make_classification(n_samples, n_features, n_informative=10, "
                              "random_state=0)", "depth": args.depth, "max_features": "sqrt",
-                     "feature_sampling": "node", "seed": SEED, "channels": "AES-256-GCM"},
+                     "feature_sampling": "node", "seed": SEED, "channels": "AES-256-GCM",
+                     "sweep_rows": args.sweep_rows, "rows_sweep_trees": args.rows_trees,
+                     "command": "python experiments/scaling_vertical.py " + " ".join(argv or sys.argv[1:])},
            "total_seconds": time.perf_counter() - t_all}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as fh:
