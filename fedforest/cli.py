@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from .errors import InputError
+from .logs import configure as configure_logging
 from .version import __version__
 from .federation.config import JOB_PARAMS, job_setting, parse_flag_value, resolve
 from .federation.registry import REGISTRY
@@ -88,6 +89,7 @@ def _mpi_command(args, server_role, client_role):
     from .transport.mpi import world_transport
     from .transport.runner import run_master, run_rank
     comm = Comm(world_transport())
+    configure_logging(rank=comm.rank if comm.size > 1 else None)
     try:
         cfg = resolve(args.config, _flags(args))
         role = cfg.spec.role(server_role if comm.rank == 0 else client_role)

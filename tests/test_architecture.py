@@ -6,7 +6,8 @@ Layers (a module may import the layers listed for it, plus the standard library 
 third-party packages):
 
 * core: ``fedforest.transport``, ``fedforest.crypto``, ``fedforest.data``,
-  ``fedforest.tree``, ``fedforest.errors``, ``fedforest.constraints``, ``fedforest.version``.  Imports: core.
+  ``fedforest.tree``, ``fedforest.errors``, ``fedforest.constraints``, ``fedforest.version``,
+  ``fedforest.logs``.  Imports: core.
 * federation: ``fedforest.federation`` (mode contract, registry, config, model files,
   metrics, rounds/aggregation).  Imports: core, federation.
 * horizontal common: ``fedforest.horizontal`` (its ``__init__``) and
@@ -42,7 +43,7 @@ HORIZONTAL_COMMON = "horizontal common"
 ALGORITHM = "algorithm"
 APPLICATION = "application"
 
-CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version")
+CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs")
 APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
 HORIZONTAL = f"{PACKAGE}.horizontal"
 HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common")

@@ -27,6 +27,9 @@ def test_vertical_predict_keeps_the_training_summary_and_refuses_training_flags(
     proc = mpirun(3, ["train", "--config", job])
     assert proc.returncode == 0, proc.stderr
     assert "training trees" not in proc.stderr          # no progress bar into a file or pipe
+    status = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert status and all(line.startswith("[rank 0] ") for line in status)   # only the master speaks
+    assert any("ID alignment: 200 rows" in line for line in status)
     trained = (tmp_path / "train.json").read_text()
     paths = [str(tmp_path / f"party{p}.csv") for p in (1, 2)]
     proc = mpirun(3, ["predict", "--config", job, "--data", *paths, "--output", str(tmp_path / "p.csv"),

@@ -12,6 +12,7 @@ from cryptography.exceptions import InvalidTag
 from ..crypto.ids import hash_ids
 from ..crypto.keys import KeyPair, random_secret, seal_to
 from ..errors import ChannelError, InputError
+from ..logs import status
 from ..transport.base import expect
 
 MASTER = 0
@@ -22,9 +23,6 @@ HASH_IDS = "hash_ids"          # master -> party: send keyed hashes of your IDs
 ALIGN = "align"                # master -> party: the positions of the shared rows
 
 
-def _log(cfg, text):
-    if not cfg.quiet:
-        print(text, flush=True)
 
 def master_align(comm, cfg, n_rows_by_party):
     """Parties agree on a secret the master cannot read, send keyed hashes of
@@ -51,7 +49,7 @@ def master_align(comm, cfg, n_rows_by_party):
                  for r in parties}
     comm.scatter({r: {"op": ALIGN, "positions": positions[r]} for r in parties})
     lost = {r: n_rows_by_party[r] - len(order) for r in parties}
-    _log(cfg, f"ID alignment: {len(order)} rows shared by all parties; rows dropped per party: "
+    status(cfg, f"ID alignment: {len(order)} rows shared by all parties; rows dropped per party: "
          + ", ".join(f"party {r}: {lost[r]}" for r in parties))
     return len(order), lost
 

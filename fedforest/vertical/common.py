@@ -10,15 +10,14 @@ from tqdm import tqdm
 from ..data.io import check_ids, encode_features, read_table
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
+from ..logs import status
 from . import model_files
 
 MASTER = 0
 
 
 def log(cfg, text):
-    if cfg.quiet:
-        return
-    print(text, flush=True)
+    status(cfg, text)
 
 
 def progress_bar(cfg, **kw):
