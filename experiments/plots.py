@@ -72,6 +72,17 @@ def lossless():
     return _save(fig, "lossless_vs_sklearn")
 
 
+def _clients_axis(ax, xs, title, ylabel, log=False):
+    if log:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("clients")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
 def _split_key(key):
     return key.split("|")
 
@@ -100,13 +111,7 @@ def icdta4fl():
             xs = sorted(curve)
             style = "--" if m.startswith("Baseline") else "-"
             ax.plot(xs, [curve[x] for x in xs], style, marker="o", ms=3, label=m)
-        ax.set_xscale("log")
-        ax.minorticks_off()
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_title(f"{name}, {scheme}", fontsize=10)
-        ax.set_xlabel("clients")
-        ax.set_ylabel("accuracy (mean over seeds)")
-        ax.grid(alpha=0.3)
+        _clients_axis(ax, xs, f"{name}, {scheme}", "accuracy (mean over seeds)", log=True)
     axes[0].legend(fontsize=7)
     fig.suptitle("ICDTA4FL: global tree accuracy vs number of clients (baselines dashed)", fontsize=11)
     return _save(fig, "icdta4fl_tables")
@@ -138,11 +143,7 @@ def fedxgbllr():
             xs = sorted(curve)
             task = curve[xs[0]][1] if xs else task
             ax.plot(xs, [curve[x][0] for x in xs], "--" if m != "fed" else "-", marker="o", ms=3, label=labels[m])
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("clients")
-        ax.set_ylabel("MSE" if task == "regression" else "accuracy")
-        ax.grid(alpha=0.3)
+        _clients_axis(ax, xs, name, "MSE" if task == "regression" else "accuracy")
     axes[0].legend(fontsize=7)
     fig.suptitle("FedXGBllr vs centralized and local-only XGBoost", fontsize=11)
     return _save(fig, "fedxgbllr_table")
