@@ -91,6 +91,10 @@ class RawTransport(abc.ABC):
     def progress(self):
         """Advance posted sends without waiting."""
 
+    def describe(self, rank):
+        """How errors name ``rank`` (a network transport adds the participant's name)."""
+        return f"rank {rank}"
+
 
 _ALIGN = 16
 _MAGIC = b"FFW1"        # wire format 1: magic, header length, JSON header, aligned array buffers
@@ -306,8 +310,8 @@ class Comm:
         def poll():
             self._poll_errors()
             if time.monotonic() > deadline:
-                who = ", ".join(str(r) for r in sources)
-                raise FedForestError(f"rank {who} sent nothing for {self.reply_timeout:g} s "
+                who = ", ".join(self.raw.describe(r) for r in sources)
+                raise FedForestError(f"{who} sent nothing for {self.reply_timeout:g} s "
                                      "(reply_timeout); it may be stuck")
         return poll
 
