@@ -118,9 +118,11 @@ def test_aggregate_drops_unsupported_and_caps_with_warning():
     b = [num({1: (-INF, v)}, 0, i + 1) for i, v in enumerate(np.linspace(0, 1, 6))]
     rules, stats = aggregate([a, b])
     assert len(rules) == 6 and all(0 in r.conditions for r in rules)
-    with pytest.warns(RuntimeWarning, match="4 merged rules beyond max_rules=2"):
+    with pytest.warns(RuntimeWarning, match="1 rules of least estimated mass were not refined by rule set 2"):
         capped, stats = aggregate([a, b], max_rules=2)
-    assert stats.capped and [r.support for r in capped] == [9, 8]
+    # refining the one rule would give 6 > 2 rules: it is kept whole, with its first distribution
+    assert stats.capped and len(capped) == 1 and capped[0].conditions == {0: (-INF, 0.0)}
+    assert stats.steps[0]["compatible"] == 6 and np.array_equal(capped[0].dist, [1, 0, 0])
 
 
 def test_aggregate_many_rule_sets_stays_bounded():

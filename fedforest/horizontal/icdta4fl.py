@@ -54,7 +54,8 @@ PARAMS = tree_params() + (
     Param("max_rules", 10000, (Interval(int, 1),),
           "cap on merged rules at each merge step (those of largest estimated mass are kept)"),
     Param("global_max_depth", None, (None, Interval(int, 1)),
-          "depth of the global tree (None: the client trees' depth)"),
+          "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
+          "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
     Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (grown breadth first)"),
 )
 
@@ -112,7 +113,7 @@ def _build(comm, job):
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
                                   "or fewer clients")
     info = {}
-    depth = cfg.global_max_depth or job.max_depth
+    depth = cfg.global_max_depth or (job.max_depth if enc.tree_type == "id3" else None)
     if enc.tree_type == "id3":
         tree = id3_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes, info=info)
     else:

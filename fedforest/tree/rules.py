@@ -209,48 +209,72 @@ BLOCK_ELEMENTS = 1 << 21
 BOUNDS = ("loose", "intersect")
 
 
-def _top(rules, max_rules):
-    """The ``max_rules`` rules of largest mass (ties: the earlier), in their order."""
-    if len(rules) <= max_rules:
-        return rules
-    return rules.take(np.sort(np.argsort(-rules.mass, kind="stable")[:max_rules]))
+def _pairs(blk, b):
+    """``(i, j)``: the compatible pairs of the rules of ``blk`` and ``b``."""
+    if blk.kind == CATEGORICAL:
+        va, vb = blk.cond[:, None, :], b.cond[None, :, :]
+        return np.nonzero(((va < 0) | (vb < 0) | (va == vb)).all(axis=2))
+    (la, ha), (lb, hb) = blk.cond, b.cond
+    return np.nonzero((np.maximum(la[:, None, :], lb[None]) < np.minimum(ha[:, None, :], hb[None])).all(axis=2))
+
+
+def _merged(blk, b, i, j, bounds):
+    """The merged rules of the pairs ``(i, j)`` of ``blk`` x ``b``."""
+    if blk.kind == CATEGORICAL:
+        cond = np.where(blk.cond[i] < 0, b.cond[j], blk.cond[i])
+    else:
+        (la, ha), (lb, hb) = blk.cond, b.cond
+        la, lb, ha, hb = la[i], lb[j], ha[i], hb[j]
+        if bounds == "intersect":
+            lo, hi = np.maximum(la, lb), np.minimum(ha, hb)
+        else:  # the less restrictive bound where both rules bound a side, else the one bound
+            lo = np.where(np.isfinite(la) & np.isfinite(lb), np.minimum(la, lb), np.maximum(la, lb))
+            hi = np.where(np.isfinite(ha) & np.isfinite(hb), np.maximum(ha, hb), np.minimum(ha, hb))
+        cond = (lo, hi)
+    return RuleArrays(blk.kind, cond, blk.dist[i] + b.dist[j], blk.support[i] + b.support[j],
+                      blk.mass[i] * b.mass[j])
+
+
+def _blocks(a, b):
+    """Row ranges of ``a`` whose pairs with ``b`` fit in :data:`BLOCK_ELEMENTS`."""
+    width = (b.cond if a.kind == CATEGORICAL else b.cond[0]).shape[1]
+    step = max(1, BLOCK_ELEMENTS // max(1, len(b) * max(width, 1)))
+    return [np.arange(s, min(s + step, len(a))) for s in range(0, len(a), step)]
 
 
 def _merge_step(a, b, bounds="loose", max_rules=None):
-    """The compatible pairs of ``a`` x ``b`` (row-major order), merged; with
-    ``max_rules``, only the ``max_rules`` of largest mass (ties: the earlier
-    pair), selected block by block so that memory stays bounded by
-    ``max_rules`` plus one block.  Returns ``(rules, number of compatible pairs)``."""
+    """The compatible pairs of ``a`` x ``b`` merged (row-major order).  When
+    there are more than ``max_rules``, the rules of ``a`` of least mass are not
+    refined: they are kept as they are, so the rules still cover what ``a``
+    covered, and only the refinements of the others are built (memory stays
+    within ``max_rules`` rules plus one block).  Returns ``(rules, number of
+    compatible pairs, number of rules of a kept unrefined)``."""
     if bounds not in BOUNDS:
         raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
-    width = (b.cond if a.kind == CATEGORICAL else b.cond[0]).shape[1]
-    block = max(1, BLOCK_ELEMENTS // max(1, len(b) * max(width, 1)))
-    kept, compatible = None, 0
-    for s in range(0, len(a), block):
-        blk = a.take(np.arange(s, min(s + block, len(a))))
-        if a.kind == CATEGORICAL:
-            va, vb = blk.cond[:, None, :], b.cond[None, :, :]
-            ok = ((va < 0) | (vb < 0) | (va == vb)).all(axis=2)
-            i, j = np.nonzero(ok)
-            cond = np.where(blk.cond[i] < 0, b.cond[j], blk.cond[i])
-        else:
-            (la, ha), (lb, hb) = blk.cond, b.cond
-            ok = (np.maximum(la[:, None, :], lb[None]) < np.minimum(ha[:, None, :], hb[None])).all(axis=2)
-            i, j = np.nonzero(ok)
-            la, lb, ha, hb = la[i], lb[j], ha[i], hb[j]
-            if bounds == "intersect":
-                lo, hi = np.maximum(la, lb), np.minimum(ha, hb)
-            else:  # the less restrictive bound where both rules bound a side, else the one bound
-                lo = np.where(np.isfinite(la) & np.isfinite(lb), np.minimum(la, lb), np.maximum(la, lb))
-                hi = np.where(np.isfinite(ha) & np.isfinite(hb), np.maximum(ha, hb), np.minimum(ha, hb))
-            cond = (lo, hi)
-        compatible += i.size
-        part = RuleArrays(a.kind, cond, blk.dist[i] + b.dist[j], blk.support[i] + b.support[j],
-                          blk.mass[i] * b.mass[j])
-        kept = part if kept is None else RuleArrays.concat([kept, part])
-        if max_rules is not None:
-            kept = _top(kept, max_rules)
-    return kept, compatible
+    blocks = _blocks(a, b)
+    children = np.zeros(len(a), dtype=np.int64)
+    for rows in blocks:
+        i, _ = _pairs(a.take(rows), b)
+        children[rows] = np.bincount(i, minlength=rows.size)
+    refine = np.ones(len(a), dtype=bool)
+    if max_rules is not None and children.sum() > max_rules:
+        # refine the rules of largest mass while the total stays within max_rules
+        order = np.argsort(-a.mass, kind="stable")
+        extra = np.cumsum(np.maximum(children[order], 1) - 1)
+        refine[:] = False
+        refine[order[len(a) + extra <= max_rules]] = True
+    parts = []
+    for rows in blocks:
+        blk = a.take(rows)
+        i, j = _pairs(blk, b)
+        sel = refine[rows][i]
+        whole = rows[~refine[rows]]
+        # in a's order: each rule of a, then its refinements (or itself, unrefined)
+        merged = _merged(blk, b, i[sel], j[sel], bounds)
+        pos = np.concatenate([rows[i[sel]], whole])
+        both = RuleArrays.concat([merged, a.take(whole)])
+        parts.append(both.take(np.argsort(pos, kind="stable")))
+    return RuleArrays.concat(parts), int(children.sum()), int((~refine).sum())
 
 
 def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
@@ -258,9 +282,10 @@ def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
     (``bounds``: see the module docstring).  Each rule's mass starts as its
     share of its tree's rows (its support over the rule set's total support)
     and merged masses multiply.  Incompatible pairs and rules without support
-    are dropped at every step; when more than ``max_rules`` pairs are
-    compatible, those of largest mass are kept (selected while merging, so
-    memory stays bounded) and a warning names how many were dropped.
+    are dropped at every step.  When a step would give more than ``max_rules``
+    rules, the running rules of least mass are not refined by that tree (they
+    keep their conditions and the class distributions so far), so the rules
+    still cover what they covered; a warning says how many.
     Returns ``(rules, MergeStats)``."""
     stats = MergeStats()
     sets = [list(rs) for rs in rule_sets if rs]
@@ -278,17 +303,16 @@ def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
         ra.mass = ra.support / ra.support.sum() if len(ra) else ra.support
         arrays.append(ra)
     current = arrays[0]
-    for nxt in arrays[1:]:
+    for step, nxt in enumerate(arrays[1:], start=2):
         t0 = time.perf_counter()
         if len(current) and len(nxt):
-            out, compatible = _merge_step(current, nxt, bounds, max_rules)
+            out, compatible, whole = _merge_step(current, nxt, bounds, max_rules)
         else:
-            out, compatible = current.take(np.arange(0)), 0
-        if compatible > len(out):
+            out, compatible, whole = current.take(np.arange(0)), 0, 0
+        if whole:
             stats.capped = True
-            out = out.take(np.argsort(-out.mass, kind="stable"))
-            warnings.warn(f"rule aggregation: {compatible - len(out)} merged rules beyond max_rules={max_rules} "
-                          "were dropped (those of least estimated mass)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"rule aggregation: {whole} rules of least estimated mass were not refined by rule "
+                          f"set {step} (max_rules={max_rules})", RuntimeWarning, stacklevel=2)
         stats.add(len(current), len(nxt), len(current) * len(nxt), len(out), time.perf_counter() - t0,
                   compatible)
         current = out
