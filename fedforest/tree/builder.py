@@ -19,6 +19,8 @@ The centralized estimator runs the same two roles in one process
 (:class:`LocalParties`), so both give the same trees for the same seed.
 """
 import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -192,6 +194,8 @@ PARTY_COLUMNS = {"feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
 class PartySplitter:
     """One party's side of tree growth over its own columns ``X`` (float64, NaN = missing)."""
 
+    tree_threads = True   # trees of a batch may be handled on parallel threads
+
     def __init__(self, X, settings, labels):
         self.settings = settings
         self.labels = labels
@@ -208,26 +212,52 @@ class PartySplitter:
             self.X = np.asfortranarray(X, dtype=np.float32)
         self.trees = []
         self.tree_ids = []
-        self._tree = None
+        self._current = threading.local()
         self._states = {}
 
     # -- message handling -------------------------------------------------
+    # the tree being handled, per thread (trees of a batch may be handled in parallel)
+    _tree = property(lambda self: getattr(self._current, "tree", None),
+                     lambda self, tree: setattr(self._current, "tree", tree))
+
     def handle_batch(self, msg):
         """Process a :func:`pack_batch` message of several trees; returns the
         packed replies.  After a ``commit`` the batch's trees are in
-        :attr:`trees` (numbers in :attr:`tree_ids`), in tree order."""
+        :attr:`trees` (numbers in :attr:`tree_ids`), in tree order.
+
+        With more trees than kernel threads (and :attr:`tree_threads`), the
+        trees are handled in blocks on that many threads, each running
+        single-threaded kernels: a level of a large batch then costs no
+        parallel launch per tree.  Replies are joined in tree order."""
+        items = sorted(unpack_batch(msg).items())
+        n_threads = kernels.threads()
+        if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
+                and msg["op"] != COMMIT:
+            with ThreadPoolExecutor(n_threads, initializer=kernels.set_threads,
+                                    initargs=(1,)) as pool:
+                done = list(pool.map(self._handle_tree, items))
+        else:
+            done = [self._handle_tree(item) for item in items]
         replies = []
-        for t, sub in sorted(unpack_batch(msg).items()):
-            self._tree = self._states.pop(t, None)
-            reply = self.handle(sub)
+        for (t, sub), (state, reply) in zip(items, done):
             if sub["op"] == "finish":
                 self.tree_ids.append(t)
+                self.trees.append(state)
             else:
-                self._states[t] = self._tree
+                self._states[t] = state
             if reply is not None:
                 replies.append(reply)
-        self._tree = None
         return join_replies(replies)
+
+    def _handle_tree(self, item):
+        """One tree's message, on this thread: returns (its new state or, when it
+        finished, its arrays; the reply)."""
+        t, sub = item
+        self._tree = self._states.pop(t, None)
+        reply = self.handle(sub)
+        state = self._finished if sub["op"] == "finish" else self._tree
+        self._tree = None
+        return state, reply
 
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
@@ -316,10 +346,14 @@ class PartySplitter:
 
     def _finish(self):
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
-        self.trees.append({"children_left": t["left"], "children_right": t["right"],
-                           "feature": t["feature"], "threshold": t["threshold"],
-                           "missing_left": t["missing_left"]})
+        self._current.finished = {"children_left": t["left"], "children_right": t["right"],
+                                  "feature": t["feature"], "threshold": t["threshold"],
+                                  "missing_left": t["missing_left"]}
         self._tree = None
+
+    @property
+    def _finished(self):
+        return self._current.finished
 
 
 class LocalParties:
@@ -417,8 +451,15 @@ class TreeGrower:
             except StopIteration as stop:
                 trees[t], finish[t] = stop.value
 
-        for t in runs:
-            advance(t, None)
+        # many small per-tree steps run faster on one thread than as parallel launches
+        threads = kernels.threads()
+        own_threads = 1 if len(runs) >= 2 * threads else threads
+        try:
+            kernels.set_threads(own_threads)
+            for t in runs:
+                advance(t, None)
+        finally:
+            kernels.set_threads(threads)
         while asks:
             current, asks_now = sorted(asks), dict(asks)
             asks.clear()
@@ -426,9 +467,13 @@ class TreeGrower:
                                       if asks_now[t][p] is not None]) for p in range(n_parties)]
             replies = self.parties.exchange([m if len(m) > 2 else None for m in msgs])
             views = [None if r is None else BatchReply(r, p) for p, r in enumerate(replies)]
-            for t in current:
-                advance(t, [views[p] if asks_now[t][p] is not None else None
-                            for p in range(n_parties)])
+            try:
+                kernels.set_threads(own_threads)
+                for t in current:
+                    advance(t, [views[p] if asks_now[t][p] is not None else None
+                                for p in range(n_parties)])
+            finally:
+                kernels.set_threads(threads)
             for v in views:
                 if v is not None:
                     v.check_used()

@@ -19,6 +19,11 @@ stay in Python.  Conventions shared by every kernel:
   strictly larger gain replaces the best one, so ties resolve to the lowest
   feature index and the lowest threshold.
 
+The parallel kernels (``parallel=True``) split their work over (node, feature)
+pairs or node segments and release the GIL, so a caller may also run several
+of them at once, one per tree, on single-threaded kernels (tree blocks); no
+result depends on the number of threads.
+
 The histogram and exact split kernels evaluate candidates with the same rules
 written out in each scan loop: a shared helper measured about 40% slower
 training (numba does not keep it as tight), so the repetition is deliberate;
@@ -47,6 +52,11 @@ def set_threads(n):
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
     return n
+
+
+def threads():
+    """The number of threads this thread's parallel kernels use."""
+    return numba.get_num_threads()
 
 
 @njit(cache=True)
@@ -83,7 +93,7 @@ def _accumulate(acc, rows, s, e, ycls, yw, is_clf):
             acc[2] += yw[r, 2]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     """Per-node label statistics, weight, impurity and distinct-row count."""
     n_nodes = starts.shape[0]
@@ -189,7 +199,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     return best, best_b, best_ml
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit):
     """Weight and impurity of every node segment (one node per thread)."""
     n_nodes = starts.shape[0]
@@ -240,7 +250,7 @@ def _best_per_node(n_nodes, pair_node, pair_feat, gain, where, ml):
     return best_gain, best_feat, best_where, best_ml
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                      w_total, min_samples_leaf, min_weight_leaf):
     """Best histogram split of every open node over the allowed local features.
@@ -340,7 +350,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
     return best_gain, best_feat, best_bin, best_ml
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                       w_total, min_samples_leaf, min_weight_leaf):
     """Best exact split of every open node, thresholds as scikit-learn computes them.
@@ -466,7 +476,7 @@ def _segment_offsets(starts, ends):
     return off
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code=np.nan):
     """Left (1) / right (0) bit of every row of several node segments, each
     split on its own column, concatenated in segment order.  A value is
@@ -491,7 +501,7 @@ def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, mi
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def apply_partition(rows, starts, ends, bits):
     """Stable in-place partition of each node segment by its left/right bits.
 
@@ -525,7 +535,7 @@ def apply_partition(rows, starts, ends, bits):
     return n_left
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def bin_codes(X, edges, n_bins, out):
     """Bin code of every value into ``out`` (uint8): the number of the
     feature's edges below the value (``MISSING_BIN`` for NaN), rows in parallel."""

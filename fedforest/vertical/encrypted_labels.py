@@ -199,6 +199,8 @@ def node_int_stats(spec, codes, counts, rows, starts, ends):
 class LabelHolderSplitter(PartySplitter):
     """The label holder: plaintext scoring of its own features, encrypted node statistics."""
 
+    tree_threads = False  # the encryption holds the GIL: threads would not help
+
     def __init__(self, X, settings, labels, codes, spec, public_key):
         super().__init__(X, settings, labels)
         self.codes = np.asarray(codes, dtype=np.int64)
@@ -222,6 +224,8 @@ class LabelHolderSplitter(PartySplitter):
 
 class EncryptedHistSplitter(PartySplitter):
     """A party without the labels: encrypted per-bin histograms on request."""
+
+    tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
 
     def __init__(self, X, settings, labels_ct, spec, public_key):
         if settings.split_method != "hist":
