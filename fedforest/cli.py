@@ -245,6 +245,32 @@ def cmd_warm_up(args):
     return 0
 
 
+def cmd_keygen(args):
+    from .crypto.identity import keygen
+    key, cert, fp = keygen(args.out, args.name)
+    print(f"private key:  {key}  (keep it; never send it)")
+    print(f"certificate:  {cert}  (send it to the master)")
+    print(f"fingerprint:  {fp}")
+    print("read the fingerprint to the other organisations over a second channel (phone, video call); "
+          "they pin it in their configuration files")
+    return 0
+
+
+def cmd_serve(args):
+    from .federation.network import serve
+    configure_logging(rank=None)
+    if not args.config:
+        raise InputError("--config", "serve needs the job file with its [network] table")
+    flags = _flags(args)
+    return serve(args.config, flags, command="predict" if args.predict else "train")
+
+
+def cmd_join(args):
+    from .federation.network import join
+    configure_logging(rank=None)
+    return join(args.config)
+
+
 def cmd_demo_data(args):
     from .demo import make_demo
     print(make_demo(args.out))
@@ -275,6 +301,27 @@ def build_parser():
                                    "predicts one rows file locally (--data FILE).")
     _add_job_flags(p)
     p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("keygen", help="create this participant's key pair and certificate for network jobs",
+                       description="Write NAME.key (private key) and NAME.crt (self-signed certificate) into "
+                                   "DIR and print the certificate's SHA-256 fingerprint (docs/network.md).")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the key and certificate")
+    p.add_argument("--name", required=True, help="this participant's name in network jobs")
+    p.set_defaults(func=cmd_keygen)
+    p = sub.add_parser("serve", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
+                       help="run the master of a network job (TCP + TLS; parties start fedforest join)",
+                       description="Run the master of a network job: listen for the parties pinned in the "
+                                   "job file's [network] table, send them the job, run the mode's server "
+                                   "role (docs/network.md).")
+    _add_job_flags(p)
+    p.add_argument("--predict", action="store_true",
+                   help="run prediction with a trained vertical model instead of training")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("join", help="run one party of a network job (connects to the master)",
+                       description="Run one party of a network job: connect to the master pinned in the "
+                                   "party file, check the job against the party's [policy], run the mode's "
+                                   "client role (docs/network.md).")
+    p.add_argument("--config", required=True, help="the party file: [job] data, [network], [policy]")
+    p.set_defaults(func=cmd_join)
     p = sub.add_parser("modes", help="list the modes and their settings")
     p.add_argument("--markdown", action="store_true", help="print the settings reference as markdown tables")
     p.set_defaults(func=cmd_modes)

@@ -44,9 +44,8 @@ def fingerprint(der):
 
 def normalize_fingerprint(text, what):
     """A pinned fingerprint in the canonical form (any case, with or without colons or spaces)."""
-    hexdigits = re.sub(r"[:\s]", "", text) if isinstance(text, str) else ""
-    if hexdigits.lower().startswith("sha256"):
-        hexdigits = hexdigits[6:].lstrip("=")
+    # openssl prints "sha256 Fingerprint=AB:CD:..."; the part after "=" is the fingerprint
+    hexdigits = re.sub(r"[:\s]", "", text.rpartition("=")[2]) if isinstance(text, str) else ""
     if not re.fullmatch(r"[0-9A-Fa-f]{64}", hexdigits):
         raise InputError(what, f"must be a SHA-256 fingerprint (64 hex digits, colons allowed), got {text!r}")
     hexdigits = hexdigits.upper()

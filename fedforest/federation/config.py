@@ -173,11 +173,14 @@ def job_setting(config_path, flag_values, key):
     return JOB_INDEX[key].default
 
 
-def resolve(config_path, flag_values, registry=REGISTRY):
+def resolve(config_path, flag_values, registry=REGISTRY, skip_tables=()):
     """Defaults < TOML < flags (``flag_values`` holds only flags the user gave).
-    Returns a :class:`JobConfig`; raises InputError on any bad setting."""
+    Returns a :class:`JobConfig`; raises InputError on any bad setting.
+    ``skip_tables``: tables another part reads (``[network]``, ``[policy]``)."""
     doc = load_toml(config_path) if config_path else {}
     base = doc.pop("__base__", None)
+    for table in skip_tables:
+        doc.pop(table, None)
     job_table = doc.get(JOB_TABLE, {})
     mode_name = flag_values.get("mode", job_table.get("mode", DEFAULT_MODE) if isinstance(job_table, dict)
                                 else DEFAULT_MODE)

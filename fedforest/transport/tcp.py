@@ -354,7 +354,8 @@ class Party:
         self.hosts = hosts
 
 
-def _ips(host):
+def resolve_hosts(host):
+    """The IP addresses ``host`` resolves to (empty when it does not)."""
     try:
         return {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:

@@ -1,0 +1,430 @@
+"""Network jobs: the master (``fedforest serve``) and each party (``fedforest
+join``) are separate processes, usually at separate organisations, connected
+by the TCP transport (:mod:`fedforest.transport.tcp`).
+
+The master's job file is a normal job file (``[job]`` and the mode's table)
+plus a ``[network]`` table: where it listens, its own key pair and, in rank
+order, every party's name and pinned certificate.  A party's file holds only
+what is the party's own: its data file and columns (``[job]``), the
+master's address and pinned fingerprint (``[network]``) and the limits it
+accepts (``[policy]``).
+
+Start-up, before any algorithm runs: the master sends each party a job
+message (mode, task, every shared setting, the party's rank); the party adds
+its own settings, checks the request against its policy and answers
+``accept`` or ``refuse`` with the reason.  A refusal stops the job with the
+party's reason; nothing is adjusted silently.  Then both run the mode's
+roles, unchanged, over the encrypted ``Comm``.
+"""
+import json
+import sys
+import time
+
+from ..constraints import Interval, Options, check
+from ..crypto.identity import Certificate, check_name, client_context, normalize_fingerprint, server_context
+from ..errors import FedForestError, InputError, RemoteError
+from ..transport.base import Comm, JobAborted
+from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
+from ..transport.tcp import Party, PeerLost, accept_parties, connect_master, resolve_hosts, split_address
+from ..version import __version__
+from .config import JOB_INDEX, load_toml, relative_to, resolve
+from .registry import REGISTRY
+
+TAG_JOB = 10                    # the start-up exchange, before Comm's handshake
+NETWORK = "network"
+POLICY = "policy"
+JOB = "job"
+DEFAULT_PORT = 7700
+DEFAULT_CONNECT_TIMEOUT = 300.0
+# settings that are each party's own: the master neither sends nor sees them
+LOCAL = ("data", "test_data", "id_column", "model_dir", "output", "summary_json", "overwrite", "resume",
+         "n_jobs", "progress", "verbose", "quiet")
+PARTY_JOB_KEYS = LOCAL + ("label_column",)
+# settings that count trees, bounded by a party's max_trees
+TREE_COUNTS = ("n_estimators", "xgb_trees")
+COMMANDS = {"train": ("server_train", "client_train"), "predict": ("server_predict", "client_predict")}
+
+
+def _table(doc, name, path, required=True):
+    table = doc.get(name)
+    if table is None:
+        if required:
+            raise InputError("config", f"{path!r} has no [{name}] table")
+        return {}
+    if not isinstance(table, dict):
+        raise InputError("config", f"[{name}] in {path!r} must be a table")
+    return table
+
+
+def _known(table, name, keys):
+    for k in table:
+        if k not in keys:
+            raise InputError(f"config [{name}]", f"unknown key {k!r} (keys: {', '.join(keys)})")
+
+
+def _timeout(value, what):
+    check(what, value, (Interval(float, 0, closed="neither"), Interval(int, 1)))
+    return float(value)
+
+
+def _certificate_pair(table, base, where):
+    for k in ("certificate", "key"):
+        if not isinstance(table.get(k), str):
+            raise InputError(f"config [{where}]", f"{k!r} must name this participant's {k} file "
+                                                  "(fedforest keygen writes both)")
+    return relative_to(table["certificate"], base), relative_to(table["key"], base)
+
+
+class MasterNetwork:
+    """The master's [network] table."""
+    KEYS = ("transport", "listen", "name", "certificate", "key", "connect_timeout", "parties")
+    PARTY_KEYS = ("name", "fingerprint", "certificate", "address")
+
+    def __init__(self, doc, path):
+        base = doc["__base__"]
+        net = _table(doc, NETWORK, path)
+        _known(net, NETWORK, self.KEYS)
+        if net.get("transport", "tcp") != "tcp":
+            raise InputError("network.transport", f"fedforest serve runs the 'tcp' transport, got "
+                                                  f"{net['transport']!r} (an MPI job starts with mpiexec)")
+        self.listen = split_address(net.get("listen", f"0.0.0.0:{DEFAULT_PORT}"), "network.listen")
+        self.name = check_name(net.get("name", "master"), "network.name")
+        self.certificate, self.key = _certificate_pair(net, base, NETWORK)
+        self.connect_timeout = _timeout(net.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+                                        "network.connect_timeout")
+        entries = net.get("parties")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            raise InputError("network.parties", "must list every party, in rank order, as "
+                                                "[[network.parties]] tables with name, fingerprint and "
+                                                "certificate")
+        self.parties, self.trusted, seen = [], [], {}
+        for rank, e in enumerate(entries, start=1):
+            where = f"network.parties[{rank}]"
+            _known(e, where, self.PARTY_KEYS)
+            name = check_name(e.get("name"), f"{where}.name")
+            if name in seen or name == self.name:
+                raise InputError(f"{where}.name", f"{name!r} names two participants")
+            what = f"party {name!r}"
+            pin = normalize_fingerprint(e.get("fingerprint"), f"{what}: fingerprint")
+            if pin in seen.values():
+                raise InputError(what, "has the same fingerprint as another party (one key per party)")
+            seen[name] = pin
+            if not isinstance(e.get("certificate"), str):
+                raise InputError(what, "'certificate' must name the certificate file this party sent")
+            cert = Certificate(relative_to(e["certificate"], base), what)
+            cert.check_pin(pin, what)
+            hosts = None
+            if e.get("address") is not None:
+                hosts = resolve_hosts(str(e["address"]))
+                if not hosts:
+                    raise InputError(what, f"address {e['address']!r} does not resolve")
+            self.parties.append(Party(name, pin, hosts))
+            self.trusted.append(cert)
+
+
+class PartyNetwork:
+    """A party's [network] table."""
+    KEYS = ("transport", "name", "master", "master_fingerprint", "certificate", "key", "connect_timeout")
+
+    def __init__(self, doc, path):
+        base = doc["__base__"]
+        net = _table(doc, NETWORK, path)
+        _known(net, NETWORK, self.KEYS)
+        if net.get("transport", "tcp") != "tcp":
+            raise InputError("network.transport", f"fedforest join runs the 'tcp' transport, got "
+                                                  f"{net['transport']!r}")
+        self.name = check_name(net.get("name"), "network.name")
+        self.master = split_address(net.get("master"), "network.master")
+        self.pin = normalize_fingerprint(net.get("master_fingerprint"), "network.master_fingerprint")
+        self.certificate, self.key = _certificate_pair(net, base, NETWORK)
+        self.connect_timeout = _timeout(net.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+                                        "network.connect_timeout")
+
+
+class Policy:
+    """What a party accepts (its [policy] table); :meth:`refusals` lists what a request breaks."""
+    KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "allow_master_full_model",
+            "offered_columns")
+
+    def __init__(self, doc):
+        pol = _table(doc, POLICY, None, required=False)
+        _known(pol, POLICY, self.KEYS)
+        self.allowed_modes = pol.get("allowed_modes")
+        if self.allowed_modes is not None:
+            if not isinstance(self.allowed_modes, list) or not self.allowed_modes:
+                raise InputError("policy.allowed_modes", f"must be a list of mode names, got "
+                                                         f"{self.allowed_modes!r}")
+            for m in self.allowed_modes:
+                check("policy.allowed_modes", m, (Options(*REGISTRY.names()),))
+        self.max_trees = pol.get("max_trees")
+        check("policy.max_trees", self.max_trees, (None, Interval(int, 1)))
+        self.label_privacy = pol.get("require_label_privacy")
+        check("policy.require_label_privacy", self.label_privacy, (None, Options("plain", "paillier")))
+        self.full_model = pol.get("allow_master_full_model", False)
+        check("policy.allow_master_full_model", self.full_model, (bool,))
+        self.columns = pol.get("offered_columns")
+        if self.columns is not None and not (isinstance(self.columns, list)
+                                             and all(isinstance(c, str) for c in self.columns)):
+            raise InputError("policy.offered_columns", f"must be a list of column names, got "
+                                                       f"{self.columns!r}")
+
+    def refusals(self, command, mode, settings, label_column):
+        """Why this party refuses the master's request (empty: it accepts)."""
+        out = []
+        if self.allowed_modes is not None and mode not in self.allowed_modes:
+            out.append(f"mode {mode!r} is not allowed (policy allowed_modes = {self.allowed_modes})")
+        if command != "train":
+            return out
+        for key in TREE_COUNTS:
+            n = settings.get(key)
+            if self.max_trees is not None and isinstance(n, int) and n > self.max_trees:
+                out.append(f"the job asks {key} = {n}, above this party's max_trees = {self.max_trees}")
+        if self.label_privacy is not None:
+            got = settings.get("label_privacy")
+            if got is None:
+                out.append(f"mode {mode!r} has no label_privacy; this party requires "
+                           f"{self.label_privacy!r}")
+            elif got != self.label_privacy:
+                out.append(f"the job runs label_privacy = {got!r}; this party requires "
+                           f"{self.label_privacy!r}")
+        if settings.get("master_full_model") and not self.full_model:
+            out.append("the job asks for master_full_model (this party's split features and thresholds "
+                       "go to the master); this party's policy does not allow it "
+                       "(allow_master_full_model)")
+        if label_column is not None and settings.get("label_column") != label_column:
+            out.append(f"the job names label column {settings.get('label_column')!r}; this party's "
+                       f"label column is {label_column!r}")
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Master
+# ---------------------------------------------------------------------------
+def shared_settings(cfg):
+    """The master's resolved settings every party receives: the mode's and the
+    [job] settings its family uses, minus each party's own (:data:`LOCAL`)."""
+    fam = cfg.spec.family
+    return {k: v for k, v in cfg.values.items()
+            if k not in LOCAL and (k not in JOB_INDEX or fam in JOB_INDEX[k].families)}
+
+
+def _say(cfg_quiet, text):
+    if not cfg_quiet:
+        print(text, flush=True)
+
+
+def _start_job(raw, cfg, command, timeout):
+    """Master: send each party its job message; raise InputError naming every
+    party that refuses (after telling all of them to stop)."""
+    settings = shared_settings(cfg)
+    for r in range(1, raw.size):
+        raw.send_bytes(r, json.dumps({
+            "op": "job", "command": command, "version": __version__, "mode": cfg.spec.name,
+            "rank": r, "size": raw.size, "names": [raw.names[i] for i in range(raw.size)],
+            "settings": settings}).encode("utf-8"), TAG_JOB)
+    deadline = time.monotonic() + timeout
+
+    def poll():
+        if time.monotonic() > deadline:
+            raise FedForestError(f"no answer to the job message within {timeout:g} s")
+    refusals = []
+    for r in range(1, raw.size):
+        reply = json.loads(raw.recv_bytes(r, TAG_JOB, poll=poll).decode("utf-8"))
+        if not reply.get("ok"):
+            refusals.append(f"{raw.describe(r)} refuses the job: {reply.get('error')}")
+    if refusals:
+        raise InputError("policy", "; ".join(refusals))
+
+
+def _master_failure(raw, exc, verbose):
+    """What the master prints when a network job fails, naming participants."""
+    if isinstance(exc, RemoteError):
+        text = describe_failure(exc, verbose)
+        return text.replace(f"error on rank {exc.rank}", f"error on {raw.describe(exc.rank)}", 1)
+    if isinstance(exc, (PeerLost, JobAborted, InputError)) or (
+            isinstance(exc, FedForestError) and not verbose):
+        return f"error: {exc}"
+    return describe_failure(exc, verbose)
+
+
+def serve(config_path, flags, command="train", on_listen=None):
+    """``fedforest serve``: run the master of a network job; returns the exit code."""
+    doc = load_toml(config_path)
+    net = MasterNetwork(doc, config_path)
+    job = doc.get(JOB, {})
+    for key in ("data", "test_data", "n_parties"):
+        if key in flags or (isinstance(job, dict) and key in job):
+            raise InputError(key, "in a network job each party names its own data in its party file; "
+                                  "the parties are the [[network.parties]] of the job file")
+    names = [p.name for p in net.parties]
+    flags = dict(flags, n_parties=len(names), data=[f"<data of party {n}>" for n in names])
+    cfg = resolve(config_path, flags, skip_tables=(NETWORK,))
+    role = cfg.spec.role(COMMANDS[command][0])
+    ctx = server_context(net.certificate, net.key, net.trusted, "network")
+    quiet = bool(cfg.quiet)
+
+    def announce(bound):
+        _say(quiet, f"listening on {bound[0]}:{bound[1]} for {len(names)} parties: {', '.join(names)}")
+        if on_listen is not None:
+            on_listen(bound)
+    try:
+        raw = accept_parties(net.listen, ctx, net.parties, net.name, net.connect_timeout,
+                             log=lambda text: _say(quiet, text), on_listen=announce)
+    except FedForestError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    comm = Comm(raw)
+    try:
+        _start_job(raw, cfg, command, net.connect_timeout)
+        role(comm, cfg)
+        raw.flush(poll=comm._poll_errors)
+    except BaseException as exc:  # noqa: BLE001 - every failure stops every party
+        code = 2 if isinstance(exc, InputError) or (
+            isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
+        print(_master_failure(raw, exc, bool(cfg.verbose)), file=sys.stderr, flush=True)
+        raw.abort(code)
+        return code
+    raw.finish()
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Party
+# ---------------------------------------------------------------------------
+def _party_local(doc, path):
+    """A party's own settings (its [job] table), paths relative to its file."""
+    job = _table(doc, JOB, path, required=False)
+    for k in job:
+        if k not in PARTY_JOB_KEYS:
+            owner = "the master's job file" if (k in JOB_INDEX or REGISTRY.owners(k)) else None
+            raise InputError(f"config [{JOB}]", f"key {k!r} is set by {owner}" if owner else
+                                                f"unknown key {k!r} (a party's keys: {', '.join(PARTY_JOB_KEYS)})")
+    local = {}
+    for k, v in job.items():
+        local[k] = relative_to(v, doc["__base__"]) if k in JOB_INDEX and JOB_INDEX[k].path else v
+    if not isinstance(local.get("data"), str) or not local["data"]:
+        raise InputError("data", f"{path!r} must name this party's data file in [job] data")
+    return local
+
+
+def _offered(cfg, rank, policy, family):
+    """Restrict the party's table to the offered columns (its ID and label
+    columns are always kept)."""
+    from ..data.io import read_table
+    path = cfg.data[rank - 1]
+    df = read_table(path, cfg.id_column, f"party {rank}", require_id=False)
+    keep = [cfg.id_column, cfg.label_column]
+    missing = [c for c in policy.columns if c not in df.columns]
+    if missing:
+        raise InputError("policy.offered_columns", f"{path!r} has no column {missing[0]!r}")
+    extra = [c for c in df.columns if c not in policy.columns and c not in keep]
+    if not extra:
+        return path
+    if family != "vertical":
+        raise InputError("policy.offered_columns", f"{path!r} holds columns this party does not offer "
+                                                   f"({extra}); in a horizontal mode give a file with "
+                                                   "the offered columns only")
+    return df[[c for c in df.columns if c in policy.columns or c in keep]]
+
+
+def _accept_job(raw, msg, local, policy, name):
+    """Party: the merged configuration of the master's request, or InputError
+    with the reason of a refusal."""
+    if msg.get("version") != __version__:
+        raise InputError("version", f"the master runs fedforest {msg.get('version')}, this party "
+                                    f"{__version__}")
+    rank, size = int(msg["rank"]), int(msg["size"])
+    if msg["names"][rank] != name:
+        raise InputError("network.name", f"the master takes this party for {msg['names'][rank]!r}")
+    settings = msg["settings"]
+    refusals = policy.refusals(msg["command"], msg["mode"], settings, local.get("label_column"))
+    if refusals:
+        raise InputError("policy", "; ".join(refusals))
+    mode = REGISTRY.get(msg["mode"])
+    merged = dict(settings)
+    # a party file may serve jobs of several modes: its settings a mode lacks do not apply
+    merged.update({k: v for k, v in local.items() if k != "label_column" and (
+        (k in JOB_INDEX and mode.family in JOB_INDEX[k].families) or mode.param(k) is not None)})
+    others = [f"<data of party {n}>" for n in msg["names"][1:]]
+    merged["data"] = others[:rank - 1] + [local["data"]] + others[rank:]
+    if merged.get("test_data") is not None:
+        merged["test_data"] = others[:rank - 1] + [local["test_data"]] + others[rank:]
+    merged["mode"] = msg["mode"]
+    cfg = resolve(None, merged)
+    if policy.columns is not None:
+        table = _offered(cfg, rank, policy, cfg.spec.family)
+        data = list(cfg.data)
+        data[rank - 1] = table
+        cfg.set("data", data)
+    return rank, size, cfg
+
+
+def _refused_certificate(reason):
+    return "alert" in reason.lower() or "certificate" in reason.lower()
+
+
+def join(config_path):
+    """``fedforest join``: run one party of a network job; returns the exit code."""
+    doc = load_toml(config_path)
+    net = PartyNetwork(doc, config_path)
+    policy = Policy(doc)
+    local = _party_local(doc, config_path)
+    ctx = client_context(net.certificate, net.key, "network")
+    me = f"party {net.name!r}"
+    try:
+        raw = connect_master(net.master, ctx, net.pin, net.name, net.connect_timeout)
+    except FedForestError as exc:
+        print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        msg = json.loads(raw.recv_bytes(0, TAG_JOB).decode("utf-8"))
+    except (JobAborted, PeerLost) as exc:
+        reason = raw.lost.get(0, str(exc))
+        if _refused_certificate(reason) and "refused this connection" not in reason:
+            reason = (f"the master refused this party's certificate ({reason}); the job file must pin "
+                      f"this party's fingerprint for {net.name!r}")
+        print(f"error: {me}: {reason}", file=sys.stderr, flush=True)
+        raw.close()
+        return 1
+    try:
+        rank, size, cfg = _accept_job(raw, msg, local, policy, net.name)
+    except InputError as exc:
+        print(f"error: {me} refuses the job: {exc}", file=sys.stderr, flush=True)
+        raw.rank, raw.size = int(msg.get("rank", -1)), int(msg.get("size", 0))
+        raw.send_bytes(0, json.dumps({"ok": False, "error": str(exc)}).encode("utf-8"), TAG_JOB)
+        raw.finish(timeout=10)
+        return 2
+    raw.rank, raw.size = rank, size
+    raw.names = dict(enumerate(msg["names"]))
+    raw.names[0] = f"{msg['names'][0]} at {net.master[0]}:{net.master[1]}"
+    raw.send_bytes(0, json.dumps({"ok": True}).encode("utf-8"), TAG_JOB)
+    role = cfg.spec.role(COMMANDS[msg["command"]][1])
+    quiet = bool(cfg.quiet)
+    _say(quiet, f"{me} joined: mode {cfg.spec.name}, rank {rank} of {size - 1} parties")
+    cfg.set("progress", False)
+    cfg.set("quiet", True)
+    failed = []
+
+    def run(comm):
+        try:
+            return role(comm, cfg)
+        except JobAborted:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - said here, then reported to the master
+            failed.append(exc)
+            print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
+            raise
+    comm = Comm(raw)
+    out = run_rank(comm, None, run)
+    if raw.aborted or failed:
+        if not failed:
+            why = raw.lost.get(0, "stopped the job")
+            print(f"error: {me}: {raw.describe(0)} {why}", file=sys.stderr, flush=True)
+        raw.close()
+        return raw.abort_code or (2 if failed and isinstance(failed[0], InputError) else 1)
+    raw.finish()
+    _say(quiet, f"{me} done" + (f": {out}" if isinstance(out, str) else ""))
+    return 0
+
+
+__all__ = ["serve", "join", "Policy", "MasterNetwork", "PartyNetwork", "shared_settings", "DEFAULT_PORT"]

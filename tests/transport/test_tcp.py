@@ -1,0 +1,251 @@
+"""The TCP transport: identities, pinning, party policy and faults, over
+loopback with one process per participant (``fedforest serve`` / ``join``)."""
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fedforest.crypto.identity import Certificate, client_context, keygen, normalize_fingerprint, server_context
+from fedforest.errors import FedForestError, InputError
+from fedforest.federation.network import Policy
+from fedforest.jobs import run_vertical
+from fedforest.transport.base import Comm
+from fedforest.transport.tcp import Party, PeerLost, accept_parties, connect_master
+
+from _util import ROOT, assert_same_trees, complete_trees, party_frames
+
+N_TREES = 3
+GROUPS = [[0, 2, 4], [1, 3, 5]]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("keys")
+    out = {name: keygen(str(folder), name) for name in ("master", "p1", "p2")}
+    out["impostor"] = keygen(str(folder / "other"), "p1")      # another key under p1's name
+    return out
+
+
+@pytest.fixture(scope="module")
+def frames():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(160, 6))
+    y = (X[:, 0] + X[:, 1] * X[:, 3] > 0).astype(int)
+    return party_frames(X, y, GROUPS)
+
+
+def _fp(keys, name):
+    return keys[name][2]
+
+
+def write_job(folder, keys, forest="", network="", parties=("p1", "p2"), pin_files=None):
+    pin_files = pin_files or {}
+    lines = ['[job]', 'task = "classification"', 'label_column = "y"', 'model_dir = "model"',
+             'progress = false', '', '[forest]', f'n_estimators = {N_TREES}', 'max_depth = 3',
+             'random_state = 11', 'n_jobs = 1', forest, '', '[network]', 'listen = "127.0.0.1:0"',
+             f'certificate = "{keys["master"][1]}"', f'key = "{keys["master"][0]}"', network]
+    for p in parties:
+        lines += ['[[network.parties]]', f'name = "{p}"', f'fingerprint = "{_fp(keys, p)}"',
+                  f'certificate = "{pin_files.get(p, keys[p][1])}"']
+    path = os.path.join(folder, "job.toml")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path
+
+
+def write_party(folder, keys, name, frame, port, identity=None, master_pin=None, policy=""):
+    key, cert, _ = keys[identity or name]
+    data = os.path.join(folder, f"{name}.csv")
+    frame.to_csv(data, index=False)
+    path = os.path.join(folder, f"{name}.toml")
+    with open(path, "w") as fh:
+        fh.write(f'[job]\ndata = "{data}"\nmodel_dir = "model-{name}"\nn_jobs = 1\n\n'
+                 f'[network]\nname = "{name}"\nmaster = "127.0.0.1:{port}"\n'
+                 f'master_fingerprint = "{master_pin or _fp(keys, "master")}"\n'
+                 f'certificate = "{cert}"\nkey = "{key}"\nconnect_timeout = 20\n\n[policy]\n{policy}\n')
+    return path
+
+
+def _start(args, env=None):
+    full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "fedforest"] + args, cwd=ROOT, env=full, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _port(master):
+    """The port the master listens on (it prints it before waiting for parties)."""
+    line = master.stdout.readline()
+    m = re.search(r"listening on [\d.]+:(\d+)", line)
+    assert m, line + master.stderr.read()
+    return int(m.group(1))
+
+
+def run_network_job(folder, keys, frames, party_env=None, forest="", network="", policies=None,
+                    identities=None, master_pins=None, timeout=120):
+    """Start the master and one process per party; returns (master, {name: party}) as
+    (returncode, stdout, stderr) after all ended, and the seconds the master ran."""
+    job = write_job(folder, keys, forest=forest, network=network)
+    t0 = time.monotonic()
+    master = _start(["serve", "--config", job])
+    port = _port(master)
+    procs = {}
+    for name, frame in zip(("p1", "p2"), frames):
+        cfg = write_party(folder, keys, name, frame, port, identity=(identities or {}).get(name),
+                          master_pin=(master_pins or {}).get(name), policy=(policies or {}).get(name, ""))
+        procs[name] = _start(["join", "--config", cfg], env=(party_env or {}).get(name))
+    out = master.communicate(timeout=timeout)
+    elapsed = time.monotonic() - t0
+    done = {n: (p.wait(timeout=60), *p.communicate(timeout=60)) for n, p in procs.items()}
+    return (master.returncode, *out), done, elapsed
+
+
+def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
+    (code, out, err), parties, _ = run_network_job(str(tmp_path), keys, frames)
+    assert code == 0, err
+    assert all(p[0] == 0 for p in parties.values()), parties
+    assert "party 'p1' (rank 1) joined" in out and "party 'p2' (rank 2) joined" in out
+    ref_dir = str(tmp_path / "ref")
+    run_vertical("train", frames, task="classification", label_column="y", model_dir=ref_dir,
+                 n_estimators=N_TREES, max_depth=3, random_state=11, n_jobs=1)
+    # each party keeps its part of the model in its own folder; gather them as one model folder
+    for rank, name in ((1, "p1"), (2, "p2")):
+        os.rename(str(tmp_path / f"model-{name}" / f"party-{rank}"), str(tmp_path / "model" / f"party-{rank}"))
+    offsets = np.cumsum([0] + [len(g) for g in GROUPS])
+    trees = complete_trees(str(tmp_path / "model"), 2, offsets)
+    assert len(trees) == N_TREES
+    assert_same_trees(trees, complete_trees(ref_dir, 2, offsets))
+
+
+def test_impostor_and_wrong_certificates_are_refused_by_name(tmp_path, keys, frames):
+    # a certificate file that is not the pinned one: refused before listening
+    job = write_job(str(tmp_path), keys, pin_files={"p2": keys["p1"][1]})
+    res = subprocess.run([sys.executable, "-m", "fedforest", "serve", "--config", job], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "party 'p2'" in res.stderr and "not the one that was agreed" in res.stderr
+    # an impostor key under p1's name, and p2 pinning another certificate than the master's
+    (code, out, err), parties, elapsed = run_network_job(
+        str(tmp_path), keys, frames, network="connect_timeout = 4",
+        identities={"p1": "impostor"}, master_pins={"p2": _fp(keys, "p2")})
+    assert code == 1
+    assert "party 'p1' (rank 1)" in err and "party 'p2' (rank 2)" in err and "did not join" in err
+    assert "TLS handshake failed" in err
+    c1, _, e1 = parties["p1"]
+    assert c1 != 0 and "party 'p1'" in e1 and "refused this party's certificate" in e1
+    c2, _, e2 = parties["p2"]
+    assert c2 != 0 and "party 'p2'" in e2 and f"pins {_fp(keys, 'p2')}" in e2
+
+
+def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames):
+    (code, out, err), parties, elapsed = run_network_job(
+        str(tmp_path), keys, frames, forest="tree_batch = 1", network="",
+        party_env={"p2": {"FEDFOREST_FAULT_DROP": "6"}})
+    assert code == 1
+    assert "party 'p2' (rank 2) closed the connection" in err, err
+    assert parties["p2"][0] == 9            # the party process vanished (injected)
+    assert parties["p1"][0] != 0 and "stopped the job" in parties["p1"][2]
+
+
+def test_party_policy_refusal_reaches_the_master(tmp_path, keys, frames):
+    (code, out, err), parties, _ = run_network_job(
+        str(tmp_path), keys, frames, policies={"p1": "max_trees = 2", "p2": 'allowed_modes = ["vertical"]'})
+    assert code == 2
+    assert "party 'p1' (rank 1) refuses the job" in err and "n_estimators = 3" in err and "max_trees = 2" in err
+    assert "p2" not in err.replace("parties: p1, p2", "")
+    assert parties["p1"][0] == 2 and "refuses the job" in parties["p1"][2]
+    assert parties["p2"][0] == 2 and "stopped the job" in parties["p2"][2]
+    assert not os.path.exists(str(tmp_path / "model" / "party-0" / "manifest.json"))
+
+
+def _tcp_star(keys, n=2, reply_timeout=None):
+    """Master and parties as threads of this process, over loopback TLS; returns the comms."""
+    ctx = server_context(keys["master"][1], keys["master"][0],
+                         [Certificate(keys[f"p{r}"][1], "t") for r in range(1, n + 1)])
+    bound, comms = [], {}
+
+    def party(r):
+        while not bound:
+            time.sleep(0.01)
+        raw = connect_master(bound[0], client_context(keys[f"p{r}"][1], keys[f"p{r}"][0]),
+                             _fp(keys, "master"), f"p{r}", 10)
+        raw.rank, raw.size = r, n + 1
+        comms[r] = Comm(raw)
+    threads = [threading.Thread(target=party, args=(r,)) for r in range(1, n + 1)]
+    for t in threads:
+        t.start()
+    raw = accept_parties(("127.0.0.1", 0), ctx, [Party(f"p{r}", _fp(keys, f"p{r}")) for r in range(1, n + 1)],
+                         "master", 10, on_listen=bound.append)
+    for t in threads:
+        t.join()
+    comms[0] = Comm(raw)
+    comms[0].reply_timeout = reply_timeout
+    return comms
+
+
+def _handshake(comms):
+    threads = [threading.Thread(target=c.handshake) for r, c in comms.items() if r]
+    for t in threads:
+        t.start()
+    comms[0].handshake()
+    for t in threads:
+        t.join()
+
+
+def test_messages_and_a_stalled_party_over_tls(keys):
+    comms = _tcp_star(keys, reply_timeout=0.5)
+    _handshake(comms)
+    big = np.arange(3_000_000, dtype=np.float64)
+    comms[0].bcast({"op": "x", "a": big})
+    for r in (1, 2):
+        got = comms[r].recv(0)
+        assert np.array_equal(got["a"], big)
+        comms[r].send(0, {"op": "y", "s": float(got["a"].sum()) + r})
+    assert {r: m["s"] for r, m in comms[0].gather().items()} == {1: big.sum() + 1, 2: big.sum() + 2}
+    comms[1].send(0, {"op": "y"})                   # party 2 stays silent
+    t0 = time.monotonic()
+    with pytest.raises(FedForestError, match=r"party 'p2' \(rank 2\) sent nothing for 0.5 s"):
+        comms[0].gather()
+    assert time.monotonic() - t0 < 5
+    comms[0].raw.abort(1)                           # every party is told to stop
+    for r in (1, 2):
+        deadline = time.monotonic() + 5
+        while not comms[r].raw.aborted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert comms[r].raw.aborted and comms[r].raw.abort_code == 1
+        comms[r].raw.close()
+
+
+def test_a_closed_party_connection_is_named(keys):
+    comms = _tcp_star(keys)
+    _handshake(comms)
+    comms[1].raw.close()
+    with pytest.raises(PeerLost, match=r"party 'p1' \(rank 1\) (closed the connection|connection broke)"):
+        comms[0].recv(1)
+    comms[0].raw.abort(1)
+    comms[2].raw.close()
+
+
+def test_fingerprints_and_policy_checks():
+    fp = "ab" * 32
+    assert normalize_fingerprint(fp, "x") == ":".join(["AB"] * 32)
+    assert normalize_fingerprint("SHA256 Fingerprint=" + ":".join(["ab"] * 32), "x") == ":".join(["AB"] * 32)
+    with pytest.raises(InputError, match="fp: must be a SHA-256 fingerprint"):
+        normalize_fingerprint("ab" * 31, "fp")
+    pol = Policy({"policy": {"max_trees": 10, "require_label_privacy": "paillier",
+                             "allowed_modes": ["vertical"]}})
+    ok = {"n_estimators": 10, "label_privacy": "paillier", "label_column": "y"}
+    assert pol.refusals("train", "vertical", ok, None) == []
+    out = pol.refusals("train", "vertical", dict(ok, n_estimators=11, label_privacy="plain",
+                                                 master_full_model=True), "target")
+    assert len(out) == 4 and "max_trees = 10" in out[0] and "'paillier'" in out[1]
+    assert "master_full_model" in out[2] and "'target'" in out[3]
+    assert "not allowed" in pol.refusals("train", "icdta4fl", {}, None)[0]
+    with pytest.raises(InputError, match="policy.max_trees"):
+        Policy({"policy": {"max_trees": 0}})
+    with pytest.raises(InputError, match="unknown key 'max_tree'"):
+        Policy({"policy": {"max_tree": 3}})
+
