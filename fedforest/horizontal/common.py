@@ -30,6 +30,7 @@ from ..version import __version__
 from ..constraints import Interval, Options
 from ..data.io import read_table
 from ..errors import InputError
+from ..logs import status
 from ..federation import protocol
 from ..federation.aggregate import client_metrics
 from ..federation.files import atomic_write, replaced_folder, write_summary
@@ -54,9 +55,8 @@ TRAIN_LOCAL = "train_local"  # server -> client: fit your own tree, send it
 
 
 def log(cfg, text):
-    """A summary line on the server (nothing when ``quiet``)."""
-    if not cfg.quiet:
-        print(text, flush=True)
+    """A summary line on the server (nothing when ``quiet``; see :mod:`fedforest.logs`)."""
+    status(cfg, text)
 
 
 def check_clients(cfg):
