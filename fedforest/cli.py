@@ -283,39 +283,40 @@ def cmd_demo_report(args):
     return 0
 
 
+def _job_parser(sub, name, func, help_text, description):
+    """A command that runs a job: every setting is a flag."""
+    p = sub.add_parser(name, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="modes:\n" + _mode_list(), help=help_text, description=description)
+    _add_job_flags(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser():
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="python -m fedforest", description=__doc__, allow_abbrev=False,
                                      formatter_class=raw, epilog="modes:\n" + _mode_list())
     parser.add_argument("--version", action="version", version=f"fedforest {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
-                       help="train a model of the chosen mode (under mpiexec -n K+1)",
-                       description="Train a model: rank 0 is the server, ranks 1..K the parties/clients.")
-    _add_job_flags(p)
-    p.set_defaults(func=cmd_train)
-    p = sub.add_parser("predict", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
-                       help="predict with a trained model (vertical: under mpiexec; horizontal: locally)",
-                       description="Predict with a trained model.  A vertical model is split across the "
-                                   "parties: predict runs as a job under mpiexec.  A horizontal model "
-                                   "predicts one rows file locally (--data FILE).")
-    _add_job_flags(p)
-    p.set_defaults(func=cmd_predict)
+    _job_parser(sub, "train", cmd_train, "train a model of the chosen mode (under mpiexec -n K+1)",
+                "Train a model: rank 0 is the server, ranks 1..K the parties/clients.")
+    _job_parser(sub, "predict", cmd_predict,
+                "predict with a trained model (vertical: under mpiexec; horizontal: locally)",
+                "Predict with a trained model.  A vertical model is split across the parties: predict "
+                "runs as a job under mpiexec.  A horizontal model predicts one rows file locally "
+                "(--data FILE).")
     p = sub.add_parser("keygen", help="create this participant's key pair and certificate for network jobs",
                        description="Write NAME.key (private key) and NAME.crt (self-signed certificate) into "
                                    "DIR and print the certificate's SHA-256 fingerprint (docs/network.md).")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the key and certificate")
     p.add_argument("--name", required=True, help="this participant's name in network jobs")
     p.set_defaults(func=cmd_keygen)
-    p = sub.add_parser("serve", allow_abbrev=False, formatter_class=raw, epilog="modes:\n" + _mode_list(),
-                       help="run the master of a network job (TCP + TLS; parties start fedforest join)",
-                       description="Run the master of a network job: listen for the parties pinned in the "
-                                   "job file's [network] table, send them the job, run the mode's server "
-                                   "role (docs/network.md).")
-    _add_job_flags(p)
+    p = _job_parser(sub, "serve", cmd_serve,
+                    "run the master of a network job (TCP + TLS; parties start fedforest join)",
+                    "Run the master of a network job: listen for the parties pinned in the job file's "
+                    "[network] table, send them the job, run the mode's server role (docs/network.md).")
     p.add_argument("--predict", action="store_true",
                    help="run prediction with a trained vertical model instead of training")
-    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("join", help="run one party of a network job (connects to the master)",
                        description="Run one party of a network job: connect to the master pinned in the "
                                    "party file, check the job against the party's [policy], run the mode's "

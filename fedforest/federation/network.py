@@ -75,18 +75,23 @@ def _certificate_pair(table, base, where):
     return relative_to(table["certificate"], base), relative_to(table["key"], base)
 
 
+def _network_table(doc, path, keys, command):
+    """(the file's folder, its checked [network] table)."""
+    net = _table(doc, NETWORK, path)
+    _known(net, NETWORK, keys)
+    if net.get("transport", "tcp") != "tcp":
+        raise InputError("network.transport", f"fedforest {command} runs the 'tcp' transport, got "
+                                              f"{net['transport']!r} (an MPI job starts with mpiexec)")
+    return doc["__base__"], net
+
+
 class MasterNetwork:
     """The master's [network] table."""
     KEYS = ("transport", "listen", "name", "certificate", "key", "connect_timeout", "parties")
     PARTY_KEYS = ("name", "fingerprint", "certificate", "address")
 
     def __init__(self, doc, path):
-        base = doc["__base__"]
-        net = _table(doc, NETWORK, path)
-        _known(net, NETWORK, self.KEYS)
-        if net.get("transport", "tcp") != "tcp":
-            raise InputError("network.transport", f"fedforest serve runs the 'tcp' transport, got "
-                                                  f"{net['transport']!r} (an MPI job starts with mpiexec)")
+        base, net = _network_table(doc, path, self.KEYS, "serve")
         self.listen = split_address(net.get("listen", f"0.0.0.0:{DEFAULT_PORT}"), "network.listen")
         self.name = check_name(net.get("name", "master"), "network.name")
         self.certificate, self.key = _certificate_pair(net, base, NETWORK)
@@ -127,12 +132,7 @@ class PartyNetwork:
     KEYS = ("transport", "name", "master", "master_fingerprint", "certificate", "key", "connect_timeout")
 
     def __init__(self, doc, path):
-        base = doc["__base__"]
-        net = _table(doc, NETWORK, path)
-        _known(net, NETWORK, self.KEYS)
-        if net.get("transport", "tcp") != "tcp":
-            raise InputError("network.transport", f"fedforest join runs the 'tcp' transport, got "
-                                                  f"{net['transport']!r}")
+        base, net = _network_table(doc, path, self.KEYS, "join")
         self.name = check_name(net.get("name"), "network.name")
         self.master = split_address(net.get("master"), "network.master")
         self.pin = normalize_fingerprint(net.get("master_fingerprint"), "network.master_fingerprint")
@@ -359,10 +359,6 @@ def _accept_job(raw, msg, local, policy, name):
     return rank, size, cfg
 
 
-def _refused_certificate(reason):
-    return "alert" in reason.lower() or "certificate" in reason.lower()
-
-
 def join(config_path):
     """``fedforest join``: run one party of a network job; returns the exit code."""
     doc = load_toml(config_path)
@@ -379,10 +375,11 @@ def join(config_path):
     try:
         msg = json.loads(raw.recv_bytes(0, TAG_JOB).decode("utf-8"))
     except (JobAborted, PeerLost) as exc:
-        reason = raw.lost.get(0, str(exc))
-        if _refused_certificate(reason) and "refused this connection" not in reason:
-            reason = (f"the master refused this party's certificate ({reason}); the job file must pin "
-                      f"this party's fingerprint for {net.name!r}")
+        reason = f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc)
+        if "refused this connection" not in reason:
+            own = Certificate(net.certificate, "network.certificate").fingerprint
+            reason = (f"{reason} before the job started: the master refused this party's certificate, "
+                      f"or stopped; its job file must pin fingerprint {own} for {net.name!r}")
         print(f"error: {me}: {reason}", file=sys.stderr, flush=True)
         raw.close()
         return 1
@@ -396,7 +393,7 @@ def join(config_path):
         return 2
     raw.rank, raw.size = rank, size
     raw.names = dict(enumerate(msg["names"]))
-    raw.names[0] = f"{msg['names'][0]} at {net.master[0]}:{net.master[1]}"
+    raw.names[0] = f"{msg['names'][0]!r} at {net.master[0]}:{net.master[1]}"
     raw.send_bytes(0, json.dumps({"ok": True}).encode("utf-8"), TAG_JOB)
     role = cfg.spec.role(COMMANDS[msg["command"]][1])
     quiet = bool(cfg.quiet)

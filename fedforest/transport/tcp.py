@@ -134,6 +134,8 @@ class Connection:
 def _reason(exc):
     if isinstance(exc, asyncio.IncompleteReadError):
         return "closed the connection"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "dropped the connection (reset)"
     return f"connection broke ({type(exc).__name__}: {exc})" if str(exc) else \
         f"connection broke ({type(exc).__name__})"
 
@@ -410,7 +412,8 @@ async def _accept(host, port, ctx, parties, timeout, log, bound):
                 ssl.SSLError):
             hello = None
         if not isinstance(hello, dict):
-            await _refuse(conn, f"party {party.name!r} sent no valid hello", refused)
+            await _refuse(conn, f"party {party.name!r} closed the connection without its hello (does "
+                                "its file pin this master's fingerprint?)", refused)
             return
         if hello.get("name") != party.name:
             await _refuse(conn, f"the certificate pinned for party {party.name!r} was presented by a "

@@ -12,7 +12,7 @@ import pytest
 
 from fedforest.crypto.identity import Certificate, client_context, keygen, normalize_fingerprint, server_context
 from fedforest.errors import FedForestError, InputError
-from fedforest.federation.network import Policy
+from fedforest.federation.network import Policy, join, serve
 from fedforest.jobs import run_vertical
 from fedforest.transport.base import Comm
 from fedforest.transport.tcp import Party, PeerLost, accept_parties, connect_master
@@ -85,27 +85,20 @@ def _port(master):
     return int(m.group(1))
 
 
-def run_network_job(folder, keys, frames, party_env=None, forest="", network="", policies=None,
-                    identities=None, master_pins=None, timeout=120):
-    """Start the master and one process per party; returns (master, {name: party}) as
-    (returncode, stdout, stderr) after all ended, and the seconds the master ran."""
-    job = write_job(folder, keys, forest=forest, network=network)
-    t0 = time.monotonic()
-    master = _start(["serve", "--config", job])
+def run_network_job(folder, keys, frames, timeout=240):
+    """The master and each party as processes of their own; returns the master's
+    (returncode, stdout, stderr) and each party's, after all ended."""
+    master = _start(["serve", "--config", write_job(folder, keys)])
     port = _port(master)
-    procs = {}
-    for name, frame in zip(("p1", "p2"), frames):
-        cfg = write_party(folder, keys, name, frame, port, identity=(identities or {}).get(name),
-                          master_pin=(master_pins or {}).get(name), policy=(policies or {}).get(name, ""))
-        procs[name] = _start(["join", "--config", cfg], env=(party_env or {}).get(name))
+    procs = {name: _start(["join", "--config", write_party(folder, keys, name, frame, port)])
+             for name, frame in zip(("p1", "p2"), frames)}
     out = master.communicate(timeout=timeout)
-    elapsed = time.monotonic() - t0
     done = {n: (p.wait(timeout=60), *p.communicate(timeout=60)) for n, p in procs.items()}
-    return (master.returncode, *out), done, elapsed
+    return (master.returncode, *out), done
 
 
 def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
-    (code, out, err), parties, _ = run_network_job(str(tmp_path), keys, frames)
+    (code, out, err), parties = run_network_job(str(tmp_path), keys, frames)
     assert code == 0, err
     assert all(p[0] == 0 for p in parties.values()), parties
     assert "party 'p1' (rank 1) joined" in out and "party 'p2' (rank 2) joined" in out
@@ -121,44 +114,87 @@ def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
     assert_same_trees(trees, complete_trees(ref_dir, 2, offsets))
 
 
-def test_impostor_and_wrong_certificates_are_refused_by_name(tmp_path, keys, frames):
-    # a certificate file that is not the pinned one: refused before listening
+class InProcess:
+    """``serve`` and ``join`` as threads of this process (their exit codes in ``codes``)."""
+
+    def __init__(self, job, flags=None):
+        self.codes, self.bound, self.threads = {}, [], []
+        self._go("master", lambda: serve(job, flags or {}, on_listen=self.bound.append))
+        deadline = time.monotonic() + 30
+        while not self.bound and time.monotonic() < deadline and self.threads[0].is_alive():
+            time.sleep(0.01)
+        self.port = self.bound[0][1] if self.bound else None
+
+    def _go(self, name, fn):
+        t = threading.Thread(target=lambda: self.codes.__setitem__(name, fn()), daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def join(self, name, config):
+        self._go(name, lambda: join(config))
+
+    def wait(self, timeout=60):
+        for t in self.threads:
+            t.join(timeout)
+        return self.codes
+
+
+def test_impostor_and_wrong_certificates_are_refused_by_name(tmp_path, keys, frames, capsys):
+    # a certificate file that is not the one pinned for p2: refused before listening
     job = write_job(str(tmp_path), keys, pin_files={"p2": keys["p1"][1]})
-    res = subprocess.run([sys.executable, "-m", "fedforest", "serve", "--config", job], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "party 'p2'" in res.stderr and "not the one that was agreed" in res.stderr
+    with pytest.raises(InputError, match="party 'p2': certificate .* not the one that was agreed on"):
+        serve(job, {})
     # an impostor key under p1's name, and p2 pinning another certificate than the master's
-    (code, out, err), parties, elapsed = run_network_job(
-        str(tmp_path), keys, frames, network="connect_timeout = 4",
-        identities={"p1": "impostor"}, master_pins={"p2": _fp(keys, "p2")})
-    assert code == 1
-    assert "party 'p1' (rank 1)" in err and "party 'p2' (rank 2)" in err and "did not join" in err
-    assert "TLS handshake failed" in err
-    c1, _, e1 = parties["p1"]
-    assert c1 != 0 and "party 'p1'" in e1 and "refused this party's certificate" in e1
-    c2, _, e2 = parties["p2"]
-    assert c2 != 0 and "party 'p2'" in e2 and f"pins {_fp(keys, 'p2')}" in e2
+    job = write_job(str(tmp_path), keys, network="connect_timeout = 3")
+    run = InProcess(job)
+    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port, identity="impostor"))
+    run.join("p2", write_party(str(tmp_path), keys, "p2", frames[1], run.port, master_pin=_fp(keys, "p2")))
+    codes = run.wait()
+    err = capsys.readouterr().err
+    assert codes == {"master": 1, "p1": 1, "p2": 1}
+    assert "parties 'p1' (rank 1), 'p2' (rank 2) did not join within 3 s" in err
+    assert "refused connections: 127.0.0.1:" in err and "TLS handshake failed" in err
+    assert re.search(r"party 'p1': the master \(127.0.0.1:\d+\) (closed the connection|connection broke .*) "
+                     r"before the job started: the master refused this party's certificate, or stopped; its "
+                     f"job file must pin fingerprint {_fp(keys, 'impostor')} for 'p1'", err), err
+    assert "party 'p2' closed the connection without its hello" in err
+    assert f"party 'p2': the master at 127.0.0.1:{run.port} presented certificate {_fp(keys, 'master')}, " \
+           f"but this party's file pins {_fp(keys, 'p2')}: refused" in err
 
 
-def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames):
-    (code, out, err), parties, elapsed = run_network_job(
-        str(tmp_path), keys, frames, forest="tree_batch = 1", network="",
-        party_env={"p2": {"FEDFOREST_FAULT_DROP": "6"}})
-    assert code == 1
-    assert "party 'p2' (rank 2) closed the connection" in err, err
-    assert parties["p2"][0] == 9            # the party process vanished (injected)
-    assert parties["p1"][0] != 0 and "stopped the job" in parties["p1"][2]
+def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames, capsys):
+    job = write_job(str(tmp_path), keys, forest="tree_batch = 1", network="")
+    run = InProcess(job, {"reply_timeout": 30.0})
+    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port))
+    # p2 is a process of its own that vanishes when its 6th message arrives
+    p2 = _start(["join", "--config", write_party(str(tmp_path), keys, "p2", frames[1], run.port)],
+                env={"FEDFOREST_FAULT_DROP": "6"})
+    t0 = time.monotonic()
+    assert p2.wait(timeout=120) == 9
+    codes = run.wait()
+    named = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert codes == {"master": 1, "p1": 1}
+    assert re.search(r"error: party 'p2' \(rank 2\) (closed|dropped) the connection", err), err
+    assert re.search(r"party 'p1': the master \('master' at 127.0.0.1:\d+\) stopped the job \(exit code 1\)",
+                     err), err
+    assert named < 30                              # found at once, well within reply_timeout
 
 
-def test_party_policy_refusal_reaches_the_master(tmp_path, keys, frames):
-    (code, out, err), parties, _ = run_network_job(
-        str(tmp_path), keys, frames, policies={"p1": "max_trees = 2", "p2": 'allowed_modes = ["vertical"]'})
-    assert code == 2
-    assert "party 'p1' (rank 1) refuses the job" in err and "n_estimators = 3" in err and "max_trees = 2" in err
-    assert "p2" not in err.replace("parties: p1, p2", "")
-    assert parties["p1"][0] == 2 and "refuses the job" in parties["p1"][2]
-    assert parties["p2"][0] == 2 and "stopped the job" in parties["p2"][2]
-    assert not os.path.exists(str(tmp_path / "model" / "party-0" / "manifest.json"))
+def test_party_policy_refusal_reaches_the_master(tmp_path, keys, frames, capsys):
+    job = write_job(str(tmp_path), keys)
+    run = InProcess(job)
+    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port, policy="max_trees = 2"))
+    run.join("p2", write_party(str(tmp_path), keys, "p2", frames[1], run.port,
+                               policy='allowed_modes = ["vertical"]'))
+    codes = run.wait()
+    err = capsys.readouterr().err
+    assert codes == {"master": 2, "p1": 2, "p2": 2}
+    assert "error: policy: party 'p1' (rank 1) refuses the job: policy: the job asks n_estimators = 3, " \
+           "above this party's max_trees = 2" in err
+    assert "party 'p2' (rank 2) refuses" not in err
+    assert "party 'p2': the master" in err and "stopped the job (exit code 2)" in err
+    assert not os.path.exists(str(tmp_path / "model"))
 
 
 def _tcp_star(keys, n=2, reply_timeout=None):
