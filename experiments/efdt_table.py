@@ -21,8 +21,13 @@ aggregation), Local (no federation) and Centralized (the pooled stream).
 Rounds: 200, or fewer when a client holds fewer rows (one row per chunk at
 least): housevotes84 and soybean have ~107 and ~169 rows per client.
 
-    .venv/bin/python experiments/efdt_table.py                  # committed run
-    .venv/bin/python experiments/efdt_table.py --seeds 10 --datasets mushroom,dna
+    .venv/bin/python experiments/efdt_table.py                   # 10 seeds, every data set
+    .venv/bin/python experiments/efdt_table.py --seeds 2 --datasets dna,satellite
+
+Each data set's runs are kept in ``experiments/results/efdt_<name>.json`` (with
+the command, commit and time that produced them) and its plot in
+``efdt_<name>.png``; ``efdt_tables.md`` is rebuilt from every record present,
+so data sets can be run with different seed counts.
 """
 import argparse
 import datetime
@@ -121,26 +126,49 @@ def plot(name, runs, rounds, path):
     plt.close(fig)
 
 
-def write(results, rounds, seeds, argv, seconds):
+def record_path(name):
+    return os.path.join(OUT, f"efdt_{name}.json")
+
+
+def save_record(name, runs, rounds, seeds, argv, seconds):
+    """One data set's runs and their provenance (``efdt_<name>.json``)."""
     commit, dirty, dirty_elsewhere = git_state()
-    command = ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`"
+    rec = {"rounds": rounds, "seeds": seeds, "runs": runs, "seconds": seconds, "date": str(datetime.date.today()),
+           "command": ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`",
+           "commit": commit, "dirty": dirty, "dirty_elsewhere": dirty_elsewhere}
+    with open(record_path(name), "w") as fh:
+        json.dump(rec, fh, default=float)
+
+
+def provenance(rec):
+    code = (" with uncommitted changes to the efdt code" if rec["dirty"] else " (efdt code as committed"
+            + ("; other modules of fedforest/ had uncommitted changes)" if rec["dirty_elsewhere"] else ")"))
+    return (f"{rec['seeds']} seed(s), {rec['seconds'] / 60:.1f} minutes on {platform.node()} "
+            f"({os.cpu_count()} shared cores), {rec['date']}; code at commit {rec['commit']}{code}; "
+            f"command: {rec['command']}.")
+
+
+def write():
+    """``efdt_tables.md`` from every data set's record found in the results folder."""
+    records = {n: json.load(open(record_path(n))) for n in DATASETS if os.path.isfile(record_path(n))}
     lines = ["# Federated streaming EFDT (shape of the paper's Tables 1-2)", "",
-             f"Mean ± std over {seeds} seed(s) of the prequential accuracy (%) pooled over 4 clients, at the "
-             "given rounds (cumulative from round 1). 1 % of the rows (stratified; soybean: random, its 7 rows "
-             "cannot cover 19 classes) is the server's proxy set; "
-             "the rest is split in 4 stratified equal shares, each client's share shuffled and streamed in "
-             "`rounds` chunks. Trees: river's EFDT defaults with `binary_split` true. Syn/Sem/Ind merge the "
-             "statistics gathered since the last broadcast (`merge = \"delta\"`); the *total* columns merge "
-             "the totals (the paper's literal aggregation).", "",
-             f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
-             f"{seconds / 60:.1f} minutes in all; code at commit {commit}"
-             + (" with uncommitted changes to the efdt code" if dirty else " (efdt code as committed"
-                + ("; other modules of fedforest/ had uncommitted changes)" if dirty_elsewhere else ")"))
-             + f"; command: {command}.", ""]
-    for name, runs in results.items():
-        R = rounds[name]
+             "Mean ± std over seeds of the prequential accuracy (%) pooled over 4 clients, at the given rounds "
+             "(cumulative from round 1). 1 % of the rows (stratified; soybean: random, its 7 rows cannot cover "
+             "19 classes) is the server's proxy set; the rest is split in 4 stratified equal shares, each "
+             "client's share shuffled and streamed in `rounds` chunks. Trees: river's EFDT defaults with "
+             "`binary_split` true. Syn/Sem/Ind merge the statistics gathered since the last broadcast "
+             "(`merge = \"delta\"`); the *total* columns merge the totals (the paper's literal aggregation). "
+             "Every run is the product's protocol in one process (server and 4 client threads, encrypted "
+             "channels).", ""]
+    fewer = [n for n, r in records.items() if r["seeds"] < 10]
+    if fewer:
+        lines += [f"Fewer seeds than the paper's 10 for {', '.join(fewer)} (see each section), to keep the run "
+                  "within about half an hour on the shared 2-core machine; `--seeds 10` gives the paper's "
+                  "count.", ""]
+    for name, rec in records.items():
+        R, runs = rec["rounds"], rec["runs"]
         shown = [r for r in SHOWN if r < R] + [R]
-        lines += [f"## {name} ({R} rounds, {seeds} seed(s))", "",
+        lines += [f"## {name} ({R} rounds)", "", provenance(rec), "",
                   "| round | " + " | ".join(label for label, _, _ in METHODS) + " |",
                   "|---|" + "---|" * len(METHODS)]
         for r in shown:
@@ -155,20 +183,16 @@ def write(results, rounds, seeds, argv, seconds):
               "gap = Centralized − strategy; total − delta compares the two merges of the same strategy.", "",
               "| data set | Local | Syn | Sem | Ind | Centralized | Syn gain | Syn gap | Syn total − delta | "
               "Sem total − delta | Ind total − delta |", "|---|" + "---|" * 10]
-    for name, runs in results.items():
-        last = {label: 100 * np.mean([run[label]["round_accuracy"][-1] for run in runs]) for label, _, _ in METHODS}
+    for name, rec in records.items():
+        last = {label: 100 * np.mean([run[label]["round_accuracy"][-1] for run in rec["runs"]])
+                for label, _, _ in METHODS}
         lines.append(f"| {name} | {last['Local']:.2f} | {last['Syn']:.2f} | {last['Sem']:.2f} | {last['Ind']:.2f} | "
                      f"{last['Centralized']:.2f} | {last['Syn'] - last['Local']:+.2f} | "
                      f"{last['Centralized'] - last['Syn']:+.2f} | {last['Syn total'] - last['Syn']:+.2f} | "
                      f"{last['Sem total'] - last['Sem']:+.2f} | {last['Ind total'] - last['Ind']:+.2f} |")
-    if seeds < 10:
-        lines += ["", f"This run used {seeds} seed(s) per data set, fewer than the paper's 10, to fit the "
-                  "shared 2-core machine; `--seeds 10` gives the paper's count."]
-    text = "\n".join(lines)
+    text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "efdt_tables.md"), "w") as fh:
         fh.write(text)
-    with open(os.path.join(OUT, "efdt_tables.json"), "w") as fh:
-        json.dump({"rounds": rounds, "seeds": seeds, "results": results}, fh, default=float)
     print(text)
 
 
@@ -187,19 +211,19 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown data sets {unknown}; choose among {list(DATASETS)}")
     os.makedirs(OUT, exist_ok=True)
-    t0 = time.perf_counter()
-    results, rounds = {}, {}
-    for name in names:
-        results[name] = []
+    argv_text = " ".join(sys.argv[1:] if argv is None else argv)
+    for name in names:   # each data set's record and plot replace its previous ones; the table shows all
+        t0 = time.perf_counter()
+        runs = []
         for seed in range(args.seeds):
-            out, rounds[name] = run_seed(name, DATASETS[name], seed, args.rounds)
-            results[name].append(out)
+            out, rounds = run_seed(name, DATASETS[name], seed, args.rounds)
+            runs.append(out)
             print(f"{name} seed {seed}: " + ", ".join(f"{k} {100 * v['round_accuracy'][-1]:.2f}"
                                                     for k, v in out.items())
                   + f" ({time.perf_counter() - t0:.0f}s)", flush=True)
-        plot(name, results[name], rounds[name], plot_path(name))
-        write(results, rounds, args.seeds, " ".join(sys.argv[1:] if argv is None else argv),
-              time.perf_counter() - t0)
+        plot(name, runs, rounds, plot_path(name))
+        save_record(name, runs, rounds, args.seeds, argv_text, time.perf_counter() - t0)
+        write()
     return 0
 
 
