@@ -176,3 +176,105 @@ def test_global_tree_from_fitted_client_trees_is_accurate():
     tree = tree_from_rules(merged, 2, max_depth=5)
     acc = (node_values(tree, X).argmax(axis=1) == y).mean()
     assert acc > 0.9, acc
+
+
+# ---------------------------------------------------------------------------
+# Exact conjunctions, rule mass, bounded merging
+# ---------------------------------------------------------------------------
+def _xor_boxes(seed, n):
+    """Two small boxes of class 1 in a unit cube of class 0 (5 % noise): the
+    minority class is cut into many small leaves by every client tree."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 5))
+    y = (((X[:, 0] > 0.6) & (X[:, 1] > 0.5)) | ((X[:, 2] > 0.7) & (X[:, 3] < 0.4))).astype(int)
+    return X, np.where(rng.random(n) < 0.05, 1 - y, y)
+
+
+def _client_rule_sets(seed, n_clients=3, n=1800):
+    from fedforest.tree import format as F
+    X, y = _xor_boxes(seed, n)
+    trees = [F.from_sklearn(DecisionTreeClassifier(max_depth=5, random_state=k).fit(X[p], y[p]), 2)
+             for k, p in enumerate(np.array_split(np.arange(n), n_clients))]
+    return trees, [list(F.leaf_rules(t, NUMERIC).values()) for t in trees]
+
+
+def test_intersect_keeps_the_more_restrictive_bound_figure_2():
+    a2 = num({0: (32.5, INF)}, 2, 4)
+    b3 = num({0: (39, INF), 74: (0.5, INF), 3: (22, INF), 71: (-INF, 10.5)}, 2, 31)
+    assert merge(a2, b3, bounds="intersect").conditions[0] == (39, INF)
+    assert merge(a2, b3).conditions[0] == (32.5, INF)  # the method's text: the less restrictive
+    le40, gt35 = num({0: (-INF, 40.0)}, 0, 5), num({0: (35.0, INF)}, 1, 5)
+    assert merge(le40, gt35, bounds="intersect").conditions[0] == (35.0, 40.0)
+
+
+def test_intersected_rules_of_client_trees_partition_the_space_and_carry_the_mass():
+    trees, sets = _client_rule_sets(0)
+    merged, _ = aggregate(sets, bounds="intersect")
+    X, _ = _xor_boxes(7, 500)
+    hits = np.array([[all(lo < x[f] <= hi for f, (lo, hi) in r.conditions.items()) for r in merged] for x in X])
+    assert (hits.sum(axis=1) == 1).all()  # the cells of the trees' common refinement
+    # a cell's mass is the product of its leaves' row shares; the masses add up to 1 over the cells
+    # only when the trees are independent, so check the product itself on one row
+    from fedforest.tree import format as F
+    r = merged[int(np.argmax(hits[0]))]
+    shares = [t["n_node_samples"][F.apply(t, X[:1])[0]] / t["n_node_samples"][0] for t in trees]
+    assert r.mass == pytest.approx(np.prod(shares))
+
+
+def test_global_tree_counting_rules_once_mislabels_a_leaf_and_mass_fixes_it():
+    """The cause of the collapse on numeric data: in a depth-limited global tree,
+    a leaf's class and the split gains count every merged rule once, however few
+    rows it covers, so a class cut into many small cells outvotes a large cell."""
+    from fedforest.tree.format import node_values
+    from fedforest.tree.rules import tree_from_rules
+    big = Rule({0: (-INF, 0.0)}, np.array([1.0, 0.0]), 100, NUMERIC, mass=0.5)
+    wide = Rule({0: (0.0, INF), 1: (-INF, 0.0)}, np.array([1.0, 0.0]), 80, NUMERIC, mass=0.4)
+    # class 1 in four tiny cells x1 in (0, 1], (1, 2], (2, 3], (3, inf)
+    small = [Rule({0: (0.0, INF), 1: (lo, hi)}, np.array([0.0, 1.0]), 2, NUMERIC, mass=0.025)
+             for lo, hi in ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, INF))]
+    rules = [big, wide] + small
+    counted = tree_from_rules(rules, 2, max_depth=1)
+    weighted = tree_from_rules(rules, 2, max_depth=1, weights=[r.mass for r in rules])
+    # both split x1 <= 0; the right leaf holds `big` (it spans the cut) and the four small cells
+    assert counted["feature"][0] == weighted["feature"][0] == 1 and counted["threshold"][0] == 0.0
+    assert np.allclose(counted["value"][2], [0.2, 0.8])           # 1 rule of class 0 against 4
+    assert np.allclose(weighted["value"][2], [0.5 / 0.6, 0.1 / 0.6])
+    row = np.array([[-1.0, 0.5]])  # inside `big`: half the rows, all of class 0
+    assert node_values(counted, row).argmax() == 1 and node_values(weighted, row).argmax() == 0
+    # unlimited depth separates every cell: both label every cell right
+    cells = np.array([[-1.0, 0.5], [1.0, -1.0], [1.0, 0.5], [1.0, 1.5], [1.0, 2.5], [1.0, 9.0]])
+    for w in (None, [r.mass for r in rules]):
+        assert node_values(tree_from_rules(rules, 2, weights=w), cells).argmax(axis=1).tolist() == [0, 0, 1, 1, 1, 1]
+
+
+def test_global_tree_of_intersected_rules_reproduces_the_client_trees_vote():
+    from fedforest.tree.format import node_values
+    from fedforest.tree.rules import tree_from_rules
+    trees, sets = _client_rule_sets(1)
+    merged, _ = aggregate(sets, bounds="intersect")
+    tree = tree_from_rules(merged, 2, weights=[r.mass for r in merged])
+    X, y = _xor_boxes(101, 2000)
+    vote = np.mean([node_values(t, X) for t in trees], axis=0)
+    glob = node_values(tree, X)
+    # a leaf is one cell, or cells whose votes agree on the class: the tree predicts the vote's class
+    assert (glob.argmax(axis=1) == vote.argmax(axis=1)).all()
+    local = np.mean([(node_values(t, X).argmax(axis=1) == y).mean() for t in trees])
+    assert (glob.argmax(axis=1) == y).mean() > local
+
+
+def test_capped_merge_keeps_coverage_and_matches_one_block(monkeypatch):
+    from fedforest.tree import rules as R
+    _, sets = _client_rule_sets(2, n_clients=4)
+    with pytest.warns(RuntimeWarning, match="not refined by rule set"):
+        capped, stats = aggregate(sets, max_rules=150, bounds="intersect")
+    assert stats.capped and all(s["kept_rules"] <= 150 for s in stats.steps)
+    assert any(s["compatible"] > 150 for s in stats.steps)
+    X, _ = _xor_boxes(9, 300)
+    hits = np.array([[all(lo < x[f] <= hi for f, (lo, hi) in r.conditions.items()) for r in capped] for x in X])
+    assert (hits.sum(axis=1) == 1).all()  # still a partition: unrefined rules keep their cells
+    # merging block by block (one rule of the running set at a time) gives the same rules
+    monkeypatch.setattr(R, "BLOCK_ELEMENTS", 1)
+    with pytest.warns(RuntimeWarning):
+        again, _ = aggregate(sets, max_rules=150, bounds="intersect")
+    assert [(r.conditions, r.mass) for r in again] == [(r.conditions, r.mass) for r in capped]
+    assert all(np.array_equal(a.dist, b.dist) for a, b in zip(again, capped))

@@ -24,10 +24,10 @@ a cell holds are unknown to the server, and :attr:`Rule.mass` estimates its
 share of the rows as the product, over the merged trees, of the share of the
 tree's rows at the leaf the cell lies in (a product of independent shares).
 """
+import heapq
 import math
 import time
 import warnings
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -340,8 +340,9 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
     ``weights`` (one per rule, e.g. the rules' :attr:`Rule.mass`) weigh each rule
     in the class counts of the gain and in the leaf values; by default every rule
     counts once, as the method's entropy of rules prescribes.
-    Nodes are expanded breadth first; a split that would pass ``max_nodes``
-    nodes is not made (``info["truncated"]`` is then set when ``info`` is a dict)."""
+    Nodes are expanded best first (largest gain times the weight of the node's
+    rules); when a split would pass ``max_nodes`` nodes, growth stops
+    (``info["truncated"]`` is then set when ``info`` is a dict)."""
     nodes = []   # [left, right, feature, threshold, value, n_rules]
     rules = list(rules)
     n_feat = max(feature_count([rules]), 1)
@@ -397,20 +398,26 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
 
     lo, hi = ra.cond if len(ra) else (np.zeros((0, n_feat)), np.zeros((0, n_feat)))
     members = np.arange(len(ra))
-    # breadth first, so a node budget cuts every branch at about the same depth
-    queue = deque([(new_node(members), lo, hi, members, 0)])
-    while queue:
-        me, lo, hi, members, depth = queue.popleft()
+    # best first: the split of largest gain times the weight of the node's rules is made first,
+    # so a node budget is spent where the rules (and, weighted by mass, the rows) are
+    heap, count = [], 0
+
+    def push(me, lo, hi, members, depth):
+        nonlocal count
         if np.unique(cls[members]).size <= 1 or (max_depth is not None and depth >= max_depth):
-            continue
+            return
         best = best_split(lo, hi, members)
-        if best is None:
-            continue
+        if best is not None:
+            count += 1
+            heapq.heappush(heap, (-best[0] * float(w_all[members].sum()), count, me, lo, hi, members, depth, best))
+
+    push(new_node(members), lo, hi, members, 0)
+    while heap:
+        _, _, me, lo, hi, members, depth, (_, f, t) = heapq.heappop(heap)
         if max_nodes is not None and len(nodes) + 2 > max_nodes:
             if info is not None:
                 info["truncated"] = True
-            continue
-        _, f, t = best
+            break
         go_left, go_right = lo[:, f] < t, hi[:, f] > t
         llo, lhi = lo[go_left], hi[go_left].copy()
         lhi[:, f] = np.minimum(lhi[:, f], t)
@@ -418,9 +425,9 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
         rlo[:, f] = np.maximum(rlo[:, f], t)
         nodes[me][2], nodes[me][3] = f, t
         nodes[me][0] = new_node(members[go_left])
-        queue.append((nodes[me][0], llo, lhi, members[go_left], depth + 1))
         nodes[me][1] = new_node(members[go_right])
-        queue.append((nodes[me][1], rlo, rhi, members[go_right], depth + 1))
+        push(nodes[me][0], llo, lhi, members[go_left], depth + 1)
+        push(nodes[me][1], rlo, rhi, members[go_right], depth + 1)
     return tree_format.binary([n[0] for n in nodes], [n[1] for n in nodes], [n[2] for n in nodes],
                               [n[3] for n in nodes],
                               np.array([n[4] for n in nodes], dtype=np.float64).reshape(len(nodes), n_classes),

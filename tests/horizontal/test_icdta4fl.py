@@ -11,7 +11,7 @@ from sklearn.datasets import make_classification
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
 from fedforest.horizontal.common import load_model
-from fedforest.horizontal.icdta4fl import filter_trees
+from fedforest.horizontal.icdta4fl import filter_trees, split_rows
 from fedforest.jobs import run_horizontal
 from fedforest.tree.id3 import fit_id3
 
@@ -215,3 +215,65 @@ def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
     after = {r: os.path.getmtime(os.path.join(d, "model.json")) for r, d in first["model_dirs"].items()}
     assert before == after
     _run(paths, tests, tmp_path, mode="local", tree_type="id3", label_column="party", overwrite=True)
+
+
+# ---------------------------------------------------------------------------
+# CART on numeric data: the global tree against the clients' own trees
+# ---------------------------------------------------------------------------
+def _boxes_clients(folder, n_clients=3, n=1800, seed=0):
+    """Two small boxes of class "b" in a cube of class "a": every client tree cuts
+    class "b" into many small leaves.  One shared test file."""
+    def rows(seed, n):
+        rng = np.random.default_rng(seed)
+        X = rng.random((n, 5))
+        y = ((X[:, 0] > 0.6) & (X[:, 1] > 0.5)) | ((X[:, 2] > 0.7) & (X[:, 3] < 0.4))
+        y = np.where(rng.random(n) < 0.05, ~y, y)
+        df = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)])
+        df["label"] = np.where(y, "b", "a")
+        return df
+    df = rows(seed, n)
+    paths = []
+    for k, part in enumerate(np.array_split(np.arange(n), n_clients), start=1):
+        paths.append(str(folder / f"b{k}.csv"))
+        df.iloc[part].to_csv(paths[-1], index=False)
+    rows(seed + 100, 2000).to_csv(folder / "b-test.csv", index=False)
+    return paths, [str(folder / "b-test.csv")] * n_clients
+
+
+def test_icdta4fl_cart_global_tree_beats_the_client_trees(tmp_path):
+    """With the default settings the global tree is at least as accurate as the
+    clients' own trees; counting every merged rule once in a depth-5 global tree
+    (the method's text literally) falls to the majority class here."""
+    paths, tests = _boxes_clients(tmp_path)
+    s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
+             validation_fraction=0.2, filter="none")
+    assert len(s["local_test_accuracys"]) == 3 and 0.85 < s["local_test_accuracy"] < 0.95
+    assert s["test_accuracy"] >= s["local_test_accuracy"], (s["test_accuracy"], s["local_test_accuracy"])
+    with np.load(os.path.join(s["model_dirs"][1], "rules.npz")) as z:
+        assert z["mass"].shape == (s["merged_rules"],) and (z["mass"] > 0).all()
+    literal = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
+                   validation_fraction=0.2, filter="none", merge_bounds="loose", rule_weight="none",
+                   global_max_depth=5, overwrite=True)
+    assert literal["test_accuracy"] < s["local_test_accuracy"] - 0.1
+
+
+def test_validation_rows_are_held_out_of_the_client_tree():
+    fit, val = split_rows(50, 0.2, seed=3)
+    assert len(val) == 10 and len(fit) == 40 and not set(fit) & set(val)
+    assert np.array_equal(np.sort(np.concatenate([fit, val])), np.arange(50))
+    again = split_rows(50, 0.2, seed=3)
+    assert np.array_equal(again[1], val) and not np.array_equal(split_rows(50, 0.2, seed=4)[1], val)
+    assert [len(p) for p in split_rows(2, 0.9, seed=0)] == [1, 1]       # one row left to fit
+    assert all(np.array_equal(p, np.arange(5)) for p in split_rows(5, 0.0, seed=0))
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"validation_fraction": 1.0}, "validation_fraction: must be"),
+    ({"merge_bounds": "union"}, "merge_bounds: must be one of"),
+    ({"rule_weight": "support"}, "rule_weight: must be one of"),
+])
+def test_bad_cart_settings(tmp_path, opts, match):
+    paths, tests = _numeric_clients(tmp_path)
+    with pytest.raises(InputError, match=match):
+        _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label", **opts)
+    assert not (tmp_path / "m-icdta4fl").exists()
