@@ -52,11 +52,12 @@ PARAMS = tree_params() + (
           "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
           "('none', the method's text)", text=True),
     Param("max_rules", 10000, (Interval(int, 1),),
-          "cap on merged rules at each merge step (those of largest estimated mass are kept)"),
+          "cap on merged rules at each merge step: beyond it, the rules of least estimated mass are not "
+          "refined by the next tree"),
     Param("global_max_depth", None, (None, Interval(int, 1)),
           "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
           "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
-    Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (grown breadth first)"),
+    Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (CART: grown best first; ID3: breadth first)"),
 )
 
 
