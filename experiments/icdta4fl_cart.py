@@ -27,6 +27,9 @@ compatible pair before applying ``max_rules`` needed 1.25 GiB.
 
     .venv/bin/python experiments/icdta4fl_cart.py                    # full run
     .venv/bin/python experiments/icdta4fl_cart.py --seeds 1 --clients 2,5 --datasets spambase
+    # one process per data set, then one table from their records:
+    .venv/bin/python experiments/icdta4fl_cart.py --datasets dna --name icdta4fl_cart_dna
+    .venv/bin/python experiments/icdta4fl_cart.py --combine icdta4fl_cart_spambase,icdta4fl_cart_dna,...
 """
 import argparse
 import json
@@ -193,14 +196,25 @@ def main(argv=None):
     ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated data sets")
     ap.add_argument("--clients", default=",".join(map(str, CLIENTS)), help="comma-separated client counts")
     ap.add_argument("--name", default="icdta4fl_cart", help="base name of the result files")
+    ap.add_argument("--combine", default=None,
+                    help="comma-separated base names of earlier result files (JSON) to tabulate together "
+                         "instead of running")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
     prov = provenance.record(args)
     datasets = args.datasets.split(",")
     clients = [int(c) for c in args.clients.split(",")]
-    results = {}
+    results, runs_from = {}, None
     t_all = time.perf_counter()
-    for name in datasets:
+    if args.combine:
+        runs_from = {}
+        for base in args.combine.split(","):
+            with open(os.path.join(OUT, f"{base}.json")) as fh:
+                doc = json.load(fh)
+            results.update(doc["results"])
+            runs_from[base] = doc["provenance"]
+        datasets = [d for d in datasets if any(key.startswith(f"{d}/") for key in results)]
+    for name in (datasets if not args.combine else []):
         X, y = load(name)
         for k in clients:
             runs = []
@@ -220,11 +234,13 @@ def main(argv=None):
     png = os.path.join(OUT, f"{args.name}.png")
     plot(results, datasets, clients, png)
     with open(os.path.join(OUT, f"{args.name}.json"), "w") as fh:
-        json.dump({"results": results, "aggregation_memory": memory, "provenance": prov,
+        json.dump({"results": results, "aggregation_memory": memory, "provenance": prov, "runs_from": runs_from,
                    "seconds": time.perf_counter() - t_all}, fh, indent=1, default=float)
     text = [f"# ICDTA4FL-CART on numeric data ({args.seeds} seeds)", "",
             f"`{prov['command']}` at commit `{(prov['git_commit'] or '?')[:12]}`"
-            f"{' (uncommitted changes)' if prov['fedforest_uncommitted_changes'] else ''}, {prov['date']}.", "",
+            f"{' (uncommitted changes)' if prov['fedforest_uncommitted_changes'] else ''}, {prov['date']}"
+            + (" from the runs of " + ", ".join(f"`{b}.json` (commit `{(p['git_commit'] or '?')[:12]}`)"
+                                                for b, p in runs_from.items()) if runs_from else "") + ".", "",
             "Test accuracy (%) on the shared 10 % test set, mean over seeds (± standard deviation for the "
             "default). *Default*: `merge_bounds = \"intersect\"`, `rule_weight = \"mass\"`, no global depth "
             "limit (`global_max_nodes = 2000`). *Text literally*: `merge_bounds = \"loose\"`, "
