@@ -268,7 +268,7 @@ def cmd_serve(args):
 def cmd_join(args):
     from .federation.network import join
     configure_logging(rank=None)
-    return join(args.config)
+    return join(args.config, resume=args.resume)
 
 
 def cmd_demo_data(args):
@@ -322,6 +322,8 @@ def build_parser():
                                    "party file, check the job against the party's [policy], run the mode's "
                                    "client role (docs/network.md).")
     p.add_argument("--config", required=True, help="the party file: [job] data, [network], [policy]")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from this party's checkpoint (the master runs serve --resume)")
     p.set_defaults(func=cmd_join)
     p = sub.add_parser("modes", help="list the modes and their settings")
     p.add_argument("--markdown", action="store_true", help="print the settings reference as markdown tables")

@@ -359,12 +359,14 @@ def _accept_job(raw, msg, local, policy, name):
     return rank, size, cfg
 
 
-def join(config_path):
+def join(config_path, resume=False):
     """``fedforest join``: run one party of a network job; returns the exit code."""
     doc = load_toml(config_path)
     net = PartyNetwork(doc, config_path)
     policy = Policy(doc)
     local = _party_local(doc, config_path)
+    if resume:
+        local["resume"] = True
     ctx = client_context(net.certificate, net.key, "network")
     me = f"party {net.name!r}"
     try:

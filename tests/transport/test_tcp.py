@@ -8,16 +8,18 @@ import threading
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedforest.crypto.identity import Certificate, client_context, keygen, normalize_fingerprint, server_context
 from fedforest.errors import FedForestError, InputError
 from fedforest.federation.network import Policy, join, serve
-from fedforest.jobs import run_vertical
+from fedforest.horizontal.common import load_model
+from fedforest.jobs import run_horizontal, run_vertical
 from fedforest.transport.base import Comm
 from fedforest.transport.tcp import Party, PeerLost, accept_parties, connect_master
 
-from _util import ROOT, assert_same_trees, complete_trees, party_frames
+from _util import ROOT, TREE_KEYS, assert_same_trees, complete_trees, party_frames
 
 N_TREES = 3
 GROUPS = [[0, 2, 4], [1, 3, 5]]
@@ -58,10 +60,11 @@ def write_job(folder, keys, forest="", network="", parties=("p1", "p2"), pin_fil
     return path
 
 
-def write_party(folder, keys, name, frame, port, identity=None, master_pin=None, policy=""):
+def write_party(folder, keys, name, frame, port, identity=None, master_pin=None, policy="", data=None):
     key, cert, _ = keys[identity or name]
-    data = os.path.join(folder, f"{name}.csv")
-    frame.to_csv(data, index=False)
+    if data is None:
+        data = os.path.join(folder, f"{name}.csv")
+        frame.to_csv(data, index=False)
     path = os.path.join(folder, f"{name}.toml")
     with open(path, "w") as fh:
         fh.write(f'[job]\ndata = "{data}"\nmodel_dir = "model-{name}"\nn_jobs = 1\n\n'
@@ -195,6 +198,37 @@ def test_party_policy_refusal_reaches_the_master(tmp_path, keys, frames, capsys)
     assert "party 'p2' (rank 2) refuses" not in err
     assert "party 'p2': the master" in err and "stopped the job (exit code 2)" in err
     assert not os.path.exists(str(tmp_path / "model"))
+
+
+def test_horizontal_mode_over_tcp_equals_in_process_run(tmp_path, keys):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(240, 4))
+    y = np.where(X[:, 0] - X[:, 2] > 0, "yes", "no")
+    paths = []
+    for c in (1, 2):
+        rows = slice(c - 1, None, 2)
+        df = pd.DataFrame({f"f{j}": X[rows, j] for j in range(4)}).assign(y=y[rows])
+        paths.append(str(tmp_path / f"c{c}.csv"))
+        df.to_csv(paths[-1], index=False)
+    settings = dict(task="classification", label_column="y", random_state=4, max_depth=3)
+    run_horizontal(paths, mode="icdta4fl", model_dir=str(tmp_path / "ref"), **settings)
+    job = write_job(str(tmp_path), keys)
+    with open(job) as fh:          # the same job file, for mode icdta4fl
+        text = fh.read().replace("[job]", '[job]\nmode = "icdta4fl"').replace("[forest]", "[icdta4fl]")
+    text = re.sub(r"n_estimators = \d+\n|n_jobs = 1\n|random_state = 11", "", text)
+    with open(job, "w") as fh:
+        fh.write(text.replace("max_depth = 3", "max_depth = 3\nrandom_state = 4"))
+    run = InProcess(job)
+    for c, name in ((1, "p1"), (2, "p2")):
+        party = write_party(str(tmp_path), keys, name, None, run.port, data=paths[c - 1])
+        run.join(name, party)
+    assert run.wait() == {"master": 0, "p1": 0, "p2": 0}
+    ours = load_model(str(tmp_path / "model"))
+    ref = load_model(str(tmp_path / "ref"))
+    assert len(ref["tree"]["feature"]) > 1               # a tree with splits, compared array by array
+    for k in TREE_KEYS:
+        if k in ref["tree"]:
+            assert np.array_equal(np.asarray(ours["tree"][k]), np.asarray(ref["tree"][k]), equal_nan=True), k
 
 
 def _tcp_star(keys, n=2, reply_timeout=None):
