@@ -20,7 +20,9 @@ The script is only the driver; the jobs run under ``mpiexec -n 3`` (master +
 5. prints a table and writes ``experiments/results/bench_paillier.json``.
 
 A second, dense numeric case (``--dense``, on by default; ``--no-dense`` to
-skip): ``make_classification(100_000, 20, random_state=0)``, 10 columns per
+skip; ``--dense-only`` runs it alone and updates the ``dense`` entry of the
+results file): ``make_classification(--dense-rows (default 100,000), 20,
+random_state=0)``, 10 columns per
 party, 255 bins, ``max_depth`` 8, 10 trees, 2048-bit key, plain and Paillier
 with the key holder's CRT randomness (the default ``label_randomness =
 "master"``).  Label encryption with both randomness sources is also timed in
@@ -76,7 +78,6 @@ random_state = 0
 label_randomness = "{randomness}"
 {extra}"""
 
-DENSE_ROWS = 100_000
 DENSE_FEATURES = 20
 
 
@@ -117,10 +118,10 @@ def job_file(folder, tag, privacy, trees, depth, key_length, workers, insecure=F
     return path
 
 
-def write_dense_files(folder):
+def write_dense_files(folder, n_rows):
     from sklearn.datasets import make_classification
-    X, y = make_classification(DENSE_ROWS, DENSE_FEATURES, random_state=0)
-    ids = [f"r{i:06d}" for i in range(DENSE_ROWS)]
+    X, y = make_classification(n_rows, DENSE_FEATURES, random_state=0)
+    ids = [f"r{i:06d}" for i in range(n_rows)]
     half = DENSE_FEATURES // 2
     for p, cols in enumerate((range(half), range(half, DENSE_FEATURES)), start=1):
         df = pd.DataFrame({f"f{c:02d}": X[:, c] for c in cols})
@@ -157,8 +158,9 @@ def label_encryption_rates(key_length, rows, workers, n_jobs, insecure=False):
 def dense_case(args):
     folder = os.path.join(WORKDIR, "dense")
     os.makedirs(folder)
-    write_dense_files(folder)
-    log(f"dense case: {DENSE_ROWS} x {DENSE_FEATURES} numeric, 10 trees, depth 8, 255 bins")
+    rows = args.dense_rows
+    write_dense_files(folder, rows)
+    log(f"dense case: {rows} x {DENSE_FEATURES} numeric, 10 trees, depth 8, 255 bins")
     runs = {}
     for privacy in ("plain", "paillier"):
         job = job_file(folder, privacy, privacy, 10, 8, args.key_length, args.encrypt_workers,
@@ -177,9 +179,9 @@ def dense_case(args):
         "label_randomness_seconds": he["label_randomness_seconds"],
         "label_encrypt_seconds": he["label_encrypt_seconds"],
         "label_setup_seconds_master_randomness": he["label_setup_seconds"],
-        "label_setup_seconds_master_randomness_scaled": per_row_master * DENSE_ROWS,
-        "label_setup_seconds_own_randomness_scaled":
-            rates["own_randomness_seconds_per_row"] * DENSE_ROWS,
+        "label_setup_seconds_master_randomness_scaled_to_1e5_rows": per_row_master * 100_000,
+        "label_setup_seconds_own_randomness_scaled_to_1e5_rows":
+            rates["own_randomness_seconds_per_row"] * 100_000,
         "own_over_master_randomness": rates["own_randomness_seconds_per_row"] / per_row_master,
         "label_encryption_timing": rates,
         "bytes_per_tree": he["bytes_per_tree"],
@@ -187,9 +189,10 @@ def dense_case(args):
         "plain_rounds_per_forest": plain.get("rounds_per_forest"),
         "decrypts_per_tree": he["decrypts_per_tree"],
         "same_trees_as_plain": same_master_trees(folder),
-        "setup": {"rows": DENSE_ROWS, "features": DENSE_FEATURES, "columns": [10, 10], "trees": 10,
+        "setup": {"rows": rows, "features": DENSE_FEATURES, "columns": [10, 10], "trees": 10,
                   "max_depth": 8, "max_bins": 255, "key_length": args.key_length,
-                  "data": f"sklearn make_classification({DENSE_ROWS}, {DENSE_FEATURES}, random_state=0)"},
+                  "data": f"sklearn make_classification({rows}, {DENSE_FEATURES}, random_state=0)",
+                  "command": "python experiments/bench_paillier.py " + " ".join(sys.argv[1:])},
     }
 
 
@@ -233,7 +236,23 @@ def main(argv=None):
                     help="also the dense numeric case (10^5 x 20)")
     ap.add_argument("--randomness-rows", type=int, default=2000,
                     help="rows on which both label randomness sources are timed")
+    ap.add_argument("--dense-rows", type=int, default=100_000, help="rows of the dense case")
+    ap.add_argument("--dense-only", action="store_true",
+                    help="only the dense case; the other figures stay as they are in --output")
     args = ap.parse_args(argv)
+    if args.dense_only:
+        shutil.rmtree(WORKDIR, ignore_errors=True)
+        os.makedirs(WORKDIR)
+        with open(args.output) as fh:
+            result = json.load(fh)
+        result["dense"] = dense_case(args)
+        result["dense"]["cpu_busy_other_end"] = cpu_busy()
+        result["dense"]["machine"] = machine_info()
+        with open(args.output, "w") as fh:
+            json.dump(result, fh, indent=2, sort_keys=True)
+        log(json.dumps({k: v for k, v in result["dense"].items() if not isinstance(v, dict)}, indent=1))
+        log(f"wrote {args.output} (dense case only)")
+        return 0
     shutil.rmtree(WORKDIR, ignore_errors=True)
     os.makedirs(WORKDIR)
     busy = [cpu_busy()]
@@ -299,17 +318,17 @@ def main(argv=None):
     if args.dense:
         dense = dense_case(args)
         result["dense"] = dense
-        log("dense numeric case (10^5 x 20, 10 trees, depth 8, 255 bins):")
+        log(f"dense numeric case ({args.dense_rows} x 20, 10 trees, depth 8, 255 bins):")
         print_table([
             ("seconds_per_tree", dense["seconds_per_tree"], "", None),
             ("plain_seconds_per_tree", dense["plain_seconds_per_tree"], "", None),
             ("he_over_plain", dense["he_over_plain"], "", None),
             ("label_setup_seconds (master randomness, run)",
              dense["label_setup_seconds_master_randomness"], "", None),
-            ("label_setup_seconds_master_randomness_scaled",
-             dense["label_setup_seconds_master_randomness_scaled"], "", None),
-            ("label_setup_seconds_own_randomness_scaled",
-             dense["label_setup_seconds_own_randomness_scaled"], "", None),
+            ("label_setup_seconds_master_randomness_scaled_to_1e5_rows",
+             dense["label_setup_seconds_master_randomness_scaled_to_1e5_rows"], "", None),
+            ("label_setup_seconds_own_randomness_scaled_to_1e5_rows",
+             dense["label_setup_seconds_own_randomness_scaled_to_1e5_rows"], "", None),
             ("own_over_master_randomness", dense["own_over_master_randomness"], ">= 3",
              dense["own_over_master_randomness"] >= 3),
             ("rounds_per_forest", dense["rounds_per_forest"], "", None),
