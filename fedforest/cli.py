@@ -2,6 +2,8 @@
 
 Jobs (start with ``mpiexec -n K+1``; rank 0 is the server, ranks 1..K the
 parties/clients): ``train``, and ``predict`` for vertical models.
+Network jobs (each organisation starts its own process; docs/network.md):
+``serve`` on the master, ``join`` on each party, ``keygen`` once per participant.
 Local commands: ``predict`` (horizontal models), ``explain``, ``evaluate``,
 ``split``, ``modes``, ``demo-data``, ``demo-report``.
 

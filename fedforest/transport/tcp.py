@@ -12,7 +12,7 @@ error and key tags, the job start-up); the transport itself uses a few above
 it (abort, goodbye).  Payloads are what ``Comm`` hands over: already sealed
 by the end-to-end AES-GCM channel of the (master, party) pair, so TLS adds
 the authentication of both ends (pinned certificates, see
-:mod:`fedforest.crypto.identity`) and hides the message sizes' framing.
+:mod:`fedforest.crypto.identity`) and protects the frame headers.
 
 All connections of a process are driven by one event loop in a background
 thread (``asyncio`` streams over ``ssl``): TLS state is touched by that
