@@ -262,6 +262,8 @@ def main(argv=None):
     ap.add_argument("--sweep-rows", type=int, default=20_000,
                     help="rows of the parties, trees and n_jobs sweeps")
     ap.add_argument("--rows-trees", type=int, default=20, help="trees of the rows sweep")
+    ap.add_argument("--peers-max-rows", type=int, default=None,
+                    help="rows sweep: fit the peers only up to this many rows (None: always)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
     args = ap.parse_args(argv)
     t_all = time.perf_counter()
@@ -269,6 +271,13 @@ def main(argv=None):
     log("warm-up (not recorded)")
     warm_up()
     rows, cache = [], {}
+    doc = {"rows": rows, "big": None,
+           "setup": {"data": "sklearn make_classification(n_samples, n_features, n_informative=10, "
+                             "random_state=0)", "depth": args.depth, "max_features": "sqrt",
+                     "feature_sampling": "node", "seed": SEED, "channels": "AES-256-GCM",
+                     "sweep_rows": args.sweep_rows, "rows_sweep_trees": args.rows_trees,
+                     "peers_max_rows": args.peers_max_rows,
+                     "command": "python experiments/scaling_vertical.py " + " ".join(argv or sys.argv[1:])}}
     base_X, base_y = make_data(args.sweep_rows, 20)
     sweeps = args.sweeps.split(",")
     if "rows" in sweeps:
@@ -277,27 +286,27 @@ def main(argv=None):
             if n > args.max_rows:
                 continue
             X, y = make_data(n, 20)
-            rows.append(point("rows", n, X, y, 2, args.rows_trees, args.depth, -1, peer_cache=cache))
+            with_peers = args.peers_max_rows is None or n <= args.peers_max_rows
+            rows.append(point("rows", n, X, y, 2, args.rows_trees, args.depth, -1,
+                              with_peers=with_peers, peer_cache=cache))
+            write(args.out, doc, rows, None, t_all, busy)
             del X, y
     if "parties" in sweeps:
         log(f"parties sweep: {args.sweep_rows:,} rows, 100 trees")
         for k in (2, 4, 8):
             rows.append(point("parties", k, base_X, base_y, k, 100, args.depth, -1, peer_cache=cache))
+            write(args.out, doc, rows, None, t_all, busy)
     if "trees" in sweeps:
         log(f"trees sweep: {args.sweep_rows:,} rows, 2 parties")
         for t in (10, 100, 300):
             rows.append(point("trees", t, base_X, base_y, 2, t, args.depth, -1, peer_cache=cache))
+            write(args.out, doc, rows, None, t_all, busy)
     if "n_jobs" in sweeps:
         log(f"n_jobs sweep: {args.sweep_rows:,} rows, 2 parties, 100 trees (peers with the same n_jobs)")
         for j in (1, 2):
             rows.append(point("n_jobs", j, base_X, base_y, 2, 100, args.depth, j, peer_cache=cache))
+            write(args.out, doc, rows, None, t_all, busy)
     big = None
-    doc = {"rows": rows, "big": big,
-           "setup": {"data": "sklearn make_classification(n_samples, n_features, n_informative=10, "
-                             "random_state=0)", "depth": args.depth, "max_features": "sqrt",
-                     "feature_sampling": "node", "seed": SEED, "channels": "AES-256-GCM",
-                     "sweep_rows": args.sweep_rows, "rows_sweep_trees": args.rows_trees,
-                     "command": "python experiments/scaling_vertical.py " + " ".join(argv or sys.argv[1:])}}
     if args.big:
         log("big run: 10^6 x 50, 4 parties, 100 trees, depth 12")
         del base_X, base_y
