@@ -49,6 +49,7 @@ TAG_BYE = TAG_CONTROL + 2       # the sender has finished and closes the connect
 TAG_HELLO = TAG_CONTROL + 3     # party -> master, first frame: {"name", "version"} (JSON)
 TAG_REFUSED = TAG_CONTROL + 4   # master -> party: why its connection is refused (text)
 HANDSHAKE_SECONDS = 20          # a connecting peer must finish TLS and say hello within this
+STREAM_BUFFER = 1 << 24         # bytes a reader buffers before pausing the socket (large frames)
 MAX_FRAME = 1 << 40
 _WAIT = 0.02                    # seconds between polls while waiting
 KEEPALIVE = (10, 5, 3)          # idle seconds, interval, probes: a dead host is found in ~25 s
@@ -435,7 +436,7 @@ async def _accept(host, port, ctx, parties, timeout, log, bound):
         if len(conns) == len(parties):
             everyone.set()
 
-    server = await asyncio.start_server(on_connect, host, port)
+    server = await asyncio.start_server(on_connect, host, port, limit=STREAM_BUFFER)
     bound.append(server.sockets[0].getsockname()[:2])
     try:
         await asyncio.wait_for(everyone.wait(), timeout)
@@ -479,7 +480,7 @@ async def _connect(host, port, ctx, pinned, name, timeout):
     while True:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=ctx, server_hostname=host,
+                asyncio.open_connection(host, port, ssl=ctx, server_hostname=host, limit=STREAM_BUFFER,
                                         ssl_handshake_timeout=HANDSHAKE_SECONDS),
                 max(1.0, deadline - time.monotonic()))
             break
