@@ -89,13 +89,14 @@ def write_clients(folder, X, y, k, seed):
     return paths, test_path
 
 
-def run_one(name, X, y, k, seed, tree_filter="mean"):
+def run_one(name, X, y, k, seed, tree_filter="mean", max_rules=10_000):
     from fedforest import run_horizontal
     out = {}
     with tempfile.TemporaryDirectory() as work:
         paths, test = write_clients(work, X, y, k, seed)
         base = dict(mode="icdta4fl", tree_type="cart", task="classification", label_column="label",
                     max_depth=5, criterion="gini", random_state=seed, validation_fraction=0.2, filter=tree_filter,
+                    max_rules=max_rules,
                     test_data=[test] * k, overwrite=True)
         for label, extra in (("default", {}), ("literal", LITERAL)):
             t0 = time.perf_counter()
@@ -197,6 +198,7 @@ def main(argv=None):
     ap.add_argument("--clients", default=",".join(map(str, CLIENTS)), help="comma-separated client counts")
     ap.add_argument("--name", default="icdta4fl_cart", help="base name of the result files")
     ap.add_argument("--filter", default="mean", help="the tree filter of every run (default: the method's 'mean')")
+    ap.add_argument("--max-rules", type=int, default=10_000, help="max_rules of every run (default 10000)")
     ap.add_argument("--combine", default=None,
                     help="comma-separated base names of earlier result files (JSON) to tabulate together "
                          "instead of running")
@@ -220,7 +222,7 @@ def main(argv=None):
         for k in clients:
             runs = []
             for seed in range(args.seeds):
-                r = run_one(name, X, y, k, seed, args.filter)
+                r = run_one(name, X, y, k, seed, args.filter, args.max_rules)
                 runs.append(r)
                 print(f"{name} K={k} seed={seed}: default {pct(r['default']['acc'])} "
                       f"({r['default']['merged_rules']} rules, {r['default']['seconds']:.0f}s) literal "
@@ -235,9 +237,9 @@ def main(argv=None):
     png = os.path.join(OUT, f"{args.name}.png")
     plot(results, datasets, clients, png)
     with open(os.path.join(OUT, f"{args.name}.json"), "w") as fh:
-        json.dump({"filter": args.filter, "results": results, "aggregation_memory": memory, "provenance": prov, "runs_from": runs_from,
+        json.dump({"filter": args.filter, "max_rules": args.max_rules, "results": results, "aggregation_memory": memory, "provenance": prov, "runs_from": runs_from,
                    "seconds": time.perf_counter() - t_all}, fh, indent=1, default=float)
-    text = [f"# ICDTA4FL-CART on numeric data ({args.seeds} seeds, tree filter '{args.filter}')", "",
+    text = [f"# ICDTA4FL-CART on numeric data ({args.seeds} seeds, tree filter '{args.filter}', max_rules {args.max_rules})", "",
             f"`{prov['command']}` at commit `{(prov['git_commit'] or '?')[:12]}`"
             f"{' (uncommitted changes)' if prov['fedforest_uncommitted_changes'] else ''}, {prov['date']}"
             + (" from the runs of " + ", ".join(f"`{b}.json` (commit `{(p['git_commit'] or '?')[:12]}`)"
