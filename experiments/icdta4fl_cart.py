@@ -169,7 +169,7 @@ def plot(results, datasets, clients, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 4.0), squeeze=False)
     for ax, name in zip(axes[0], datasets):
         ks = [k for k in clients if results.get(f"{name}/{k}")]
         for key, label, style in (("default", "ICDTA4FL-CART (default)", "o-"),
@@ -185,8 +185,14 @@ def plot(results, datasets, clients, path):
         ax.set_xticks(ks)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (%)")
-    axes[0][-1].legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:  # the published points may be absent from the first panel
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
