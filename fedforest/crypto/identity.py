@@ -105,7 +105,8 @@ class Certificate:
         try:
             cert = x509.load_pem_x509_certificate(data)
         except ValueError:
-            raise InputError(what, f"{path!r} is not a PEM certificate (fedforest keygen writes one)") from None
+            raise InputError(what, f"{path!r} is not a PEM certificate (fedforest keygen writes "
+                                   "one)") from None
         self.path = path
         self.der = cert.public_bytes(serialization.Encoding.DER)
         self.pem = cert.public_bytes(serialization.Encoding.PEM).decode("ascii")

@@ -25,7 +25,8 @@ from ..crypto.identity import Certificate, check_name, client_context, normalize
 from ..errors import FedForestError, InputError, RemoteError
 from ..transport.base import Comm, JobAborted
 from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
-from ..transport.tcp import Party, PeerLost, accept_parties, connect_master, resolve_hosts, split_address
+from ..transport.tcp import (ClosedAtHello, Party, PeerLost, accept_parties, connect_master, resolve_hosts,
+                             split_address)
 from ..version import __version__
 from .config import JOB_INDEX, load_toml, relative_to, resolve
 from .registry import REGISTRY
@@ -297,8 +298,9 @@ def _party_local(doc, path):
     for k in job:
         if k not in PARTY_JOB_KEYS:
             owner = "the master's job file" if (k in JOB_INDEX or REGISTRY.owners(k)) else None
+            keys = ", ".join(PARTY_JOB_KEYS)
             raise InputError(f"config [{JOB}]", f"key {k!r} is set by {owner}" if owner else
-                                                f"unknown key {k!r} (a party's keys: {', '.join(PARTY_JOB_KEYS)})")
+                                                f"unknown key {k!r} (a party's keys: {keys})")
     local = {}
     for k, v in job.items():
         local[k] = relative_to(v, doc["__base__"]) if k in JOB_INDEX and JOB_INDEX[k].path else v
@@ -369,22 +371,25 @@ def join(config_path, resume=False):
         local["resume"] = True
     ctx = client_context(net.certificate, net.key, "network")
     me = f"party {net.name!r}"
+    def before_start(reason):
+        if "refused this connection" not in reason:
+            own = Certificate(net.certificate, "network.certificate").fingerprint
+            reason = (f"{reason} before the job started: the master refused this party's certificate, "
+                      f"or stopped; its job file must pin fingerprint {own} for {net.name!r}")
+        print(f"error: {me}: {reason}", file=sys.stderr, flush=True)
+        return 1
     try:
         raw = connect_master(net.master, ctx, net.pin, net.name, net.connect_timeout)
+    except ClosedAtHello as exc:
+        return before_start(str(exc))
     except FedForestError as exc:
         print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
         return 1
     try:
         msg = json.loads(raw.recv_bytes(0, TAG_JOB).decode("utf-8"))
     except (JobAborted, PeerLost) as exc:
-        reason = f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc)
-        if "refused this connection" not in reason:
-            own = Certificate(net.certificate, "network.certificate").fingerprint
-            reason = (f"{reason} before the job started: the master refused this party's certificate, "
-                      f"or stopped; its job file must pin fingerprint {own} for {net.name!r}")
-        print(f"error: {me}: {reason}", file=sys.stderr, flush=True)
         raw.close()
-        return 1
+        return before_start(f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc))
     try:
         rank, size, cfg = _accept_job(raw, msg, local, policy, net.name)
     except InputError as exc:

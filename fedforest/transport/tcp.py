@@ -30,6 +30,7 @@ every peer an abort frame, so each of them stops at once.
 import asyncio
 import collections
 import json
+import logging
 import os
 import socket
 import ssl
@@ -57,6 +58,15 @@ KEEPALIVE = (10, 5, 3)          # idle seconds, interval, probes: a dead host is
 
 class PeerLost(FedForestError):
     """A participant disconnected or was stopped in the middle of a job."""
+
+
+def _quiet_eof_note(record):
+    # asyncio notes at WARNING that a stream reader's end-of-file answer means
+    # nothing under TLS: true, and no concern of the user's
+    return not str(record.msg).startswith("returning true from eof_received()")
+
+
+logging.getLogger("asyncio").addFilter(_quiet_eof_note)
 
 
 class EventLoop:
@@ -369,6 +379,10 @@ class JoinFailed(FedForestError):
     """Not every party joined the job (each missing one is named)."""
 
 
+class ClosedAtHello(JoinFailed):
+    """The master closed the connection as the party introduced itself."""
+
+
 async def _refuse(conn, text, refused):
     refused.append(f"{conn.address}: {text}")
     try:
@@ -496,7 +510,11 @@ async def _connect(host, port, ctx, pinned, name, timeout):
         await conn.close()
         raise JoinFailed(f"the master at {host}:{port} presented certificate {fp}, but this party's "
                          f"file pins {pinned}: refused (not the agreed master, or its key changed)")
-    await conn.write(TAG_HELLO, json.dumps({"name": name, "version": __version__}).encode("utf-8"))
+    try:
+        await conn.write(TAG_HELLO, json.dumps({"name": name, "version": __version__}).encode("utf-8"))
+    except (OSError, ConnectionError, ssl.SSLError) as exc:
+        await conn.close()
+        raise ClosedAtHello(f"the master ({host}:{port}) {_reason(exc)}") from None
     return conn
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedforest.crypto.identity import Certificate, client_context, keygen, normalize_fingerprint, server_context
+from fedforest.crypto.identity import (Certificate, client_context, keygen, normalize_fingerprint,
+                                       server_context)
 from fedforest.errors import FedForestError, InputError
 from fedforest.federation.network import Policy, join, serve
 from fedforest.horizontal.common import load_model
@@ -110,7 +111,8 @@ def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
                  n_estimators=N_TREES, max_depth=3, random_state=11, n_jobs=1)
     # each party keeps its part of the model in its own folder; gather them as one model folder
     for rank, name in ((1, "p1"), (2, "p2")):
-        os.rename(str(tmp_path / f"model-{name}" / f"party-{rank}"), str(tmp_path / "model" / f"party-{rank}"))
+        os.rename(str(tmp_path / f"model-{name}" / f"party-{rank}"),
+                  str(tmp_path / "model" / f"party-{rank}"))
     offsets = np.cumsum([0] + [len(g) for g in GROUPS])
     trees = complete_trees(str(tmp_path / "model"), 2, offsets)
     assert len(trees) == N_TREES
