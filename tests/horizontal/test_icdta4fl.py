@@ -246,7 +246,7 @@ def test_icdta4fl_cart_global_tree_beats_the_client_trees(tmp_path):
     (the method's text literally) falls to the majority class here."""
     paths, tests = _boxes_clients(tmp_path)
     s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
-             validation_fraction=0.2, filter="none")
+             validation_fraction=0.2, filter="none", global_max_nodes=500)
     assert len(s["local_test_accuracys"]) == 3 and 0.85 < s["local_test_accuracy"] < 0.95
     assert s["test_accuracy"] >= s["local_test_accuracy"], (s["test_accuracy"], s["local_test_accuracy"])
     with np.load(os.path.join(s["model_dirs"][1], "rules.npz")) as z:
