@@ -217,9 +217,11 @@ def plot(rows, path):
         x = [r["value"] for r in pts]
         ax = axes[0, col]
         ax.plot(x, [r["train_seconds"] for r in pts], "o-", label="fedforest (federated)")
-        if "sklearn_seconds" in pts[0]:
-            ax.plot(x, [r["sklearn_seconds"] for r in pts], "s--", label="scikit-learn RF")
-            ax.plot(x, [r["xgboost_seconds"] for r in pts], "^--", label="XGBoost RF mode")
+        for key, style, name in (("sklearn_seconds", "s--", "scikit-learn RF"),
+                                 ("xgboost_seconds", "^--", "XGBoost RF mode")):
+            have = [r for r in pts if key in r]
+            if have:
+                ax.plot([r["value"] for r in have], [r[key] for r in have], style, label=name)
         _axis(ax, x, label, logx, "training seconds")
         ax.set_title(f"time vs {label}")
         ax.legend(fontsize=8)
@@ -262,6 +264,7 @@ def main(argv=None):
     ap.add_argument("--sweep-rows", type=int, default=20_000,
                     help="rows of the parties, trees and n_jobs sweeps")
     ap.add_argument("--rows-trees", type=int, default=20, help="trees of the rows sweep")
+    ap.add_argument("--keep", default="", help="comma list of sweeps whose points are kept from --out")
     ap.add_argument("--peers-max-rows", type=int, default=None,
                     help="rows sweep: fit the peers only up to this many rows (None: always)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
@@ -271,6 +274,10 @@ def main(argv=None):
     log("warm-up (not recorded)")
     warm_up()
     rows, cache = [], {}
+    if args.keep:
+        # points of an earlier run of this script (other sweeps) stay in the results
+        with open(args.out + ".json") as fh:
+            rows += [r for r in json.load(fh)["rows"] if r["sweep"] in args.keep.split(",")]
     doc = {"rows": rows, "big": None,
            "setup": {"data": "sklearn make_classification(n_samples, n_features, n_informative=10, "
                              "random_state=0)", "depth": args.depth, "max_features": "sqrt",
