@@ -162,7 +162,8 @@ def test_impostor_and_wrong_certificates_are_refused_by_name(tmp_path, keys, fra
     assert codes == {"master": 1, "p1": 1, "p2": 1}
     assert "parties 'p1' (rank 1), 'p2' (rank 2) did not join within 3 s" in err
     assert "refused connections: 127.0.0.1:" in err and "TLS handshake failed" in err
-    assert re.search(r"party 'p1': the master \(127.0.0.1:\d+\) (closed the connection|connection broke .*) "
+    assert re.search(r"party 'p1': the master \(127.0.0.1:\d+\) (closed the connection|dropped the connection "
+                     r"\(reset\)|connection broke .*) "
                      r"before the job started: the master refused this party's certificate, or stopped; its "
                      f"job file must pin fingerprint {_fp(keys, 'impostor')} for 'p1'", err), err
     assert "party 'p2' closed the connection without its hello" in err
