@@ -42,7 +42,7 @@ from ..federation.rounds import Done, ask, serve
 from ..tree import format as tree_format
 from ..tree import hoeffding as ht
 from .common import (MISSING, SERVER, ClientTable, Encoding, check_clients, check_model_folder, check_world,
-                     client_dir, client_what, log, save_model, server_dir, text_of)
+                     client_dir, client_what, job_seed, log, save_model, server_dir, text_of)
 
 LEARN = "learn_chunk"        # server -> client: (adopt this tree,) predict then learn your next chunk
 SEND_CHUNK = "send_chunk"    # server -> client (centralized): send your next chunk's rows
@@ -72,7 +72,8 @@ PARAMS = (
     Param("max_depth", None, (None, Interval(int, 1)), "depth limit of the trees (None: no limit)"),
     Param("n_bins", 32, (Interval(int, 2, 1024),), "bins of a numeric column (edges agreed once per job)"),
     Param("shuffle", False, (bool,), "shuffle each client's rows (seed: random_state + rank) before streaming"),
-    Param("random_state", None, (None, Interval(int, 0)), "seed of the shuffles"),
+    Param("random_state", None, (None, Interval(int, 0)),
+          "seed of the shuffles (None: a fresh seed, recorded in the summary)"),
     Param("proxy_data", None, (None, str), "rows file held by the server ('sem': the proxy set)", path=True),
 )
 
@@ -272,12 +273,13 @@ def server_train(comm, cfg):
     proxy = to_codes(encode_rows(proxy_df, enc, "proxy_data"), edges) if proxy_df is not None else None
     schema = schema_of(enc, edges)
     settings = _settings(cfg)
+    seed = job_seed(cfg)
     comm.bcast({"op": protocol.SETUP, "encoding": enc.to_dict(), "edges": edges, "settings": settings,
-                "rounds": cfg.rounds, "strategy": cfg.strategy, "mode": cfg.mode})
+                "rounds": cfg.rounds, "strategy": cfg.strategy, "mode": cfg.mode, "seed": seed})
     log(cfg, f"efdt: {len(clients)} clients, {sum(rows.values())} rows, strategy {cfg.strategy}, merge "
              f"{cfg.merge}, {cfg.rounds} rounds")
     summary = {"mode": cfg.mode, "strategy": cfg.strategy, "merge": cfg.merge, "n_clients": len(clients),
-               "rows": rows, "rounds": cfg.rounds, "settings": settings,
+               "rows": rows, "rounds": cfg.rounds, "settings": settings, "random_state": seed,
                "n_bins": [None if e is None else len(e) + 1 for e in edges]}
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     correct, seen = np.zeros(cfg.rounds), np.zeros(cfg.rounds)
@@ -363,7 +365,7 @@ def client_train(comm, cfg):
     codes = to_codes(encode_rows(table.X, enc, what), edges)
     y = enc.labels(table.y, what)
     if cfg.shuffle:
-        perm = np.random.default_rng((cfg.random_state or 0) + rank).permutation(y.size)
+        perm = np.random.default_rng(setup["seed"] + rank).permutation(y.size)
         codes, y = codes[perm], y[perm]
     test = None
     if cfg.test_data:

@@ -13,7 +13,11 @@ import pytest
 
 from _util import ROOT, mpirun
 
-HORIZONTAL_MODES = ["icdta4fl", "local", "centralized", "federated_id3", "fedxgbllr"]
+HORIZONTAL_MODES = ["icdta4fl", "local", "centralized", "federated_id3", "fedxgbllr", "fedga", "efdt"]
+FAST = {"fedxgbllr": ["--xgb-trees", "30", "--rounds", "2", "--local-epochs", "3"],
+        "fedga": ["--generations", "5", "--max-depth", "4", "--cv-folds", "2"],
+        "efdt": ["--grace-period", "20", "--rounds", "10"]}
+PERSONAL = ("local", "fedga")      # every client keeps its own model: no global one
 
 
 def cli(*args):
@@ -79,14 +83,13 @@ def _train(clients, mode, model_dir, *extra):
 @pytest.mark.parametrize("mode", HORIZONTAL_MODES)
 def test_split_train_predict_evaluate_chain(clients, mode, tmp_path):
     model = tmp_path / "model"
-    extra = ["--xgb-trees", "30", "--rounds", "2", "--local-epochs", "3"] if mode == "fedxgbllr" else []
-    proc = _train(clients, mode, model, *extra)
+    proc = _train(clients, mode, model, *FAST.get(mode, []))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((tmp_path / "model.json").read_text())
     assert summary["random_state"] == 3
     test = clients / "clients" / "client2-test.csv"
-    # a 'local' job has no global model: predict with one client's own model
-    model_dir = model / "client-2" if mode == "local" else model
+    # a job without a global model: predict with one client's own model
+    model_dir = model / "client-2" if mode in PERSONAL else model
     out = tmp_path / "pred.csv"
     proc = cli("predict", "--model-dir", str(model_dir), "--data", str(test), "--output", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr     # no --mode: read from the model
@@ -101,7 +104,10 @@ def test_split_train_predict_evaluate_chain(clients, mode, tmp_path):
     assert accuracy >= majority + 0.1, (mode, accuracy, majority)   # a constant model does not pass
     proc = cli("explain", "--model-dir", str(model_dir), "--data", str(test), "--row", "2")
     assert proc.returncode == 0, proc.stderr
-    assert f"row 2 (" in proc.stdout and "THEN" in proc.stdout
+    if mode == "fedxgbllr":                                       # learning rates, the same for every row
+        assert "per-tree learning rates" in proc.stdout and "client 3:" in proc.stdout
+    elif mode != "efdt":
+        assert "row 2 (" in proc.stdout and "THEN" in proc.stdout
     if mode in ("icdta4fl", "centralized"):                       # CART rules on numbers and text codes
         assert "IF " in proc.stdout and (" <= " in proc.stdout or " > " in proc.stdout)
 
