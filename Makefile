@@ -30,6 +30,7 @@ bench: venv
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py
 	$(PY) experiments/bench_fedxgbllr.py
+	$(PY) experiments/bench_efdt.py
 
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py

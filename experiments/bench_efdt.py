@@ -48,6 +48,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_vertical import ROOT, log, machine_info, print_table  # noqa: E402
+import provenance  # noqa: E402
 
 from fedforest import run_horizontal  # noqa: E402
 from fedforest.tree import hoeffding as ht  # noqa: E402
@@ -143,7 +144,11 @@ def aggregation(folder):
     return out
 
 
-def main():
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    provenance.add_arguments(ap)
+    prov = provenance.record(ap.parse_args(argv))
     results = {}
     for name in ("dna", "satellite", "agrawal"):
         records, nominal, codes, schema, y, C = stream(name)
@@ -171,7 +176,7 @@ def main():
                      "aggregation": "satellite, 4 clients, 200 rounds, binary_split, merge delta",
                      "clock": "process CPU time",
                      "command": "make bench (experiments/bench_efdt.py)"},
-           "machine": machine_info()}
+           "machine": machine_info(), "provenance": prov}
     rows = []
     for name, r in results.items():
         rows += [(f"{name} samples_per_second", r["samples_per_second"], "", None),

@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import StratifiedKFold, train_test_split
 
+import provenance
 from fedforest import run_horizontal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,12 +59,9 @@ METHODS = [("Centralized", "centralized", "delta"), ("Local", "local", "delta"),
 
 
 def git_state():
-    def run(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    mine = ("fedforest/tree/hoeffding.py", "fedforest/horizontal/efdt.py", "fedforest/horizontal/common.py",
-            "experiments/efdt_table.py")
-    return (run("rev-parse", "--short", "HEAD"), bool(run("status", "--porcelain", "--", *mine)),
-            bool(run("status", "--porcelain", "--", "fedforest")))
+    """(commit, dirty, dirty elsewhere): the code the results come from (see provenance.py)."""
+    commit, dirty = provenance.git_state()
+    return (commit or "")[:12], bool(dirty), bool(dirty)
 
 
 def write_clients(folder, df, target, seed):
@@ -140,7 +137,7 @@ def save_record(name, runs, rounds, seeds, argv, seconds):
         json.dump(rec, fh, default=float)
 
 
-def provenance(rec):
+def provenance_text(rec):
     code = (" with uncommitted changes to the efdt code" if rec["dirty"] else " (efdt code as committed"
             + ("; other modules of fedforest/ had uncommitted changes)" if rec["dirty_elsewhere"] else ")"))
     return (f"{rec['seeds']} seed(s), {rec['seconds'] / 60:.1f} minutes on {platform.node()} "
@@ -174,7 +171,7 @@ def write():
     for name, rec in records.items():
         R, runs = rec["rounds"], rec["runs"]
         shown = [r for r in SHOWN if r < R] + [R]
-        lines += [f"## {name} ({R} rounds)", "", provenance(rec), "",
+        lines += [f"## {name} ({R} rounds)", "", provenance_text(rec), "",
                   "| round | " + " | ".join(label for label, _, _ in METHODS) + " |",
                   "|---|" + "---|" * len(METHODS)]
         for r in shown:
@@ -211,7 +208,9 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    provenance.record(args)          # refuses uncommitted code unless --allow-dirty
     names = args.datasets.split(",")
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
