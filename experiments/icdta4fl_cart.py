@@ -169,7 +169,7 @@ def plot(results, datasets, clients, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 4.0 if len(datasets) >= 3 else 5.0), squeeze=False)
     for ax, name in zip(axes[0], datasets):
         ks = [k for k in clients if results.get(f"{name}/{k}")]
         for key, label, style in (("default", "ICDTA4FL-CART (default)", "o-"),
@@ -191,8 +191,9 @@ def plot(results, datasets, clients, path):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    ncol = len(labels) if len(datasets) >= 3 else 1  # one row of entries only where it fits
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08 if ncol > 1 else 0.06 * len(labels), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
