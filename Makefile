@@ -35,6 +35,8 @@ bench: venv
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py
 	$(PY) experiments/icdta4fl_tables.py
+	$(PY) experiments/icdta4fl_cart.py
+	$(PY) experiments/plots.py
 
 clean:
 	rm -rf build .pytest_cache
