@@ -42,6 +42,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+import provenance
 from fedforest.data.partition import dirichlet_partition, iid_partition
 from fedforest.errors import InputError
 from fedforest import run_horizontal
@@ -132,7 +133,9 @@ def main(argv=None):
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--clients", default=",".join(map(str, CLIENTS)))
     ap.add_argument("--quick", action="store_true", help="1 seed, housevotes84 and spambase, 2 and 5 clients")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     datasets = args.datasets.split(",")
     clients = [int(c) for c in args.clients.split(",")]
     seeds = args.seeds
@@ -153,7 +156,7 @@ def main(argv=None):
                 cells = {m: np.mean([r[m]["acc"] for r in runs if "acc" in r[m]]) for m, _, _ in METHODS}
                 print(f"{name:13s} {dist:7s} K={k:2d} " + "  ".join(f"{m}: {v:.4f}" for m, v in cells.items()),
                       flush=True)
-    write(results, datasets, clients, seeds, " ".join(sys.argv[1:]), time.perf_counter() - t_all)
+    write(results, datasets, clients, seeds, " ".join(sys.argv[1:]), time.perf_counter() - t_all, prov)
     return 0
 
 
@@ -164,7 +167,7 @@ def _cell(runs, method, key):
     return f"{np.mean(vals):.2f}"
 
 
-def write(results, datasets, clients, seeds, argv, seconds):
+def write(results, datasets, clients, seeds, argv, seconds, prov):
     os.makedirs(OUT, exist_ok=True)
     lines = ["# ICDTA4FL against its baselines (shape of the paper's Tables 2-5)", "",
              ("Command: `.venv/bin/python experiments/icdta4fl_tables.py " + argv).rstrip() + "`", "",
@@ -174,7 +177,8 @@ def write(results, datasets, clients, seeds, argv, seconds):
              "protocol in one process (server + K client threads over the in-process transport, "
              "encrypted channels); no many-client run uses oversubscribed MPI ranks.", "",
              f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
-             f"{seconds / 60:.1f} minutes in all.", ""]
+             f"{seconds / 60:.1f} minutes in all; code at commit {str(prov['git_commit'])[:12]}"
+             f"{' with uncommitted changes' if prov['fedforest_uncommitted_changes'] else ''}.", ""]
     for dist in ("IID", "non-IID"):
         lines += [f"## {dist}", "", "| clients | method | " + " | ".join(f"{d} Acc | {d} F1" for d in datasets)
                   + " |", "|---|---|" + "---|---|" * len(datasets)]
@@ -193,7 +197,7 @@ def write(results, datasets, clients, seeds, argv, seconds):
     with open(os.path.join(OUT, "icdta4fl_tables.md"), "w") as fh:
         fh.write("\n".join(lines))
     with open(os.path.join(OUT, "icdta4fl_tables.json"), "w") as fh:
-        json.dump(results, fh, indent=1, default=float)
+        json.dump(dict(results, provenance=prov), fh, indent=1, default=float)
     print("\n".join(lines))
 
 
