@@ -145,10 +145,7 @@ def aggregation(folder):
 
 
 def main(argv=None):
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    provenance.add_arguments(ap)
-    prov = provenance.record(ap.parse_args(argv))
+    prov = provenance.start(__doc__, argv)
     results = {}
     for name in ("dna", "satellite", "agrawal"):
         records, nominal, codes, schema, y, C = stream(name)

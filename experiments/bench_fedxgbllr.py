@@ -77,10 +77,7 @@ def run(n_rows):
 
 
 def main(argv=None):
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    provenance.add_arguments(ap)
-    prov = provenance.record(ap.parse_args(argv))
+    prov = provenance.start(__doc__, argv)
     shutil.rmtree(WORKDIR, ignore_errors=True)
     small, large = run(N), run(4 * N)
     out = {

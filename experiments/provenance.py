@@ -23,6 +23,15 @@ def add_arguments(parser):
     return parser
 
 
+def start(doc, argv=None):
+    """For a script without options of its own: ``--help`` shows ``doc``,
+    ``--allow-dirty`` is accepted; returns :func:`record`'s provenance."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    return record(ap.parse_args(argv))
+
+
 def git_state():
     """``(commit, dirty)``: the checked-out commit and whether the code differs from it
     (None, None outside a git checkout)."""
