@@ -231,6 +231,7 @@ def plot(rows, path):
         ax2 = ax.twinx()
         ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4")
         ax2.set_ylabel("peak RSS of a rank, MiB", color="C4")
+        ax2.set_ylim(bottom=0)
         ax.set_title(f"bytes and memory vs {label}")
     fig.suptitle("Vertical Federated Forest scaling (20 features, depth 10, synthetic data; "
                  "rows sweep with 20 trees, other sweeps on 20,000 rows)")
@@ -264,11 +265,16 @@ def main(argv=None):
     ap.add_argument("--sweep-rows", type=int, default=20_000,
                     help="rows of the parties, trees and n_jobs sweeps")
     ap.add_argument("--rows-trees", type=int, default=20, help="trees of the rows sweep")
+    ap.add_argument("--replot", action="store_true", help="only redraw the plot from the --out JSON")
     ap.add_argument("--keep", default="", help="comma list of sweeps whose points are kept from --out")
     ap.add_argument("--peers-max-rows", type=int, default=None,
                     help="rows sweep: fit the peers only up to this many rows (None: always)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
     args = ap.parse_args(argv)
+    if args.replot:
+        with open(args.out + ".json") as fh:
+            plot(json.load(fh)["rows"], args.out + ".png")
+        return 0
     t_all = time.perf_counter()
     busy = {"start": cpu_busy()}
     log("warm-up (not recorded)")
