@@ -31,6 +31,7 @@ bench: venv
 	$(PY) experiments/bench_paillier.py
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
+	$(PY) experiments/bench_fedga.py
 
 experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py

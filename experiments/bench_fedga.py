@@ -39,6 +39,7 @@ from fedforest import run_horizontal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_vertical import ROOT, log, machine_info, print_table  # noqa: E402
+import provenance  # noqa: E402
 
 DATA = os.path.join(ROOT, "..", "shared", "data", "satellite.csv")
 RESULT = os.path.join(ROOT, "experiments", "results", "bench_fedga.json")
@@ -96,7 +97,9 @@ def run_mpi(paths):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-mpi", action="store_true", help="skip the mpiexec run")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     shutil.rmtree(WORKDIR, ignore_errors=True)
     os.makedirs(WORKDIR)
     paths = client_files()
@@ -112,6 +115,7 @@ def main(argv=None):
     out["setup"] = {"data": "satellite (6,435 rows, 36 columns, 6 classes)", "clients": CLIENTS, **SETTINGS,
                     "command": ".venv/bin/python experiments/bench_fedga.py"}
     out["machine"] = machine_info()
+    out["provenance"] = prov
     rows = [(k, out[k], "whole run < 60 s" if k == "seconds_total" else "", out[k] < 60
              if k == "seconds_total" else None) for k in FIGURES]
     if "mpiexec" in out:

@@ -42,7 +42,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
+import provenance
 from fedforest import run_horizontal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,16 +151,6 @@ def one(name, seed, n_clients, participation=1.0, binning=True, generations=100,
     return out
 
 
-def git_state():
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "fedforest", "experiments/fedga_table.py"],
-                                    cwd=ROOT, capture_output=True, text=True).stdout.strip())
-    except OSError:
-        commit, dirty = None, None
-    return commit, dirty
-
-
 def mean_sd(values):
     v = np.array([x for x in values if x is not None], dtype=float)
     if v.size == 0:
@@ -244,13 +234,15 @@ def main(argv=None):
     ap.add_argument("--binning-seeds", type=int, default=2)
     ap.add_argument("--generations", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="1 seed, 10 generations, 2 data sets, no sweeps")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     clf_sets, reg_sets = CLASSIFICATION, REGRESSION
     if args.quick:
         args.seeds, args.sweep_seeds, args.binning_seeds, args.generations = 1, 0, 0, 10
         clf_sets, reg_sets = ["satellite"], ["concrete"]
     t0 = time.perf_counter()
-    commit, dirty = git_state()
+    commit, dirty = prov["git_commit"], prov["fedforest_uncommitted_changes"]
     G = args.generations
     main_rows = [one(n, s, CLIENTS.get(n, MAIN_CLIENTS), generations=G)
                  for n in clf_sets + reg_sets for s in range(args.seeds)]
