@@ -28,7 +28,7 @@ test: venv
 
 bench: venv
 	$(PY) experiments/bench_vertical.py
-	$(PY) experiments/bench_paillier.py
+	$(PY) experiments/bench_paillier.py --dense-rows 20000
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
@@ -37,6 +37,8 @@ experiments: venv
 	$(PY) experiments/lossless_vs_sklearn.py
 	$(PY) experiments/icdta4fl_tables.py
 	$(PY) experiments/icdta4fl_cart.py
+	$(PY) experiments/scaling_vertical.py
+	$(PY) experiments/scaling_vertical.py --sweeps none --big --out experiments/results/scaling_vertical_big
 	$(PY) experiments/plots.py
 
 clean:

@@ -9,7 +9,7 @@ Each rank writes only its own directory ``<model_dir>/master`` or
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so a crash never leaves a half-written file.  The manifest is rewritten
-after each tree (the checkpoint), so ``n_trees`` counts only complete trees.
+after each batch of trees (the checkpoint), so ``n_trees`` counts only complete trees.
 """
 import json
 import os
