@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
 from bench_vertical import ROOT, cpu_busy, log, machine_info, print_table, run_fedforest
 
 RESULT = os.path.join(ROOT, "experiments", "results", "bench_paillier.json")
@@ -239,7 +240,9 @@ def main(argv=None):
     ap.add_argument("--dense-rows", type=int, default=100_000, help="rows of the dense case")
     ap.add_argument("--dense-only", action="store_true",
                     help="only the dense case; the other figures stay as they are in --output")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    provenance.record(args)           # refuses uncommitted code unless --allow-dirty
     if args.dense_only:
         shutil.rmtree(WORKDIR, ignore_errors=True)
         os.makedirs(WORKDIR)

@@ -51,6 +51,9 @@ import time
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 PYTHON = os.path.join(VENV_BIN, "python")
@@ -256,13 +259,7 @@ def machine_info():
             cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
     except OSError:
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "fedforest"], cwd=ROOT,
-                                    capture_output=True, text=True).stdout.strip())
-    except OSError:
-        commit, dirty = None, None
+    commit, dirty = provenance.git_state()
     return {"cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit, "fedforest_uncommitted_changes": dirty, "versions": versions}
@@ -322,7 +319,9 @@ def main(argv=None):
     ap.add_argument("--feature-sampling", choices=["node", "tree"], default="node")
     ap.add_argument("--workdir", default=WORKDIR, help="party files, models and run summaries")
     ap.add_argument("--out", default=RESULT, help="JSON results file")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    provenance.record(args)           # refuses uncommitted code unless --allow-dirty
 
     t_all = time.perf_counter()
     phases = {}

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
 from bench_vertical import cpu_busy, machine_info  # noqa: E402  (the shared machine report)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -270,7 +271,9 @@ def main(argv=None):
     ap.add_argument("--peers-max-rows", type=int, default=None,
                     help="rows sweep: fit the peers only up to this many rows (None: always)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scaling_vertical"))
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    provenance.record(args)           # refuses uncommitted code unless --allow-dirty
     if args.replot:
         with open(args.out + ".json") as fh:
             plot(json.load(fh)["rows"], args.out + ".png")
