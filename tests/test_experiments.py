@@ -36,3 +36,12 @@ def test_results_are_refused_from_uncommitted_code(tmp_path, monkeypatch):
     assert got["git_commit"] == "0123456789abcdef" and got["fedforest_uncommitted_changes"] is True
     monkeypatch.setattr(provenance, "git_state", lambda: ("fedcba9876543210", False))
     assert provenance.record(None)["fedforest_uncommitted_changes"] is False
+
+
+def test_readme_figures_agree_with_the_committed_results():
+    proc = subprocess.run([sys.executable, os.path.join("experiments", "readme_figures.py"), "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        block = fh.read().split("<!-- figures:begin -->")[1].split("<!-- figures:end -->")[0]
+    assert block.count("\n| ") >= 8          # the figures are there, not an empty table
