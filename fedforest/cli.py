@@ -134,8 +134,9 @@ def _mode_in_file(config):
 
 
 # what predict reads; every other setting describes training and is the model's
-PREDICT_SETTINGS = {"mode", "n_parties", "data", "id_column", "model_dir", "output", "summary_json",
-                    "reply_timeout", "progress", "verbose", "quiet", "result_party", "predict_method"}
+PREDICT_SETTINGS = {"mode", "task", "n_parties", "data", "id_column", "label_column", "model_dir", "output",
+                    "summary_json", "reply_timeout", "progress", "verbose", "quiet", "result_party",
+                    "predict_method"}
 
 
 def _predict_summary_path(path):

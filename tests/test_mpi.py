@@ -126,8 +126,8 @@ def test_cli_end_to_end_on_real_data_with_missing_values(tmp_path):
     train = [str(parts / f"train-party{p}.csv") for p in (1, 2, 3)]
     test = [str(parts / f"test-party{p}.csv") for p in (1, 2, 3)]
     common = ["--task", "classification", "--id-column", "Id", "--label-column", "Class",
-              "--model-dir", str(tmp_path / "model"), "--n-estimators", "30", "--random-state", "1"]
-    out = _check(mpirun(4, ["train", "--data", *train, *common]))
+              "--model-dir", str(tmp_path / "model")]
+    out = _check(mpirun(4, ["train", "--data", *train, *common, "--n-estimators", "30", "--random-state", "1"]))
     assert "trained 30 trees" in out
     out = _check(mpirun(4, ["predict", "--data", *test, *common, "--output", str(tmp_path / "p.csv")]))
     assert "(oneshot, 1 round)" in out
