@@ -83,3 +83,11 @@ def test_make_demo_runs_end_to_end(tmp_path):
     ref = [line for line in report.splitlines() if line.startswith("scikit-learn RandomForest")][0].split()
     assert float(fed[-2]) >= float(ref[-2]) - 0.03        # accuracy within 3 points of scikit-learn's
     assert os.path.isfile(os.path.join(out, "predictions.csv"))
+
+
+def test_the_settings_reference_in_docs_matches_the_modes():
+    from fedforest.cli import settings_markdown
+    text = open(f"{ROOT}/docs/config.md").read()
+    block = text.split("<!-- settings:begin -->")[1].split("<!-- settings:end -->")[0]
+    assert block.strip() == settings_markdown().strip(), \
+        "docs/config.md is stale: run python -m fedforest modes --markdown and paste it between the markers"
