@@ -37,7 +37,6 @@ clients, 200 rounds, satellite split in 4 stratified parts, 1 % proxy rows)
 per strategy, the server's mean time to choose the base tree and merge.
 Written to ``experiments/results/bench_efdt.json``.
 """
-import json
 import os
 import sys
 import tempfile
@@ -189,10 +188,7 @@ def main(argv=None):
 
 
 def save(out):
-    os.makedirs(os.path.dirname(RESULT), exist_ok=True)
-    with open(RESULT, "w") as fh:
-        json.dump(out, fh, indent=2, sort_keys=True)
-    log(f"wrote {RESULT}")
+    log(f"wrote {provenance.write_result(RESULT, out)}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ grow with the rows only until their trees are full (depth 8: at most 255
 nodes per tree), so the total grows far slower than the rows and is bounded.
 The table shows both parts.
 """
-import json
 import os
 import shutil
 import sys
@@ -105,10 +104,7 @@ def main(argv=None):
         ("ensemble_bytes_all_clients", out["ensemble_bytes_all_clients"], "", None),
         ("ensemble_bytes_all_clients_4x", out["ensemble_bytes_all_clients_4x"], "<= depth-8 cap", None),
     ])
-    os.makedirs(os.path.dirname(RESULT), exist_ok=True)
-    with open(RESULT, "w") as fh:
-        json.dump(out, fh, indent=2, sort_keys=True)
-    log(f"wrote {RESULT}")
+    log(f"wrote {provenance.write_result(RESULT, out)}")
 
 
 if __name__ == "__main__":

@@ -253,14 +253,8 @@ def machine_info():
         versions["mpich"] = next((ln.split(":", 1)[1].strip() for ln in line if "Version" in ln), None)
     except OSError:
         versions["mpich"] = None
-    cpu = None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
-    except OSError:
-        pass
     commit, dirty = provenance.git_state()
-    return {"cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
+    return {"cores": os.cpu_count(), "cpu": provenance.cpu_name(), "platform": platform.platform(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit, "fedforest_uncommitted_changes": dirty, "versions": versions}
 

@@ -45,6 +45,24 @@ def git_state():
     return commit, bool(dirty)
 
 
+def cpu_name():
+    """The processor's model name (None where /proc/cpuinfo is not readable)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
+    except OSError:
+        return None
+
+
+def write_result(path, doc):
+    """A benchmark's JSON result (sorted keys, folder created)."""
+    import json
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True)
+    return path
+
+
 def versions():
     import numpy
     import pandas
@@ -69,13 +87,7 @@ def record(args=None):
         sys.exit("refusing to write results: fedforest/ or experiments/ has uncommitted changes, so the "
                  f"result could not be reproduced from commit {commit[:12]}. Commit first, or pass "
                  "--allow-dirty.")
-    cpu = None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
-    except OSError:
-        pass
     return {"git_commit": commit, "fedforest_uncommitted_changes": dirty,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python"] + [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
-            "cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform(), "versions": versions()}
+            "cores": os.cpu_count(), "cpu": cpu_name(), "platform": platform.platform(), "versions": versions()}
