@@ -136,7 +136,7 @@ def _mode_in_file(config):
 # what predict reads; every other setting describes training and is the model's
 PREDICT_SETTINGS = {"mode", "task", "n_parties", "data", "id_column", "label_column", "model_dir", "output",
                     "summary_json", "reply_timeout", "progress", "verbose", "quiet", "result_party",
-                    "predict_method"}
+                    "predict_method", "explain_row", "explain_trees"}
 
 
 def _predict_summary_path(path):
@@ -175,6 +175,13 @@ def cmd_predict(args):
 
 
 def cmd_explain(args):
+    from .vertical import explain
+    if explain.role_folders(args.model_dir):
+        if args.row is not None or args.data is not None:
+            raise InputError("row", "the decision path of a row in a vertical model needs every party: "
+                                    "run a prediction job with --explain-row ID (see docs/protocol.md)")
+        print(explain.describe(args.model_dir, args.top))
+        return 0
     from .horizontal.common import explain_model
     print(explain_model(args.model_dir, args.data, args.row, args.id_column))
     return 0
@@ -342,8 +349,11 @@ def build_parser():
                    help="the class whose F1 is reported for two classes (default: the last in sorted order)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
     p.set_defaults(func=cmd_evaluate)
-    p = sub.add_parser("explain", help="print a horizontal model as rules (and the rule of one row)")
-    p.add_argument("--model-dir", required=True, help="the job's model_dir, or one client's folder in it")
+    p = sub.add_parser("explain", help="a horizontal model as rules (and the rule of one row); a "
+                                       "vertical model's feature importances as each rank knows them")
+    p.add_argument("--model-dir", required=True,
+                   help="the job's model_dir, or one client's (horizontal) or rank's (vertical) folder in it")
+    p.add_argument("--top", type=int, default=None, help="vertical: show only the N most important columns")
     p.add_argument("--data", default=None, help="rows file holding the row to explain")
     p.add_argument("--row", type=int, default=None, help="0-based row number in --data")
     p.add_argument("--id-column", default="id", help="name of the ID column (default 'id')")

@@ -27,6 +27,7 @@ import numpy as np
 from . import kernels
 from .format import LEAF, NO_CHILD, NOT_OWNED
 from .binning import fit_bins, transform_bins
+from .importance import node_shares
 from .labels import PlainLabels, class_weight_vector
 from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
@@ -108,6 +109,7 @@ class SplitSettings:
             self.min_samples_split = max(2, self.min_samples_split)
         self.max_depth = np.iinfo(np.int32).max if params.max_depth is None else int(params.max_depth)
         self.min_impurity_decrease = float(params.min_impurity_decrease)
+        self.min_weight_fraction_leaf = float(params.min_weight_fraction_leaf)
         self.reveal_splits = False  # winners also send feature and threshold to the master
 
     def to_dict(self):
@@ -203,7 +205,9 @@ class PartySplitter:
         self.n_features = X.shape[1]
         if settings.split_method == "hist":
             # one byte per value: the bin codes are all the growth needs
-            self.edges, self.n_bins = fit_bins(X, settings.max_bins)
+            # rows of weight zero take no part, not even in the bin edges
+            sw = getattr(labels, "sample_weight", None)
+            self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
             self.Xb = transform_bins(X, self.edges, self.n_bins)
             self.X = None
         else:
@@ -265,6 +269,8 @@ class PartySplitter:
             self._begin(msg)
         if "split_nodes" in msg:
             self._apply(msg)
+        if "importance" in msg:
+            self._tree["importance"] = msg["importance"]
         op = msg["op"]
         if op == "find":
             return self._find(msg)
@@ -290,7 +296,8 @@ class PartySplitter:
             return {"gain": np.full(nodes.shape[0], -np.inf)}
         starts, ends = tree.bounds(nodes)
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
-                self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf, 0.0)
+                self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf,
+                s.min_weight_fraction_leaf * t["total_w"])
         c = tree.col
         if s.split_method == "hist":
             gain, feat, b, ml = kernels.best_splits_hist(self.Xb, self.n_bins, *args)
@@ -348,7 +355,8 @@ class PartySplitter:
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
         self._current.finished = {"children_left": t["left"], "children_right": t["right"],
                                   "feature": t["feature"], "threshold": t["threshold"],
-                                  "missing_left": t["missing_left"]}
+                                  "missing_left": t["missing_left"],
+                                  "importance": np.asarray(self._tree["importance"], dtype=np.float64)}
         self._tree = None
 
     @property
@@ -394,9 +402,13 @@ class TreeGrower:
     # -- random draws -----------------------------------------------------
     def _draw_counts(self, rng):
         if not self.params.bootstrap:
-            return np.ones(self.n_rows, dtype=np.uint8)
+            sw = getattr(self.labels, "sample_weight", None)
+            return np.ones(self.n_rows, dtype=np.uint8) if sw is None else (sw != 0).astype(np.uint8)
         idx = rng.integers(0, self.n_rows, self.n_boot)
         counts = np.bincount(idx, minlength=self.n_rows)
+        sw = getattr(self.labels, "sample_weight", None)
+        if sw is not None:
+            counts[sw == 0] = 0   # rows of weight zero take no part, as in scikit-learn
         # the smallest integer type that holds them: the counts travel to every party
         return counts.astype(np.uint8 if counts.max() < 256 else np.int32)
 
@@ -530,7 +542,12 @@ class TreeGrower:
             children[1::2] = rights
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
             pending = [{"split_nodes": split_nodes, "bits": _pack(all_bits)} for _ in range(n_parties)]
-        return self._master_tree(tree), pending
+        master = self._master_tree(tree)
+        # each party learns the share of the tree's impurity decrease of the splits it owns
+        shares = node_shares(master)
+        for p in range(n_parties):
+            pending[p]["importance"] = np.where(master["owner"] == p, shares, 0.0)
+        return master, pending
 
     # -- hooks of a label mode --------------------------------------------
     def _begin_tree(self, tree, counts, cw):

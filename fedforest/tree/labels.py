@@ -30,13 +30,16 @@ class PlainLabels:
     (regression).
     """
 
-    def __init__(self, y, is_classification, n_classes):
+    def __init__(self, y, is_classification, n_classes, sample_weight=None):
         self.is_classification = bool(is_classification)
         self.n_classes = int(n_classes)
         if self.is_classification:
             self.y = np.ascontiguousarray(y, dtype=np.int32)
         else:
             self.y = np.ascontiguousarray(y, dtype=np.float64)
+        # per-row weights multiplying the bootstrap counts (None: all ones)
+        self.sample_weight = None if sample_weight is None else \
+            np.ascontiguousarray(sample_weight, dtype=np.float64)
 
     @property
     def n_rows(self):
@@ -50,12 +53,19 @@ class PlainLabels:
         """Per-row statistics of one tree from its bootstrap counts and the
         per-class weights (an empty array means no class weighting)."""
         if self.is_classification:
-            if not class_weight.size:
+            if not class_weight.size and self.sample_weight is None:
                 # the bootstrap counts themselves (one byte a row): the kernels add
                 # them as float64, the same sums as float64 weights give
                 return self.y, np.asarray(counts).reshape(-1, 1)
-            return self.y, (counts.astype(np.float64) * class_weight[self.y]).reshape(-1, 1)
+            w = counts.astype(np.float64)
+            if class_weight.size:
+                w = w * class_weight[self.y]
+            if self.sample_weight is not None:
+                w = w * self.sample_weight
+            return self.y, w.reshape(-1, 1)
         w = counts.astype(np.float64)
+        if self.sample_weight is not None:
+            w = w * self.sample_weight
         y = self.y
         return np.zeros(y.shape[0], dtype=np.int32), np.column_stack((w, w * y, w * y * y))
 

@@ -21,6 +21,7 @@ class ForestParams:
     max_depth: int = None
     min_samples_split: object = 2
     min_samples_leaf: object = 1
+    min_weight_fraction_leaf: float = 0.0
     min_impurity_decrease: float = 0.0
     max_features: object = "default"  # "sqrt" for classification, 1.0 for regression
     bootstrap: bool = True
@@ -48,6 +49,7 @@ PARAMETER_CONSTRAINTS = {
     "max_depth": (None, Interval(int, 1)),
     "min_samples_split": (Interval(int, 2), FRACTION),
     "min_samples_leaf": (Interval(int, 1), FRACTION),
+    "min_weight_fraction_leaf": (Interval(numbers.Real, 0.0, 0.5),),
     "min_impurity_decrease": (Interval(numbers.Real, 0.0),),
     "max_features": (None, Options("sqrt", "log2", "default"), Interval(int, 1), FRACTION),
     "bootstrap": (bool,),
@@ -66,6 +68,8 @@ HELP = {
     "max_depth": "maximum tree depth (None: grow until leaves are pure or too small)",
     "min_samples_split": "rows a node needs to be split (int, or a fraction of the rows)",
     "min_samples_leaf": "rows each leaf keeps at least (int, or a fraction of the rows)",
+    "min_weight_fraction_leaf": "each leaf keeps at least this fraction of the tree's total "
+                                "weight (bootstrap counts times class and sample weights)",
     "min_impurity_decrease": "a split must decrease the weighted impurity by at least this",
     "max_features": "features drawn per node or tree: 'sqrt', 'log2', None (all), an int or a "
                     "fraction (default: 'sqrt' for classification, 1.0 for regression)",

@@ -47,6 +47,10 @@ PARAMS = tuple(
     Param("result_party", 1, (Interval(int, 1),), "party that receives the predictions and writes them"),
     Param("predict_method", "oneshot", (Options("oneshot", "classical"),),
           "'oneshot': one round for the whole forest; 'classical': node by node", text=True),
+    Param("explain_row", None, (None, str),
+          "predict only the row with this ID and print its decision path: the master the owner of "
+          "each split and the leaf, each party its own conditions", text=True),
+    Param("explain_trees", 3, (Interval(int, 1),), "trees whose path explain_row prints"),
 )
 
 

@@ -475,7 +475,7 @@ class PaillierGrower(TreeGrower):
         gain, feat, b, ml = kernels.best_splits_from_hists(
             hists, cnts, pn, pf, n_bins[pf].astype(np.int32), c["stats"][nodes], c["count"][nodes],
             self.s.is_classification, self.labels.n_stats, self.s.crit, float(self._counts.sum()),
-            self.s.min_samples_leaf, 0.0)
+            self.s.min_samples_leaf, self.s.min_weight_fraction_leaf * float(self._counts.sum()))
         self._chosen[p] = (nodes, feat, b, ml)
         return gain
 

@@ -7,6 +7,9 @@ on pooled data.
 """
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import validate_data
 
 from ..data.validation import CLASSIFICATION, REGRESSION, check_features, encode_labels
 from ..errors import InputError
@@ -15,6 +18,7 @@ from ..tree.kernels import set_threads
 from ..tree.params import ForestParams, resolve_n_jobs, validate
 from ..tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
 from ..tree.labels import PlainLabels
+from ..tree.importance import feature_importances
 from ..tree.predict import mean_leaf_values
 
 
@@ -22,11 +26,34 @@ _RUN_CONSTRAINTS = {"n_jobs": (None, Interval(int, 1), Interval(int, None, -1)),
                     "tree_batch": (None, Interval(int, 1))}
 
 
+class NotFitted(InputError, NotFittedError):
+    """Prediction before ``fit`` (scikit-learn's ``NotFittedError`` too)."""
+
+
+def _check_sample_weight(sample_weight, n_rows):
+    if sample_weight is None:
+        return None
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("sample_weight", "must be numbers") from None
+    if w.ndim == 0:
+        w = np.full(n_rows, float(w))
+    if w.shape != (n_rows,):
+        raise InputError("sample_weight", f"must hold one weight per row ({n_rows}), got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InputError("sample_weight", "must be finite and non-negative")
+    if not np.any(w > 0):
+        raise InputError("sample_weight", "all weights are zero; at least one must be positive")
+    return w
+
+
 class _BaseForest(BaseEstimator):
     _task = None
 
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
-                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
+                 min_samples_leaf=1, min_weight_fraction_leaf=0.0, min_impurity_decrease=0.0,
+                 max_features="default",
                  bootstrap=True, max_samples=None, random_state=None, class_weight=None,
                  split_method="hist", max_bins=255, feature_sampling="node", n_jobs=-1,
                  tree_batch=None):
@@ -35,6 +62,7 @@ class _BaseForest(BaseEstimator):
         self.max_depth = max_depth
         self.min_samples_split = min_samples_split
         self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
         self.min_impurity_decrease = min_impurity_decrease
         self.max_features = max_features
         self.bootstrap = bootstrap
@@ -53,16 +81,20 @@ class _BaseForest(BaseEstimator):
         forest = {k: v for k, v in self.get_params().items() if k in ForestParams.names()}
         return validate(ForestParams(**forest), self._task)
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
+        """Grow the forest on ``X`` (rows by columns, NaN = missing) and ``y``;
+        ``sample_weight`` multiplies each row's bootstrap count (rows of weight
+        0 take no part), as in scikit-learn's forests."""
         params = self._params()
         set_threads(resolve_n_jobs(self.n_jobs))
-        X = check_features(X)
+        X, y = self._validate(X, y)
         codes, classes = encode_labels(y, self._task)
         if codes.shape[0] != X.shape[0]:
             raise InputError("y", f"has {codes.shape[0]} labels but X has {X.shape[0]} rows")
+        sample_weight = _check_sample_weight(sample_weight, X.shape[0])
         is_clf = self._task == CLASSIFICATION
         n_classes = classes.size if is_clf else 1
-        labels = PlainLabels(codes, is_clf, n_classes)
+        labels = PlainLabels(codes, is_clf, n_classes, sample_weight)
         settings = SplitSettings(params, X.shape[0], is_clf, n_classes)
         splitter = PartySplitter(X, settings, labels)
         grower = TreeGrower(LocalParties([splitter]), labels, params, settings, [X.shape[1]],
@@ -79,13 +111,50 @@ class _BaseForest(BaseEstimator):
             self.n_classes_ = n_classes
         return self
 
-    def _mean_values(self, X):
+    @property
+    def feature_importances_(self):
+        """Mean decrease in impurity of each feature, as scikit-learn's forests
+        compute it (sums to 1 unless no tree has a split)."""
+        self._check_fitted()
+        return feature_importances(self.estimators_, self.n_features_in_)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True   # NaN means missing
+        return tags
+
+    def _validate(self, X, y=None):
+        """``X`` (and ``y`` when fitting) checked as scikit-learn checks them,
+        scikit-learn's wording in fedforest's error type."""
+        fitting = y is not None or not hasattr(self, "n_features_in_")
+        if fitting and y is None:
+            raise InputError("y", f"{type(self).__name__} requires y to be passed, but the target y is None")
+        try:
+            if not fitting:
+                X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan", dtype=np.float64)
+                return check_features(X), None
+            X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64,
+                                 y_numeric=self._task == REGRESSION)
+            if self._task == CLASSIFICATION:
+                kind = type_of_target(y, input_name="y")
+                if kind not in ("binary", "multiclass"):
+                    raise ValueError(f"Unknown label type: {kind!r}; a classifier needs classes "
+                                     "(use ForestRegressor for a continuous target)")
+        except InputError:
+            raise
+        except ValueError as exc:
+            what = "y" if "y" in str(exc).split(":")[0].split() else "X"
+            raise InputError(what, str(exc)) from None
+        return check_features(X), y
+
+    def _check_fitted(self):
         if not hasattr(self, "estimators_"):
-            raise InputError(type(self).__name__, "is not fitted yet; call fit first")
-        X = check_features(X)
+            raise NotFitted(type(self).__name__, "is not fitted yet; call fit first")
+
+    def _mean_values(self, X):
+        self._check_fitted()
+        X, _ = self._validate(X)
         set_threads(resolve_n_jobs(self.n_jobs))
-        if X.shape[1] != self.n_features_in_:
-            raise InputError("X", f"has {X.shape[1]} features but the forest was fitted with {self.n_features_in_}")
         return mean_leaf_values(self.estimators_, X, self.params_.split_method)
 
 
@@ -97,7 +166,8 @@ class ForestClassifier(ClassifierMixin, _BaseForest):
         return self._mean_values(X)
 
     def predict(self, X):
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class ForestRegressor(RegressorMixin, _BaseForest):
@@ -105,12 +175,14 @@ class ForestRegressor(RegressorMixin, _BaseForest):
     _task = REGRESSION
 
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
-                 min_samples_leaf=1, min_impurity_decrease=0.0, max_features="default",
+                 min_samples_leaf=1, min_weight_fraction_leaf=0.0, min_impurity_decrease=0.0,
+                 max_features="default",
                  bootstrap=True, max_samples=None, random_state=None,
                  split_method="hist", max_bins=255, feature_sampling="node", n_jobs=-1,
                  tree_batch=None):
         super().__init__(n_estimators, criterion=criterion, max_depth=max_depth,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
+                         min_weight_fraction_leaf=min_weight_fraction_leaf,
                          min_impurity_decrease=min_impurity_decrease, max_features=max_features,
                          bootstrap=bootstrap, max_samples=max_samples, random_state=random_state,
                          split_method=split_method, max_bins=max_bins,

@@ -20,7 +20,7 @@ from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
 from ..federation.files import write_summary
-from . import forest_params, model_files, protocol
+from . import explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
                      peak_rss_mb, plural_rounds, progress_bar)
 
@@ -240,12 +240,16 @@ def master_predict(comm, cfg):
     comm.exchange({r: {"op": protocol.READY} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
     t0 = time.perf_counter()
+    leaves = [] if cfg.explain_row is not None else None
     if cfg.predict_method == "oneshot":
-        values = _predict_oneshot(comm, cfg, trees, n_rows)
+        values = _predict_oneshot(comm, cfg, trees, n_rows, leaves)
     else:
-        values = _predict_classical(comm, cfg, trees, n_rows)
+        values = _predict_classical(comm, cfg, trees, n_rows, leaves)
     seconds = time.perf_counter() - t0
     predict_rounds = comm.rounds - rounds0
+    path = None
+    if leaves is not None:
+        path = _explain_path(comm, cfg, manifest, trees, leaves)
     values /= len(trees)
     is_clf = manifest["task"] == CLASSIFICATION
     msg = {"op": protocol.RESULT}
@@ -263,11 +267,33 @@ def master_predict(comm, cfg):
     summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
                "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
                "output": out["path"]}
+    if path is not None:
+        summary["path"] = path
     write_summary(cfg.summary_json, summary)
     return summary
 
 
-def _predict_oneshot(comm, cfg, trees, n_rows):
+def _explain_path(comm, cfg, manifest, trees, leaves):
+    """The decision paths of the one row of an ``explain_row`` job: each party
+    in turn gets the splits it owns on the paths of the first trees (node and
+    the child the row went to) and prints its conditions; the master prints
+    the owners along each path and the leaves.  Returns the master's lines."""
+    n_show = min(cfg.explain_trees, len(trees))
+    classes = manifest["classes"] if manifest["task"] == CLASSIFICATION else None
+    paths = [explain.tree_path(t, leaf) for t, leaf in zip(trees[:n_show], leaves[:n_show])]
+    for r in comm.clients:
+        steps = [(t, a, b) for t, p in enumerate(paths) for a, b in zip(p[:-1], p[1:])
+                 if int(trees[t]["owner"][a]) + 1 == r]
+        arr = np.array(steps, dtype=np.int64).reshape(-1, 3)
+        comm.exchange({r: {"op": protocol.PATH, "tree": arr[:, 0], "node": arr[:, 1],
+                           "child": arr[:, 2]}})
+    lines = [f"decision path of row {cfg.explain_row!r} (master's view; each party prints its own "
+             "conditions):"] + explain.path_lines(trees, leaves, classes, n_show)
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None):
     """Algorithm 4: one collective round for the whole forest."""
     comm.scatter({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
@@ -282,12 +308,14 @@ def _predict_oneshot(comm, cfg, trees, n_rows):
         found = predict.in_threads(lambda i: leaf_positions(n_rows, per_party, i, leaf_lists[i].size), ids)
         for i, pos in zip(ids, found):
             values += trees[i]["value"][leaf_lists[i][pos]]
+            if leaves is not None:
+                leaves.append(int(leaf_lists[i][pos][0]))
         bar.update(len(ids))
     bar.close()
     return values
 
 
-def _predict_classical(comm, cfg, trees, n_rows):
+def _predict_classical(comm, cfg, trees, n_rows, leaves=None):
     """Node-by-node prediction: one round trip to the owning party per split node."""
     comm.bcast({"op": protocol.CLASSICAL})
     width = trees[0]["value"].shape[1]
@@ -298,6 +326,8 @@ def _predict_classical(comm, cfg, trees, n_rows):
             node, rows = stack.pop()
             if t["children_left"][node] < 0:
                 values[rows] += t["value"][node]
+                if leaves is not None and rows.size:
+                    leaves.append(int(node))
                 continue
             if rows.size == 0:
                 continue

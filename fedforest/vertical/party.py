@@ -16,7 +16,7 @@ from ..tree.params import resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
-from . import forest_params, model_files, protocol
+from . import explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
 from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
 
@@ -186,9 +186,15 @@ def party_predict(comm, cfg):
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table.ids), "n_unseen": table.n_unseen})
-    positions = party_align(comm, rank, table.ids)
-    X = table.X[positions]
-    ids = table.ids[positions]
+    table_ids, table_X = table.ids, table.X
+    if cfg.explain_row is not None:
+        found = np.flatnonzero(table_ids == cfg.explain_row)
+        if not found.size:
+            raise InputError("explain_row", f"ID {cfg.explain_row!r} is not in party {rank}'s data")
+        table_ids, table_X = table_ids[found[:1]], table_X[found[:1]]
+    positions = party_align(comm, rank, table_ids)
+    X = table_X[positions]
+    ids = table_ids[positions]
     method = manifest["split_method"]
     kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
@@ -212,6 +218,15 @@ def party_predict(comm, cfg):
                 bits = kernels.goes_left(Xp[:, f], rows.astype(np.int32), 0, rows.size,
                                    float(t["threshold"][node]), int(t["missing_left"][node]))
                 comm.send(MASTER, {"bits": np.packbits(bits)})
+        elif op == protocol.PATH:
+            steps = list(zip(msg["tree"].tolist(), msg["node"].tolist(), msg["child"].tolist()))
+            lines = explain.party_path_lines(trees, steps, X[0], manifest["columns"],
+                                             manifest.get("categories")) or \
+                ["(no split of this party on these paths)"]
+            print("\n".join(f"[party {rank}] {line}" for line in
+                            [f"conditions of row {cfg.explain_row!r} on this party's columns:"] + lines),
+                  flush=True)
+            comm.send(MASTER, {"n_lines": len(lines)})
         elif op == protocol.RESULT:
             path = _write_predictions(cfg, ids, msg, manifest)
             comm.send(MASTER, {"path": path})

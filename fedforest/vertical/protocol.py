@@ -16,3 +16,4 @@ CLASSICAL = "classical"            # master -> party: node-by-node prediction st
 ROUTE = "route"                    # master -> owner: route these rows at this node
 END_CLASSICAL = "end_classical"    # master -> party: node-by-node prediction ends
 RESULT = "result"                  # master -> result party: write these predictions
+PATH = "path"                      # master -> party (explain_row): your splits on the row's paths
