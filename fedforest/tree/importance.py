@@ -54,16 +54,20 @@ def _forest_mean(per_tree, width):
     return mean / total if total > 0 else mean
 
 
-def feature_importances(trees, n_features):
-    """MDI importances of complete trees (``feature`` holds global feature
-    ids at split nodes), as scikit-learn's random forests compute them."""
+def _shares_by(trees, key, width):
+    """Per tree with a split: its node shares summed by ``tree[key]`` at split nodes."""
     per_tree = []
     for t in _with_splits(trees):
         shares = node_shares(t)
         split = np.flatnonzero(np.asarray(t["children_left"]) != NO_CHILD)
-        per_tree.append(np.bincount(np.asarray(t["feature"])[split], weights=shares[split],
-                                    minlength=n_features))
-    return _forest_mean(per_tree, n_features)
+        per_tree.append(np.bincount(np.asarray(t[key])[split], weights=shares[split], minlength=width))
+    return per_tree
+
+
+def feature_importances(trees, n_features):
+    """MDI importances of complete trees (``feature`` holds global feature
+    ids at split nodes), as scikit-learn's random forests compute them."""
+    return _forest_mean(_shares_by(trees, "feature", n_features), n_features)
 
 
 def party_importances(partial_trees, n_features):
@@ -86,10 +90,4 @@ def party_importances(partial_trees, n_features):
 def owner_totals(master_trees, n_parties):
     """Each party's share of the forest's impurity decrease (the master's view:
     the ``owner`` of every split, no features)."""
-    per_tree = []
-    for t in _with_splits(master_trees):
-        shares = node_shares(t)
-        split = np.flatnonzero(np.asarray(t["children_left"]) != NO_CHILD)
-        per_tree.append(np.bincount(np.asarray(t["owner"])[split], weights=shares[split],
-                                    minlength=n_parties))
-    return _forest_mean(per_tree, n_parties)
+    return _forest_mean(_shares_by(master_trees, "owner", n_parties), n_parties)
