@@ -48,39 +48,72 @@ def pack_batch(op, items):
 
 def join_replies(replies):
     """One party's replies to the trees of a batch (in tree order) as one
-    message: per key, the trees' arrays back to back along the first axis."""
-    parts = {}
+    message: per key, the trees' arrays back to back along the first axis,
+    and under ``"len.<key>"`` each tree's number of entries (0 when a tree's
+    reply lacks the key)."""
+    keys = []
     for reply in replies:
-        for k, v in reply.items():
-            parts.setdefault(k, []).append(np.asarray(v))
-    return {k: np.concatenate(v) for k, v in parts.items()}
+        keys += [k for k in reply if k not in keys]
+    out = {}
+    for k in keys:
+        arrays = [np.asarray(r[k]) for r in replies if k in r]
+        out[k] = np.concatenate(arrays)
+        out["len." + k] = np.array([np.shape(r[k])[0] if k in r else 0 for r in replies], dtype=np.int64)
+    return out
+
+
+class TreeReply:
+    """One tree's part of a party's batch reply: ``take(key, n)`` returns the
+    tree's ``n`` entries of ``key`` and checks that the party sent exactly that many."""
+
+    def __init__(self, parts, party):
+        self.parts = parts
+        self.party = party
+        self.taken = set()
+
+    def __contains__(self, key):
+        return key in self.parts
+
+    def take(self, key, n):
+        arr = self.parts.get(key)
+        got = 0 if arr is None else arr.shape[0]
+        if got != n or key in self.taken:
+            raise ValueError(f"party {self.party + 1} sent {got} {key!r} entries for a tree that "
+                             f"expects {n}")
+        self.taken.add(key)
+        return arr
+
+    def check_used(self):
+        for key, arr in self.parts.items():
+            if key not in self.taken and arr.shape[0]:
+                raise ValueError(f"party {self.party + 1} sent {key!r} entries no tree asked for")
 
 
 class BatchReply:
-    """A party's :func:`join_replies` message as each tree of the batch reads
-    it: the trees take their parts in tree order, each knowing its sizes."""
+    """A party's :func:`join_replies` message cut into the parts of the
+    batch's trees (``trees``: the trees the party was asked about, in order)."""
 
-    def __init__(self, msg, party):
-        self.msg = msg
+    def __init__(self, msg, party, trees):
         self.party = party
-        self.pos = {}
+        n = len(trees)
+        cuts = {}
+        for key, arr in msg.items():
+            if key in ("op", "trees", "n_trees") or key.startswith("len."):
+                continue
+            lengths = np.asarray(msg.get("len." + key, ()), dtype=np.int64)
+            if lengths.shape != (n,) or np.any(lengths < 0) or lengths.sum() != np.shape(arr)[0]:
+                raise ValueError(f"party {party + 1} sent {key!r} entries that do not match the "
+                                 f"batch's {n} trees")
+            cuts[key] = (arr, np.concatenate(([0], np.cumsum(lengths))))
+        self.tree_parts = {t: TreeReply({k: a[c[i]:c[i + 1]] for k, (a, c) in cuts.items()}, party)
+                           for i, t in enumerate(trees)}
 
-    def __contains__(self, key):
-        return key in self.msg
-
-    def take(self, key, n):
-        """The next ``n`` entries of ``key``."""
-        start = self.pos.get(key, 0)
-        arr = self.msg.get(key)
-        if arr is None or start + n > arr.shape[0]:
-            raise ValueError(f"party {self.party + 1} sent too few {key!r} entries for the batch")
-        self.pos[key] = start + n
-        return arr[start:start + n]
+    def part(self, tree):
+        return self.tree_parts[tree]
 
     def check_used(self):
-        for key, arr in self.msg.items():
-            if key not in ("op", "trees", "n_trees") and self.pos.get(key, 0) != np.shape(arr)[0]:
-                raise ValueError(f"party {self.party + 1} sent more {key!r} entries than the batch has")
+        for part in self.tree_parts.values():
+            part.check_used()
 
 
 def unpack_batch(msg):
@@ -384,6 +417,8 @@ class TreeGrower:
     each party's number of columns, in party order (the global feature order).
     """
 
+    parallel_steps = True   # trees' steps of a batch may run on parallel threads
+
     def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
                  classes=None):
         self.parties = parties
@@ -463,36 +498,48 @@ class TreeGrower:
             except StopIteration as stop:
                 trees[t], finish[t] = stop.value
 
-        # many small per-tree steps run faster on one thread than as parallel launches
+        # many small per-tree steps run faster as tree blocks on threads running
+        # single-threaded kernels (they release the GIL) than as parallel launches
         threads = kernels.threads()
-        own_threads = 1 if len(runs) >= 2 * threads else threads
+        pool = None
+        if self.parallel_steps and len(runs) >= 2 * threads and threads > 1:
+            pool = ThreadPoolExecutor(threads, initializer=kernels.set_threads, initargs=(1,))
+
+        def advance_all(items):
+            if pool is not None:
+                for _ in pool.map(lambda item: advance(*item), items):
+                    pass
+            else:
+                for item in items:
+                    advance(*item)
+
         try:
-            kernels.set_threads(own_threads)
-            for t in runs:
-                advance(t, None)
+            self._grow_rounds(runs, asks, advance_all, n_parties)
         finally:
-            kernels.set_threads(threads)
+            if pool is not None:
+                pool.shutdown()
+        order = sorted(trees)
+        commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
+                  for p in range(n_parties)]
+        return [trees[t] for t in order], self.parties.exchange(commit)
+
+    def _grow_rounds(self, runs, asks, advance_all, n_parties):
+        """Start every tree's steps, then exchange rounds until all trees are done."""
+        advance_all([(t, None) for t in runs])
         while asks:
             current, asks_now = sorted(asks), dict(asks)
             asks.clear()
             msgs = [pack_batch(GROW, [(t, asks_now[t][p]) for t in current
                                       if asks_now[t][p] is not None]) for p in range(n_parties)]
             replies = self.parties.exchange([m if len(m) > 2 else None for m in msgs])
-            views = [None if r is None else BatchReply(r, p) for p, r in enumerate(replies)]
-            try:
-                kernels.set_threads(own_threads)
-                for t in current:
-                    advance(t, [views[p] if asks_now[t][p] is not None else None
-                                for p in range(n_parties)])
-            finally:
-                kernels.set_threads(threads)
+            views = [None if r is None else
+                     BatchReply(r, p, [t for t in current if asks_now[t][p] is not None])
+                     for p, r in enumerate(replies)]
+            advance_all([(t, [views[p].part(t) if asks_now[t][p] is not None else None
+                              for p in range(n_parties)]) for t in current])
             for v in views:
                 if v is not None:
                     v.check_used()
-        order = sorted(trees)
-        commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
-                  for p in range(n_parties)]
-        return [trees[t] for t in order], self.parties.exchange(commit)
 
     def _steps(self, seed):
         """One tree's growth as a generator: it yields the per-party messages of

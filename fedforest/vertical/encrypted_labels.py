@@ -315,6 +315,8 @@ class PaillierGrower(TreeGrower):
     ``party_bins``: per party, ``(n_bins, skip_bin)`` arrays of its features, or
     None for the label holder (party index ``label_party``)."""
 
+    parallel_steps = False   # decryption counters and key use stay on one thread
+
     def __init__(self, parties, info, params, settings, feature_counts, private_key, spec,
                  label_party, party_bins):
         super().__init__(parties, info, params, settings, feature_counts)

@@ -127,3 +127,24 @@ def test_bad_batch_settings(tmp_path, name, value):
     if name != "batch_memory_mb":
         with pytest.raises(InputError, match=f"{name}: must be"):
             ForestClassifier(n_estimators=2, **{name: value}).fit(X, y)
+
+
+def test_batch_reply_cuts_each_trees_part_and_refuses_wrong_counts():
+    replies = [{"gain": np.array([1.0, 2.0]), "bits": np.array([7], np.uint8)},
+               {"gain": np.array([3.0])},
+               {"gain": np.array([4.0, 5.0, 6.0]), "bits": np.array([1, 2], np.uint8)}]
+    msg = builder.join_replies(replies)
+    view = builder.BatchReply(msg, 0, [4, 7, 9])
+    np.testing.assert_array_equal(view.part(9).take("gain", 3), [4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(view.part(4).take("gain", 2), [1.0, 2.0])
+    assert "bits" not in view.part(7) or view.part(7).parts["bits"].size == 0
+    with pytest.raises(ValueError, match="sent 1 'gain' entries for a tree that expects 2"):
+        view.part(7).take("gain", 2)
+    view.part(4).take("bits", 1)
+    with pytest.raises(ValueError, match="no tree asked for"):
+        view.check_used()       # tree 9's bits were never taken
+    bad = dict(msg, **{"len.gain": np.array([2, 1, 2])})     # counts do not add up
+    with pytest.raises(ValueError, match="do not match"):
+        builder.BatchReply(bad, 1, [4, 7, 9])
+    with pytest.raises(ValueError, match="do not match"):
+        builder.BatchReply(msg, 1, [4, 7])                   # a tree too many in the reply

@@ -246,6 +246,7 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
                        "n_rows", "n_features", "has_label", "n_trees", "public", "sealed",
                        "digests", "tree_bytes_sent", "model_dir"}
             allowed |= {k for k in msg if k.startswith("sealed")}
+            allowed |= {"len." + k for k in allowed}   # per-tree entry counts of a batch reply
             assert set(msg) <= allowed, set(msg) - allowed
             if "stats" in msg:
                 assert msg["stats"].dtype == np.uint8 and msg["stats"].shape[1] == 2 * KEY // 8
