@@ -624,23 +624,20 @@ def apply_partition(rows, starts, ends, bits):
     for j in prange(n_seg):
         s = starts[j]
         e = ends[j]
-        o = off[j]
-        tmp = np.empty(e - s, dtype=rows.dtype)
+        o = off[j] - s
+        # branch-free: every row is written to both buffers, only one cursor moves
+        right = np.empty(e - s + 1, dtype=rows.dtype)
         nl = 0
+        nr = 0
         for i in range(s, e):
-            if bits[o + i - s] == 1:
-                nl += 1
-        li = 0
-        ri = nl
-        for i in range(s, e):
-            if bits[o + i - s] == 1:
-                tmp[li] = rows[i]
-                li += 1
-            else:
-                tmp[ri] = rows[i]
-                ri += 1
-        for i in range(s, e):
-            rows[i] = tmp[i - s]
+            r = rows[i]
+            b = bits[o + i] == 1
+            rows[s + nl] = r      # never ahead of the reading position i
+            right[nr] = r
+            nl += b
+            nr += 1 - b
+        for i in range(nr):
+            rows[s + nl + i] = right[i]
         n_left[j] = nl
     return n_left
 
