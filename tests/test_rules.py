@@ -125,6 +125,21 @@ def test_aggregate_drops_unsupported_and_caps_with_warning():
     assert stats.steps[0]["compatible"] == 6 and np.array_equal(capped[0].dist, [1, 0, 0])
 
 
+def test_aggregate_drop_sets_leaves_out_the_set_that_would_exceed_the_cap():
+    a = [num({0: (-INF, 0.0)}, 0, 3), num({0: (0.0, INF)}, 1, 2)]
+    b = [num({1: (-INF, 0.0)}, 0, 2), num({1: (0.0, INF)}, 1, 2)]
+    c = [num({2: (-INF, v)}, i % 2, 1) for i, v in enumerate(np.linspace(0, 1, 5))]
+    two, _ = aggregate([a, b], max_rules=8, over_max_rules="drop_sets")
+    with pytest.warns(RuntimeWarning, match="rule set 3 would give more than max_rules=8 rules; it and the 0"):
+        got, stats = aggregate([a, b, c], max_rules=8, over_max_rules="drop_sets")
+    assert stats.capped and stats.merged_sets == 2 and len(stats.steps) == 1
+    assert [r.conditions for r in got] == [r.conditions for r in two] and len(got) == 4
+    # coarsening instead merges c into some rules and leaves the others unrefined
+    with pytest.warns(RuntimeWarning, match="not refined by rule set 3"):
+        coarse, stats = aggregate([a, b, c], max_rules=8, over_max_rules="coarsen")
+    assert stats.merged_sets == 3 and any(2 in r.conditions for r in coarse)
+
+
 def test_aggregate_many_rule_sets_stays_bounded():
     rng = np.random.default_rng(1)
     sets = []

@@ -24,7 +24,7 @@ from ..federation.mode import HORIZONTAL, Mode, Param
 from ..federation.rounds import ask
 from ..tree import format as tree_format
 from ..tree.id3 import id3_from_rules
-from ..tree.rules import BOUNDS, CATEGORICAL, NUMERIC, RuleArrays, aggregate, tree_from_rules
+from ..tree.rules import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES, RuleArrays, aggregate, tree_from_rules
 from .common import TRAIN_LOCAL, log, run_tree_client, run_tree_server, tree_params, tree_proba
 from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
@@ -36,6 +36,9 @@ PARAMS = tree_params() + (
     Param("filter", "mean", (Options(*FILTERS),),
           "tree filter: keep trees whose mean score on the other clients reaches the mean, median or a "
           "percentile of all trees' scores, or keep every tree ('none')", text=True),
+    Param("filter_min_trees", 2, (Interval(int, 1),),
+          "the filter keeps at least this many trees, the best scored (1: the method's text; with "
+          "two clients its mean filter then keeps one tree and nothing is aggregated)"),
     Param("filter_percentile", 75.0, (Interval(numbers.Real, 0, 100),),
           "percentile of the 'percentile' filter"),
     Param("filter_metric", "accuracy", (Options("accuracy", "f1"),),
@@ -52,8 +55,11 @@ PARAMS = tree_params() + (
           "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
           "('none', the method's text)", text=True),
     Param("max_rules", 10000, (Interval(int, 1),),
-          "cap on merged rules at each merge step: beyond it, the rules of least estimated mass are not "
-          "refined by the next tree"),
+          "cap on merged rules at each merge step (see over_max_rules)"),
+    Param("over_max_rules", "drop_sets", (Options(*OVER_MAX_RULES),),
+          "when merging the next tree's rules would exceed max_rules: 'drop_sets' leaves that tree and "
+          "the lower scored ones out (trees merge best score first); 'coarsen' merges it but leaves the "
+          "rules of least estimated mass unrefined", text=True),
     Param("global_max_depth", None, (None, Interval(int, 1)),
           "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
           "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
@@ -73,14 +79,17 @@ def cross_scores(matrix):
     return np.array([m[off[:, i], i].mean() for i in range(n)])
 
 
-def filter_trees(scores, how, percentile=75.0):
-    """Indices of the trees whose score reaches the filter threshold."""
+def filter_trees(scores, how, percentile=75.0, min_trees=1):
+    """Indices (ascending) of the trees whose score reaches the filter
+    threshold, and at least the ``min_trees`` best scored (ties: lower index)."""
     scores = np.asarray(scores, dtype=np.float64)
     if how == "none" or scores.size <= 1:
         return np.arange(scores.size)
     cut = {"mean": np.mean, "median": np.median}.get(how)
     threshold = cut(scores) if cut else np.percentile(scores, percentile)
-    return np.flatnonzero(scores >= threshold - 1e-12)
+    kept = set(np.flatnonzero(scores >= threshold - 1e-12).tolist())
+    kept |= set(np.argsort(-scores, kind="stable")[:min_trees].tolist())
+    return np.array(sorted(kept), dtype=np.int64)
 
 
 def rule_arrays(merged, n_features, tree_type):
@@ -101,13 +110,18 @@ def _build(comm, job):
     acc = np.array([evals[r]["accuracy"] for r in clients])   # [evaluating client, tree]
     f1 = np.array([evals[r]["f1"] for r in clients])
     scores = cross_scores(acc if cfg.filter_metric == "accuracy" else f1)
-    kept = filter_trees(scores, cfg.filter, cfg.filter_percentile)
+    kept = filter_trees(scores, cfg.filter, cfg.filter_percentile, cfg.filter_min_trees)
     t0 = time.perf_counter()
     kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
+    if cfg.over_max_rules == "drop_sets":
+        # best score first (ties: client order), so the cap leaves out the weakest trees
+        kept = kept[np.argsort(-scores[kept], kind="stable")]
     rule_sets = [list(tree_format.leaf_rules(trees[i], kind).values()) for i in kept]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds)
+        merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds,
+                                  over_max_rules=cfg.over_max_rules)
+    merged_trees = [int(clients[i]) for i in kept[:stats.merged_sets]]
     for w in caught:
         log(cfg, f"warning: {w.message}")
     if not merged:
@@ -127,7 +141,8 @@ def _build(comm, job):
     if enc.tree_type == "cart":
         tree = {k: v for k, v in tree.items() if k != "n_rules"}
     summary.update(
-        scores=scores.tolist(), kept_trees=[int(clients[i]) for i in kept],
+        scores=scores.tolist(), kept_trees=[int(clients[i]) for i in sorted(kept)],
+        merged_trees=merged_trees,
         rules_per_tree=[len(rs) for rs in rule_sets], merged_rules=len(merged),
         merge_steps=stats.steps, rules_capped=stats.capped,
         global_tree_truncated=bool(info.get("truncated")),
@@ -138,8 +153,10 @@ def _build(comm, job):
             per = [float(evals[r]["own_test"][m]) for r in clients]
             summary[f"local_test_{m}s"] = per
             summary[f"local_test_{m}"] = float(np.mean(per))
+    left_out = sorted(set(summary["kept_trees"]) - set(merged_trees))
     log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
-              f"{cfg.filter_metric}); {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
+              f"{cfg.filter_metric})" + (f", clients {left_out} left out at max_rules" if left_out else "")
+              + f"; {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
     return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
 

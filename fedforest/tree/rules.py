@@ -126,6 +126,7 @@ class MergeStats:
     (``compatible``: the pairs that did not contradict, before ``max_rules``)."""
     steps: list = field(default_factory=list)
     capped: bool = False
+    merged_sets: int = 0        # rule sets merged (the first ones; the rest were left out)
 
     def add(self, left, right, pairs, kept, seconds, compatible=None):
         self.steps.append({"left_rules": left, "right_rules": right, "pairs": pairs,
@@ -277,15 +278,20 @@ def _merge_step(a, b, bounds="loose", max_rules=None):
     return RuleArrays.concat(parts), int(children.sum()), int((~refine).sum())
 
 
-def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
+OVER_MAX_RULES = ("drop_sets", "coarsen")
+
+
+def aggregate(rule_sets, max_rules=10_000, bounds="loose", over_max_rules="coarsen"):
     """Cartesian product of the rule sets, merged pairwise and incrementally
     (``bounds``: see the module docstring).  Each rule's mass starts as its
     share of its tree's rows (its support over the rule set's total support)
     and merged masses multiply.  Incompatible pairs and rules without support
     are dropped at every step.  When a step would give more than ``max_rules``
-    rules, the running rules of least mass are not refined by that tree (they
-    keep their conditions and the class distributions so far), so the rules
-    still cover what they covered; a warning says how many.
+    rules: with ``over_max_rules = "coarsen"``, the running rules of least
+    mass are not refined by that tree (they keep their conditions and the
+    class distributions so far), so the rules still cover what they covered;
+    with ``"drop_sets"``, that rule set and all after it are left out (pass
+    the sets best first).  A warning says what happened.
     Returns ``(rules, MergeStats)``."""
     stats = MergeStats()
     sets = [list(rs) for rs in rule_sets if rs]
@@ -303,12 +309,20 @@ def aggregate(rule_sets, max_rules=10_000, bounds="loose"):
         ra.mass = ra.support / ra.support.sum() if len(ra) else ra.support
         arrays.append(ra)
     current = arrays[0]
+    stats.merged_sets = 1
     for step, nxt in enumerate(arrays[1:], start=2):
         t0 = time.perf_counter()
         if len(current) and len(nxt):
             out, compatible, whole = _merge_step(current, nxt, bounds, max_rules)
         else:
             out, compatible, whole = current.take(np.arange(0)), 0, 0
+        if whole and over_max_rules == "drop_sets":
+            stats.capped = True
+            warnings.warn(f"rule aggregation: merging rule set {step} would give more than max_rules="
+                          f"{max_rules} rules; it and the {len(arrays) - step} after it were left out",
+                          RuntimeWarning, stacklevel=2)
+            break
+        stats.merged_sets = step
         if whole:
             stats.capped = True
             warnings.warn(f"rule aggregation: {whole} rules of least estimated mass were not refined by rule "

@@ -115,6 +115,21 @@ def test_icdta4fl_cart_numeric(tmp_path):
     assert doc["mode"] == "icdta4fl" and doc["merged_rules"] == s["merged_rules"]
 
 
+def test_rule_cap_leaves_out_the_weakest_trees(tmp_path):
+    paths, tests = _numeric_clients(tmp_path, n_clients=4, n=1200)
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="label", filter="none")
+    full = _run(paths, tests, tmp_path, **common)
+    order = [full["kept_trees"][i] for i in np.argsort(-np.array(full["scores"]), kind="stable")]
+    assert full["merged_trees"] == order                       # best score first
+    cap = full["merge_steps"][0]["kept_rules"]                 # the two best trees fit, the third not
+    capped = _run(paths, tests, tmp_path, max_rules=cap, model_dir=str(tmp_path / "capped"), **common)
+    assert capped["merged_trees"] == order[:2] and capped["rules_capped"]
+    assert capped["merged_rules"] == cap
+    coarse = _run(paths, tests, tmp_path, max_rules=cap, over_max_rules="coarsen",
+                  model_dir=str(tmp_path / "coarse"), **common)
+    assert coarse["merged_trees"] == coarse["kept_trees"] == [1, 2, 3, 4]   # client order
+
+
 def test_filter_rules():
     scores = [0.9, 0.5, 0.7, 0.8]
     assert filter_trees(scores, "mean").tolist() == [0, 3]               # mean 0.725
@@ -122,6 +137,21 @@ def test_filter_rules():
     assert filter_trees(scores, "percentile", 25).tolist() == [0, 2, 3]  # 0.65
     assert filter_trees(scores, "none").tolist() == [0, 1, 2, 3]
     assert filter_trees([0.4], "mean").tolist() == [0]
+    # at least min_trees of the best scored are kept
+    assert filter_trees(scores, "mean", min_trees=3).tolist() == [0, 2, 3]
+    assert filter_trees(scores, "percentile", 90, min_trees=2).tolist() == [0, 3]
+    assert filter_trees([0.4], "mean", min_trees=2).tolist() == [0]
+
+
+def test_two_clients_aggregate_both_trees_by_default():
+    """The cause of ICDTA4FL-CART trailing at two clients: the mean of two
+    scores lies between them, so the text's filter keeps one tree and the
+    "global" tree is one client's tree grown back from its own rules."""
+    scores = [0.83, 0.85]
+    assert filter_trees(scores, "mean").tolist() == [1]                 # the method's text
+    assert filter_trees(scores, "mean", min_trees=2).tolist() == [0, 1]  # the default
+    from fedforest.horizontal.icdta4fl import PARAMS
+    assert {p.name: p.default for p in PARAMS}["filter_min_trees"] == 2
 
 
 def test_class_absent_on_a_client(tmp_path):
