@@ -6,9 +6,10 @@ blocking forever on a rank that has failed.  A send returns as soon as it is
 posted (MPI keeps messages between two ranks in order); pending sends are
 completed by later waits and by :meth:`MPITransport.flush`, so a rank never
 stalls on a peer that has not yet been scheduled to match a larger message.  While waiting, a rank
-yields the CPU for a moment and then sleeps between polls (ranks are often
-oversubscribed: a busy-waiting master would steal a core from a computing
-party).
+yields the CPU between polls and then sleeps between them, soon when its
+previous wait was long (ranks are often oversubscribed: a busy-waiting
+master would steal a core from a computing party), late when replies come
+quickly (see :class:`_Pace`).
 """
 import os
 import sys
@@ -18,22 +19,30 @@ from mpi4py import MPI
 
 from .base import RawTransport
 
-_YIELD_SECONDS = 0.002  # poll with sched_yield for this long, then sleep between polls
+_YIELD_SECONDS = 0.05   # poll with sched_yield for up to this long ...
+_YIELD_AFTER_LONG = 0.002  # ... or this long after a wait that outlasted it
 _SLEEP = 0.0002         # first sleep; it doubles up to _MAX_SLEEP while nothing arrives
 _MAX_SLEEP = 0.002
 _POLL_EVERY = 32        # check for error reports every this many polls
 
 
-def _wait(test, poll):
-    """Return once ``test()`` holds.  A short spin with ``sched_yield`` catches
-    quick replies; after that the rank sleeps between polls (0.2 ms, doubling
-    to 2 ms), so a waiting rank costs almost no CPU: on oversubscribed nodes
-    the computing ranks get the cores.  Jobs exchange few, large messages, so
-    the added latency (at most 2 ms a message) does not show."""
+class _Pace:
+    """How long the last wait of a transport took: a rank whose messages come
+    quickly (node-by-node prediction, thousands of short round trips) keeps
+    polling with ``sched_yield``; a rank that waits long (training levels)
+    soon sleeps between polls instead and leaves the cores to computing
+    ranks, which matters on oversubscribed nodes."""
+
+    def __init__(self):
+        self.last = 0.0
+
+
+def _wait(test, poll, pace=None):
     if test():
         return
     n = 0
     start = time.monotonic()
+    window = _YIELD_SECONDS if pace is None or pace.last < _YIELD_SECONDS else _YIELD_AFTER_LONG
     sleep = _SLEEP
     while not test():
         n += 1
@@ -41,11 +50,13 @@ def _wait(test, poll):
             poll()
         if n < 16:
             continue
-        if time.monotonic() - start < _YIELD_SECONDS:
+        if time.monotonic() - start < window:
             os.sched_yield()
         else:
             time.sleep(sleep)
             sleep = min(2 * sleep, _MAX_SLEEP)
+    if pace is not None:
+        pace.last = time.monotonic() - start
 
 
 class MPITransport(RawTransport):
@@ -54,6 +65,7 @@ class MPITransport(RawTransport):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.aborted = False
+        self._pace = _Pace()
         self._pending = []  # (request, buffer) of posted sends not yet complete
 
     def progress(self):
@@ -81,7 +93,7 @@ class MPITransport(RawTransport):
             self._progress()
             return self.comm.Iprobe(source=src, tag=tag, status=status)
 
-        _wait(ready, poll)
+        _wait(ready, poll, self._pace)
         buf = bytearray(status.Get_count(MPI.BYTE))
         self.comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=tag)
         return buf
@@ -98,7 +110,7 @@ class MPITransport(RawTransport):
                     return True
             return False
 
-        _wait(ready, poll)
+        _wait(ready, poll, self._pace)
         buf = bytearray(status.Get_count(MPI.BYTE))
         self.comm.Recv([buf, MPI.BYTE], source=found[0], tag=tag)
         return found[0], buf
