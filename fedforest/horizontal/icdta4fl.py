@@ -143,7 +143,9 @@ def _build(comm, job):
     summary.update(
         scores=scores.tolist(), kept_trees=[int(clients[i]) for i in sorted(kept)],
         merged_trees=merged_trees,
-        rules_per_tree=[len(rs) for rs in rule_sets], merged_rules=len(merged),
+        # per kept tree, in the order of kept_trees (client order)
+        rules_per_tree=[len(rs) for _, rs in sorted(zip(kept.tolist(), rule_sets))],
+        merged_rules=len(merged),
         merge_steps=stats.steps, rules_capped=stats.capped,
         global_tree_truncated=bool(info.get("truncated")),
         aggregate_seconds=time.perf_counter() - t0,
@@ -156,7 +158,7 @@ def _build(comm, job):
     left_out = sorted(set(summary["kept_trees"]) - set(merged_trees))
     log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
               f"{cfg.filter_metric})" + (f", clients {left_out} left out at max_rules" if left_out else "")
-              + f"; {sum(summary['rules_per_tree'])} rules merged into {len(merged)} "
+              + f"; {sum(len(rs) for rs in rule_sets[:stats.merged_sets])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
     return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
 

@@ -75,8 +75,8 @@ class TreeReply:
         return key in self.parts
 
     def take(self, key, n):
-        arr = self.parts.get(key)
-        got = 0 if arr is None else arr.shape[0]
+        arr = self.parts.get(key, np.empty(0))
+        got = arr.shape[0]
         if got != n or key in self.taken:
             raise ValueError(f"party {self.party + 1} sent {got} {key!r} entries for a tree that "
                              f"expects {n}")
@@ -100,6 +100,8 @@ class BatchReply:
         for key, arr in msg.items():
             if key in ("op", "trees", "n_trees") or key.startswith("len."):
                 continue
+            if np.ndim(arr) < 1:
+                raise ValueError(f"party {party + 1} sent {key!r} that is not an array of entries")
             lengths = np.asarray(msg.get("len." + key, ()), dtype=np.int64)
             if lengths.shape != (n,) or np.any(lengths < 0) or lengths.sum() != np.shape(arr)[0]:
                 raise ValueError(f"party {party + 1} sent {key!r} entries that do not match the "
@@ -509,9 +511,14 @@ class TreeGrower:
             if pool is not None:
                 for _ in pool.map(lambda item: advance(*item), items):
                     pass
-            else:
+                return
+            # without a pool, many trees' small steps still run best on one kernel thread each
+            kernels.set_threads(1 if len(runs) >= 2 * threads else threads)
+            try:
                 for item in items:
                     advance(*item)
+            finally:
+                kernels.set_threads(threads)
 
         try:
             self._grow_rounds(runs, asks, advance_all, n_parties)

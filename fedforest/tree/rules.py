@@ -243,13 +243,15 @@ def _blocks(a, b):
     return [np.arange(s, min(s + step, len(a))) for s in range(0, len(a), step)]
 
 
-def _merge_step(a, b, bounds="loose", max_rules=None):
+def _merge_step(a, b, bounds="loose", max_rules=None, coarsen=True):
     """The compatible pairs of ``a`` x ``b`` merged (row-major order).  When
     there are more than ``max_rules``, the rules of ``a`` of least mass are not
     refined: they are kept as they are, so the rules still cover what ``a``
     covered, and only the refinements of the others are built (memory stays
     within ``max_rules`` rules plus one block).  Returns ``(rules, number of
-    compatible pairs, number of rules of a kept unrefined)``."""
+    compatible pairs, number of rules of a kept unrefined)``; with ``coarsen``
+    false, a step over ``max_rules`` builds nothing and returns ``(None,
+    compatible pairs, len(a))``."""
     if bounds not in BOUNDS:
         raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
     blocks = _blocks(a, b)
@@ -258,6 +260,8 @@ def _merge_step(a, b, bounds="loose", max_rules=None):
         i, _ = _pairs(a.take(rows), b)
         children[rows] = np.bincount(i, minlength=rows.size)
     refine = np.ones(len(a), dtype=bool)
+    if max_rules is not None and children.sum() > max_rules and not coarsen:
+        return None, int(children.sum()), len(a)
     if max_rules is not None and children.sum() > max_rules:
         # refine the rules of largest mass while the total stays within max_rules
         order = np.argsort(-a.mass, kind="stable")
@@ -313,7 +317,8 @@ def aggregate(rule_sets, max_rules=10_000, bounds="loose", over_max_rules="coars
     for step, nxt in enumerate(arrays[1:], start=2):
         t0 = time.perf_counter()
         if len(current) and len(nxt):
-            out, compatible, whole = _merge_step(current, nxt, bounds, max_rules)
+            out, compatible, whole = _merge_step(current, nxt, bounds, max_rules,
+                                                 coarsen=over_max_rules == "coarsen")
         else:
             out, compatible, whole = current.take(np.arange(0)), 0, 0
         if whole and over_max_rules == "drop_sets":

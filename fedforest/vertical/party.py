@@ -183,15 +183,15 @@ def party_predict(comm, cfg):
     expect(comm.recv(MASTER), protocol.LOAD)
     table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
                        categories=manifest["categories"], label_column=manifest.get("label_column"))
-    comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
-                       "n_trees": manifest["n_trees"],
-                       "n_rows": len(table.ids), "n_unseen": table.n_unseen})
     table_ids, table_X = table.ids, table.X
     if cfg.explain_row is not None:
         found = np.flatnonzero(table_ids == cfg.explain_row)
         if not found.size:
             raise InputError("explain_row", f"ID {cfg.explain_row!r} is not in party {rank}'s data")
         table_ids, table_X = table_ids[found[:1]], table_X[found[:1]]
+    comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
+                       "n_trees": manifest["n_trees"],
+                       "n_rows": len(table_ids), "n_unseen": table.n_unseen})
     positions = party_align(comm, rank, table_ids)
     X = table_X[positions]
     ids = table_ids[positions]

@@ -128,6 +128,9 @@ def test_rule_cap_leaves_out_the_weakest_trees(tmp_path):
     coarse = _run(paths, tests, tmp_path, max_rules=cap, over_max_rules="coarsen",
                   model_dir=str(tmp_path / "coarse"), **common)
     assert coarse["merged_trees"] == coarse["kept_trees"] == [1, 2, 3, 4]   # client order
+    # whatever the merge order, rules_per_tree follows kept_trees
+    assert full["rules_per_tree"] == coarse["rules_per_tree"]
+    assert full["merged_trees"] != full["kept_trees"]     # the order did differ here
 
 
 def test_filter_rules():

@@ -148,3 +148,9 @@ def test_batch_reply_cuts_each_trees_part_and_refuses_wrong_counts():
         builder.BatchReply(bad, 1, [4, 7, 9])
     with pytest.raises(ValueError, match="do not match"):
         builder.BatchReply(msg, 1, [4, 7])                   # a tree too many in the reply
+    lone = builder.BatchReply(builder.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3)
+    assert lone.take("bits", 0).size == 0                   # nothing expected, nothing sent
+    with pytest.raises(ValueError, match="sent 0 'bits' entries"):
+        builder.BatchReply(builder.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3).take("bits", 2)
+    with pytest.raises(ValueError, match="not an array of entries"):
+        builder.BatchReply({"gain": np.float64(1.0), "len.gain": np.array([1])}, 0, [3])

@@ -101,6 +101,7 @@ def test_explain_row_prints_each_partys_conditions_and_the_owners(tmp_path, caps
                        explain_row=f"row-{row:05d}", explain_trees=5)
     printed = capsys.readouterr().out
     np.testing.assert_allclose(out["values"][0], full["values"][row], atol=1e-12)
+    assert out["n_rows"] == 1 and not any(out["rows_lost"].values())   # one row on every party
     assert pd.read_csv(tmp_path / "one.csv")["id"].tolist() == [f"row-{row:05d}"]
     assert len(out["path"]) == 1 + 5
     # every split on the master's paths shows up as one condition line of its owner, which holds
