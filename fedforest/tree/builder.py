@@ -271,7 +271,7 @@ class PartySplitter:
         items = sorted(unpack_batch(msg).items())
         n_threads = kernels.threads()
         if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
-                and msg["op"] != COMMIT:
+                and msg["op"] != COMMIT and kernels.concurrent_launches_ok():
             with ThreadPoolExecutor(n_threads, initializer=kernels.set_threads,
                                     initargs=(1,)) as pool:
                 done = list(pool.map(self._handle_tree, items))
@@ -504,7 +504,8 @@ class TreeGrower:
         # single-threaded kernels (they release the GIL) than as parallel launches
         threads = kernels.threads()
         pool = None
-        if self.parallel_steps and len(runs) >= 2 * threads and threads > 1:
+        if self.parallel_steps and len(runs) >= 2 * threads and threads > 1 \
+                and kernels.concurrent_launches_ok():
             pool = ThreadPoolExecutor(threads, initializer=kernels.set_threads, initargs=(1,))
 
         def advance_all(items):

@@ -54,6 +54,27 @@ def set_threads(n):
     return n
 
 
+@njit(cache=True, parallel=True)
+def _touch(n):
+    out = np.zeros(n)
+    for i in prange(n):
+        out[i] = i
+    return out
+
+
+def concurrent_launches_ok():
+    """Whether parallel kernels may run from several Python threads at once:
+    numba's omp and tbb threading layers allow it, its workqueue fallback (no
+    OpenMP runtime, no TBB) aborts the process.  Tree blocks on threads are
+    used only when this holds."""
+    try:
+        layer = numba.threading_layer()
+    except ValueError:      # no parallel kernel has run in this process yet
+        _touch(2)
+        layer = numba.threading_layer()
+    return layer != "workqueue"
+
+
 def threads():
     """The number of threads this thread's parallel kernels use."""
     return numba.get_num_threads()
