@@ -28,7 +28,7 @@ test: venv
 
 bench: venv
 	$(PY) experiments/bench_vertical.py
-	$(PY) experiments/bench_paillier.py --dense-rows 20000
+	$(PY) experiments/bench_paillier.py --dense-rows 100000
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
