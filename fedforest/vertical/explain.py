@@ -14,6 +14,7 @@ The decision path of one row needs every party's columns; it runs as a
 prediction job with ``explain_row`` (see :func:`path_lines` and
 :func:`party_path_lines`).
 """
+import json
 import os
 
 import numpy as np
@@ -32,15 +33,14 @@ def role_folders(model_dir):
         return [model_dir] if _is_vertical(model_dir) else []
     if not os.path.isdir(model_dir):
         return []
-    subs = sorted(d for d in os.listdir(model_dir)
-                  if d == "master" or (d.startswith("party-") and d[6:].isdigit()))
-    subs.sort(key=lambda d: -1 if d == "master" else int(d[6:]))
+    subs = sorted((d for d in os.listdir(model_dir)
+                   if d == "master" or (d.startswith("party-") and d[6:].isdigit())),
+                  key=lambda d: -1 if d == "master" else int(d[6:]))
     return [os.path.join(model_dir, d) for d in subs
             if os.path.isfile(os.path.join(model_dir, d, model_files.MANIFEST))]
 
 
 def _is_vertical(folder):
-    import json
     try:
         with open(os.path.join(folder, model_files.MANIFEST), "rb") as fh:
             return json.load(fh).get("format") == model_files.FORMAT
