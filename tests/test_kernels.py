@@ -86,6 +86,13 @@ def hist_matrix(rng, n, n_bins, miss_rate):
     return Xb
 
 
+def hist_search(Xb, n_bins, rows, starts, ends, fmask, *args):
+    """:func:`K.best_splits_hist` with every histogram built from the node's rows."""
+    S = args[3]
+    return K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *args,
+                              *K.no_subtraction(starts.shape[0], S))[:4]
+
+
 def hist_left(xb, b, ml):
     """Rows going left for histogram split (bin b, missing_left ml)."""
     x = xb.astype(int)
@@ -219,7 +226,7 @@ def test_best_splits_hist_brute_force(task, msl, mwl):
     rows, starts, ends = make_segments(rng, prob.w)
     fmask = (rng.random((starts.size, Xb.shape[1])) < 0.7).astype(np.uint8)
     fmask[3] = 1  # the first large node may use every feature
-    out = K.best_splits_hist(Xb, HIST_BINS, rows, starts, ends, fmask, *prob.kernel_args(),
+    out = hist_search(Xb, HIST_BINS, rows, starts, ends, fmask, *prob.kernel_args(),
                              prob.w_total, msl, mwl)
     n_checked = check_best_splits(
         out, prob, rows, starts, ends, fmask,
@@ -350,7 +357,7 @@ def _search(mode, x_cols, n_bins, prob, fmask):
     fmask = np.ascontiguousarray(np.atleast_2d(fmask), dtype=np.uint8)
     if mode == "hist":
         Xb = np.asfortranarray(np.column_stack(x_cols).astype(np.uint8))
-        out = K.best_splits_hist(Xb, np.asarray(n_bins, dtype=np.int32), rows, starts, ends,
+        out = hist_search(Xb, np.asarray(n_bins, dtype=np.int32), rows, starts, ends,
                                  fmask, *prob.kernel_args(), prob.w_total, 1, 0.0)
     else:
         X = np.asfortranarray(np.column_stack(x_cols).astype(np.float64))
@@ -893,7 +900,7 @@ def test_split_search_is_independent_of_the_thread_count(task):
         for threads in (1, 2):
             K.set_threads(threads)
             out[threads] = (
-                K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
+                hist_search(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
                                    prob.w_total, 1, 0.0),
                 K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
                                     prob.w_total, 1, 0.0))
@@ -908,9 +915,9 @@ def test_split_search_is_independent_of_the_thread_count(task):
 def test_integer_bootstrap_counts_give_the_same_splits_as_float_weights():
     rng, prob, n_bins, Xb, rows, starts, ends, fmask = _split_search_inputs("gini2", 22)
     counts = prob.w.astype(np.uint8).reshape(-1, 1)
-    as_float = K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, prob.yw, True,
+    as_float = hist_search(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, prob.yw, True,
                                   prob.S, prob.crit, prob.w_total, 1, 0.0)
-    as_count = K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, counts, True,
+    as_count = hist_search(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, counts, True,
                                   prob.S, prob.crit, float(counts.sum()), 1, 0.0)
     for x, y in zip(as_float, as_count):
         assert np.array_equal(x, y)
@@ -942,3 +949,72 @@ def test_partition_on_bin_codes_matches_thresholds():
             v = X[r, f]
             ref.append(int(ml[j]) if np.isnan(v) else int(v <= thr))
     assert got.tolist() == ref
+
+
+# --------------------------------------------------------------------------- histogram subtraction
+def _ref_hist(prob, Xb, idx, f):
+    """Per-bin statistics and row counts of rows ``idx`` for feature ``f`` (numpy)."""
+    hist = np.zeros((MISSING + 1, prob.S))
+    b = Xb[idx, f].astype(int)
+    if prob.is_clf:
+        np.add.at(hist, (b, prob.ycls[idx]), prob.yw[idx, 0])
+    else:
+        np.add.at(hist, b, prob.yw[idx])
+    return hist, np.bincount(b, minlength=MISSING + 1)
+
+
+@pytest.mark.parametrize("task", ["gini2", "entropy4", "mse"])
+def test_histogram_subtraction_equals_building_every_histogram(task):
+    rng = np.random.default_rng([7, list(TASKS).index(task)])
+    n, n_feat = 3000, 6
+    prob = Problem(rng, n, task)
+    n_bins = rng.integers(2, 255, n_feat).astype(np.int32)
+    Xb = hist_matrix(rng, n, n_bins, [0.1] * n_feat)
+    args = (*prob.kernel_args(), prob.w_total, 1, 0.0)
+    # level 0: two parents holding every in-bag row; both keep their histograms
+    inbag = np.flatnonzero(prob.w > 0).astype(np.int32)
+    cut = inbag.size // 3
+    rows0 = inbag.copy()
+    starts0, ends0 = np.array([0, cut]), np.array([cut, inbag.size])
+    none = K.no_subtraction(2, prob.S)
+    out0 = K.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
+                              *args, *none[:-1], np.ones(2, np.uint8))
+    index, hist, cnt = out0[4:]
+    assert hist.shape[0] == 2 * n_feat and (index >= 0).all()
+    for j in range(2):
+        for f in range(n_feat):
+            ref_h, ref_c = _ref_hist(prob, Xb, rows0[starts0[j]:ends0[j]], f)
+            np.testing.assert_allclose(hist[index[j, f]], ref_h, **TOL)
+            assert np.array_equal(cnt[index[j, f]], ref_c)
+    # level 1: each parent splits in two (rows in ascending order within a child)
+    rows1, starts1, ends1 = [], [], []
+    for j in range(2):
+        seg = rows0[starts0[j]:ends0[j]]
+        go_left = rng.random(seg.size) < (0.3 if j == 0 else 0.6)
+        for part in (seg[go_left], seg[~go_left]):
+            starts1.append(sum(r.size for r in rows1))
+            rows1.append(part)
+            ends1.append(starts1[-1] + part.size)
+    rows1 = np.concatenate(rows1).astype(np.int32)
+    starts1, ends1 = np.array(starts1), np.array(ends1)
+    sibling = np.array([1, 0, 3, 2])
+    size = ends1 - starts1
+    larger = size > size[sibling]
+    parent_slot = np.where(larger, [0, 0, 1, 1], -1)
+    fmask1 = (rng.random((4, n_feat)) < 0.7).astype(np.uint8)
+    fmask1[:, 0] = 1
+    sub = (starts1[sibling], ends1[sibling], parent_slot, index, hist, cnt, np.zeros(4, np.uint8))
+    got = K.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args, *sub)[:4]
+    want = hist_search(Xb, n_bins, rows1, starts1, ends1, fmask1, *args)
+    for g, w in zip(got[1:], want[1:]):
+        assert np.array_equal(g, w)
+    if prob.is_clf:   # integer weights: parent minus sibling is exact
+        assert np.array_equal(got[0], want[0])
+    else:
+        np.testing.assert_allclose(got[0], want[0], **TOL)
+    assert np.isfinite(got[0][larger]).all()
+    # the larger children's histograms do come from the parents': spoiled parents change them
+    spoiled = K.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args,
+                                 *sub[:4], hist * 0.5, cnt, sub[6])[0]
+    assert not np.array_equal(spoiled[larger], want[0][larger])
+    assert np.array_equal(spoiled[~larger], want[0][~larger])

@@ -128,10 +128,13 @@ def unpack_batch(msg):
     return out
 
 
+HIST_CACHE_BYTES_PER_ROW = 2
+
+
 class SplitSettings:
     """Resolved, picklable settings both roles need for one fit."""
 
-    def __init__(self, params, n_rows, is_classification, n_classes):
+    def __init__(self, params, n_rows, is_classification, n_classes, n_features):
         self.split_method = params.split_method
         self.max_bins = int(params.max_bins)
         self.crit = CRITERION_CODE[params.criterion]
@@ -146,6 +149,13 @@ class SplitSettings:
         self.min_impurity_decrease = float(params.min_impurity_decrease)
         self.min_weight_fraction_leaf = float(params.min_weight_fraction_leaf)
         self.reveal_splits = False  # winners also send feature and threshold to the master
+        # histogram subtraction: a node of at least this many rows keeps its histograms for
+        # its children, so the kept histograms of a level hold at most HIST_CACHE_BYTES_PER_ROW
+        # per row
+        k = resolve_max_features(params.max_features, max(int(n_features), 1))
+        n_stats = self.n_classes if self.is_classification else 3
+        per_node = k * (kernels.MISSING_BIN + 1) * (8 * n_stats + 4)
+        self.hist_cache_rows = -(-per_node // HIST_CACHE_BYTES_PER_ROW)
 
     def to_dict(self):
         """Plain values, as the settings travel in a message."""
@@ -319,8 +329,13 @@ class PartySplitter:
     def _begin(self, msg):
         counts = msg["counts"]
         ycls, yw = self.labels.tree_stats(counts, msg["class_weight"])
+        total_w = float(yw[:, 0].sum())
+        # histograms are derived by subtraction only where that is exact: integer
+        # statistics (class counts under integer row weights) sum alike in any order
+        exact = self.settings.is_classification and total_w < 2.0 ** 53 \
+            and bool(np.all(yw == np.floor(yw)))
         self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "ycls": ycls, "yw": yw,
-                      "total_w": float(yw[:, 0].sum())}
+                      "total_w": total_w, "subtract": exact, "hists": None, "family": None}
 
     def _find(self, msg):
         t = self._tree
@@ -335,7 +350,11 @@ class PartySplitter:
                 s.min_weight_fraction_leaf * t["total_w"])
         c = tree.col
         if s.split_method == "hist":
-            gain, feat, b, ml = kernels.best_splits_hist(self.Xb, self.n_bins, *args)
+            gain, feat, b, ml, index, hist, cnt = kernels.best_splits_hist(
+                self.Xb, self.n_bins, *args, *self._subtraction(nodes, starts, ends))
+            if t["subtract"]:
+                kept = (ends - starts) >= s.hist_cache_rows
+                t["hists"] = (nodes[kept], index[kept], hist, cnt)
             thr = self.bin_threshold(feat, b)
             c["cand_bin"][nodes] = b
         else:
@@ -344,6 +363,31 @@ class PartySplitter:
         c["cand_threshold"][nodes] = thr
         c["cand_missing_left"][nodes] = ml
         return {"gain": gain}
+
+    def _subtraction(self, nodes, starts, ends):
+        """The histogram subtraction arguments of :func:`kernels.best_splits_hist`:
+        a node whose parent kept its histograms and whose sibling has fewer rows
+        (the lower id on a tie) derives them as parent minus sibling; nodes of
+        at least ``hist_cache_rows`` rows keep theirs for the next level."""
+        t = self._tree
+        none = kernels.no_subtraction(nodes.shape[0], self.labels.n_stats)
+        if not t["subtract"]:
+            return none
+        keep = ((ends - starts) >= self.settings.hist_cache_rows).astype(np.uint8)
+        cached, t["hists"] = t["hists"], None   # the parents' level is used up by this one
+        if cached is None or t["family"] is None or not cached[0].size:
+            return none[:-1] + (keep,)
+        cached_nodes, index, hist, cnt = cached
+        split_nodes, first_child = t["family"]
+        # children come in (left, right) id pairs, in the order of the split nodes
+        offset = nodes - first_child
+        parent = split_nodes[offset // 2]
+        sibling = np.where(offset % 2 == 0, nodes + 1, nodes - 1).astype(nodes.dtype)
+        sib_starts, sib_ends = t["nodes"].bounds(sibling)
+        n_sib, n_own = sib_ends - sib_starts, ends - starts
+        at = np.minimum(np.searchsorted(cached_nodes, parent), cached_nodes.shape[0] - 1)
+        use = (cached_nodes[at] == parent) & ((n_sib < n_own) | ((n_sib == n_own) & (sibling < nodes)))
+        return (sib_starts, sib_ends, np.where(use, at, -1), index, hist, cnt, keep)
 
     def bin_threshold(self, feat, b):
         """Thresholds of histogram candidates (feature -1: none)."""
@@ -382,7 +426,8 @@ class PartySplitter:
     def _apply(self, msg):
         tree = self._tree["nodes"]
         nodes = msg["split_nodes"]
-        tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
+        lefts, _ = tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
+        self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
         feature = tree.col["feature"]
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
 
@@ -705,7 +750,7 @@ def warm_up(split_method, is_classification=True):
     X = np.array([[0.0, 1.0], [1.0, np.nan], [2.0, 0.0], [3.0, 1.0]])
     y = np.array([0, 0, 1, 1]) if is_classification else np.array([0.0, 0.5, 1.0, 2.0])
     labels = PlainLabels(y, is_classification, 2 if is_classification else 1)
-    settings = SplitSettings(params, 4, is_classification, labels.n_classes)
+    settings = SplitSettings(params, 4, is_classification, labels.n_classes, 2)
     splitter = PartySplitter(X, settings, labels)
     TreeGrower(LocalParties([splitter]), labels, params, settings, [2],
                y_codes=labels.y if is_classification else None, classes=np.arange(2)).grow(0)
@@ -739,10 +784,10 @@ def merge_partials(master_tree, partials, offsets):
 
 def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
     """Bytes one growing tree holds on the busiest rank (the row index, the
-    bootstrap counts, the per-row label statistics, the partition scratch and,
-    with encrypted labels, the powers of the ciphertexts of rows drawn more
-    than once, about a quarter of them)."""
-    per_row = 4 + 4 + 4 + 8 * n_stats
+    bootstrap counts, the per-row label statistics, the partition scratch, two
+    levels of kept histograms and, with encrypted labels, the powers of the
+    ciphertexts of rows drawn more than once, about a quarter of them)."""
+    per_row = 4 + 4 + 4 + 8 * n_stats + 2 * HIST_CACHE_BYTES_PER_ROW
     if label_privacy == "paillier":
         per_row += 8 + (2 * int(key_length or 2048) // 8 + 64) // 4
     return int(n_rows) * per_row + 64 * 1024

@@ -381,35 +381,71 @@ def _best_per_node(n_nodes, pair_node, pair_feat, gain, where, ml):
     return best_gain, best_feat, best_where, best_ml
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_hist(hist, cnt, col, rows, s, e, ycls, yw, is_clf):
+    """Add rows ``rows[s:e]`` to one feature's histogram (in row order)."""
+    if is_clf:
+        for k in range(s, e):
+            r = rows[k]
+            b = col[r]
+            cnt[b] += 1
+            hist[b, ycls[r]] += yw[r, 0]
+    else:
+        for k in range(s, e):
+            r = rows[k]
+            b = col[r]
+            cnt[b] += 1
+            hist[b, 0] += yw[r, 0]
+            hist[b, 1] += yw[r, 1]
+            hist[b, 2] += yw[r, 2]
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
-                     w_total, min_samples_leaf, min_weight_leaf):
+                     w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
+                     parent_slot, cache_index, cache_hist, cache_cnt, keep):
     """Best histogram split of every open node over the allowed local features.
 
     ``Xb`` is the (n_rows, n_features) uint8 bin code matrix (``MISSING_BIN`` for
     NaN), ``n_bins[f]`` the number of non-missing bins of feature ``f`` and
     ``fmask[j, f]`` whether node ``j`` may split on feature ``f``.
 
-    Returns ``gain, feature, bin, missing_left`` per node; ``feature`` is -1 and
-    ``gain`` -inf where no allowed split exists.  ``bin == n_bins[f] - 1`` with
-    missing values present means "non-missing left, missing right".
+    Histogram subtraction: where ``parent_slot[j] >= 0`` and
+    ``cache_index[parent_slot[j], f] >= 0``, the histogram of (node ``j``,
+    feature ``f``) is its parent's (``cache_hist``/``cache_cnt`` at that row)
+    minus the one of the sibling rows ``rows[sib_starts[j]:sib_ends[j]]``,
+    built instead of its own (the caller points only larger children at a
+    smaller sibling).  Every other histogram is built from the node's rows.
 
-    The (node, feature) pairs are scanned in parallel, each into its own
-    histogram with the rows in node order, and reduced in feature order, so
-    the result does not depend on the number of threads.
+    Returns ``gain, feature, bin, missing_left`` per node (``feature`` -1 and
+    ``gain`` -inf where no allowed split exists; ``bin == n_bins[f] - 1``
+    with missing values present means "non-missing left, missing right"),
+    then the histograms of the nodes with ``keep[j]``, for the next level's
+    subtraction: ``index`` (n_nodes, n_features; row in ``hist``/``cnt`` or -1),
+    ``hist``, ``cnt``.
+
+    The (node, feature) pairs are scanned in parallel and reduced in feature
+    order, so the result does not depend on the number of threads.
     """
     n_nodes = starts.shape[0]
+    n_feat = fmask.shape[1]
     w_node, imp_node = _node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
     gain = np.full(n_pairs, -np.inf)
     where = np.zeros(n_pairs, dtype=np.int32)
     mls = np.zeros(n_pairs, dtype=np.uint8)
+    index = np.full((n_nodes, n_feat), -1, dtype=np.int64)
+    n_kept = 0
+    for i in range(n_pairs):
+        if keep[pair_node[i]]:
+            index[pair_node[i], pair_feat[i]] = n_kept
+            n_kept += 1
+    kept_hist = np.zeros((n_kept, MISSING_BIN + 1, S))
+    kept_cnt = np.zeros((n_kept, MISSING_BIN + 1), dtype=np.int32)
     for i in prange(n_pairs):
         j = pair_node[i]
         f = pair_feat[i]
-        s = starts[j]
-        e = ends[j]
         hist = np.zeros((MISSING_BIN + 1, S))
         cnt = np.zeros(MISSING_BIN + 1, dtype=np.int64)
         tot = np.empty(S)
@@ -418,26 +454,40 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
         lm = np.empty(S)
         rm = np.empty(S)
         col = Xb[:, f]
-        if is_clf:
-            for k in range(s, e):
-                r = rows[k]
-                b = col[r]
-                cnt[b] += 1
-                hist[b, ycls[r]] += yw[r, 0]
+        src = -1
+        if parent_slot[j] >= 0:
+            src = cache_index[parent_slot[j], f]
+        if src >= 0:
+            _add_hist(hist, cnt, col, rows, sib_starts[j], sib_ends[j], ycls, yw, is_clf)
+            for b in range(MISSING_BIN + 1):
+                cnt[b] = cache_cnt[src, b] - cnt[b]
+                for k in range(S):
+                    hist[b, k] = cache_hist[src, b, k] - hist[b, k]
         else:
-            for k in range(s, e):
-                r = rows[k]
-                b = col[r]
-                cnt[b] += 1
-                hist[b, 0] += yw[r, 0]
-                hist[b, 1] += yw[r, 1]
-                hist[b, 2] += yw[r, 2]
-        g, b, ml = _scan_hist_fast(hist, cnt, n_bins[f], e - s, w_node[j], imp_node[j], w_total, is_clf,
-                              S, crit, min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+            _add_hist(hist, cnt, col, rows, starts[j], ends[j], ycls, yw, is_clf)
+        slot = index[j, f]
+        if slot >= 0:
+            kept_hist[slot] = hist
+            for b in range(MISSING_BIN + 1):
+                kept_cnt[slot, b] = cnt[b]
+        g, b, ml = _scan_hist_fast(hist, cnt, n_bins[f], ends[j] - starts[j], w_node[j], imp_node[j],
+                                   w_total, is_clf, S, crit, min_samples_leaf, min_weight_leaf,
+                                   tot, left, right, lm, rm)
         gain[i] = g
         where[i] = b
         mls[i] = ml
-    return _best_per_node(n_nodes, pair_node, pair_feat, gain, where, mls)
+    best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
+                                                                gain, where, mls)
+    return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+def no_subtraction(n_nodes, S):
+    """The subtraction arguments of :func:`best_splits_hist` that build every
+    histogram from the node's own rows and keep none."""
+    none = np.full(n_nodes, -1, dtype=np.int64)
+    return (none, none, none, np.full((0, 1), -1, dtype=np.int64),
+            np.zeros((0, MISSING_BIN + 1, S)), np.zeros((0, MISSING_BIN + 1), dtype=np.int32),
+            np.zeros(n_nodes, dtype=np.uint8))
 
 
 @njit(cache=True)

@@ -95,7 +95,7 @@ class _BaseForest(BaseEstimator):
         is_clf = self._task == CLASSIFICATION
         n_classes = classes.size if is_clf else 1
         labels = PlainLabels(codes, is_clf, n_classes, sample_weight)
-        settings = SplitSettings(params, X.shape[0], is_clf, n_classes)
+        settings = SplitSettings(params, X.shape[0], is_clf, n_classes, X.shape[1])
         splitter = PartySplitter(X, settings, labels)
         grower = TreeGrower(LocalParties([splitter]), labels, params, settings, [X.shape[1]],
                             y_codes=codes if is_clf else None, classes=classes)

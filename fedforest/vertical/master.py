@@ -73,7 +73,7 @@ def master_train(comm, cfg):
         y_raw = comm.exchange({label_party: {"op": protocol.SEND_LABELS}})[label_party]["y"]
         codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
         n_classes = classes.size if is_clf else 1
-        settings = SplitSettings(params, n_rows, is_clf, n_classes)
+        settings = SplitSettings(params, n_rows, is_clf, n_classes, sum(feature_counts))
         settings.reveal_splits = bool(cfg.master_full_model)
         labels = PlainLabels(codes, is_clf, n_classes)
         grower = TreeGrower(RemoteParties(comm), labels, params, settings, feature_counts,
@@ -184,7 +184,7 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
         raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
     classes = np.asarray(rep["classes"]) if is_clf else np.empty(0)
     n_classes = classes.size if is_clf else 1
-    settings = SplitSettings(params, n_rows, is_clf, n_classes)
+    settings = SplitSettings(params, n_rows, is_clf, n_classes, sum(feature_counts))
     settings.reveal_splits = bool(cfg.master_full_model)
     # validation is complete: from here on work starts and files get written
     comm.scatter({r: dict(common, settings=settings.to_dict(), n_classes=n_classes, spec=spec.to_dict(),

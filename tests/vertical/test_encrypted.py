@@ -43,7 +43,7 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
     params = validate(ForestParams(n_estimators=n_trees, random_state=seed, **params), task)
     n = X.shape[0]
     n_classes = int(y.max()) + 1 if is_clf else 1
-    settings = SplitSettings(params, n, is_clf, n_classes)
+    settings = SplitSettings(params, n, is_clf, n_classes, X.shape[1])
     n_total = n
     if is_clf:
         codes = y.astype(np.int64)
