@@ -350,10 +350,11 @@ class PartySplitter:
                 s.min_weight_fraction_leaf * t["total_w"])
         c = tree.col
         if s.split_method == "hist":
-            gain, feat, b, ml, index, hist, cnt = kernels.best_splits_hist(
-                self.Xb, self.n_bins, *args, *self._subtraction(nodes, starts, ends))
+            sub = self._subtraction(nodes, starts, ends)
+            gain, feat, b, ml, index, hist, cnt = kernels.best_splits_hist(self.Xb, self.n_bins,
+                                                                           *args, *sub)
             if t["subtract"]:
-                kept = (ends - starts) >= s.hist_cache_rows
+                kept = sub[-1].astype(bool)
                 t["hists"] = (nodes[kept], index[kept], hist, cnt)
             thr = self.bin_threshold(feat, b)
             c["cand_bin"][nodes] = b
