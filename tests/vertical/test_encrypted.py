@@ -107,6 +107,28 @@ def test_same_trees_as_plain(task, n_classes, case):
     assert he.decrypted > 0
 
 
+def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(monkeypatch):
+    """The label holder searches its own columns in plaintext, with the plain
+    mode's histogram subtraction (every node keeping its histograms here)."""
+    from fedforest.tree import builder
+    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
+    derived = []
+    orig = builder.PartySplitter._subtraction
+
+    def counting(self, nodes, starts, ends):
+        out = orig(self, nodes, starts, ends)
+        if isinstance(self, E.LabelHolderSplitter):
+            derived.append(int((out[2] >= 0).sum()))
+        return out
+
+    monkeypatch.setattr(builder.PartySplitter, "_subtraction", counting)
+    X, y = _data("classification", 400, 6, seed=6)
+    a, b, pp, hp, _ = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 0, seed=3,
+                                 n_trees=2, feature_sampling="tree", max_features=None, max_depth=5)
+    _assert_equal_growth(a, b, pp, hp)
+    assert sum(derived) > 5
+
+
 def test_histogram_subtraction_used_and_exact():
     """With per-tree features every child shares its parent's features, so the
     larger child's histograms are derived; the trees still match."""
