@@ -17,6 +17,11 @@ import numbers
 
 from .errors import InputError
 
+# upper bounds on the counts that size a job's memory and work, the same in
+# every mode (a job file or a network job message above them is refused)
+MAX_TREES = 100_000
+MAX_DEPTH = 64
+
 
 class Interval:
     """A number of ``kind`` (``int``; ``float``, a real that is not an int, as
@@ -50,12 +55,13 @@ class Interval:
         what = {int: "an int", float: "a float"}.get(self.kind, "a number")
         lo_open = self.closed in ("right", "neither")
         hi_open = self.closed in ("left", "neither")
+        low, high = (v if v is None or isinstance(v, int) else f"{v:g}" for v in (self.low, self.high))
         if self.low is not None and self.high is not None:
-            return f"{what} in {'(' if lo_open else '['}{self.low:g}, {self.high:g}{')' if hi_open else ']'}"
+            return f"{what} in {'(' if lo_open else '['}{low}, {high}{')' if hi_open else ']'}"
         if self.low is not None:
-            return f"{what} {'>' if lo_open else '>='} {self.low:g}"
+            return f"{what} {'>' if lo_open else '>='} {low}"
         if self.high is not None:
-            return f"{what} {'<' if hi_open else '<='} {self.high:g}"
+            return f"{what} {'<' if hi_open else '<='} {high}"
         return what
 
 

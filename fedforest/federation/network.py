@@ -17,6 +17,7 @@ party's reason; nothing is adjusted silently.  Then both run the mode's
 roles, unchanged, over the encrypted ``Comm``.
 """
 import json
+import os
 import sys
 import time
 
@@ -25,10 +26,10 @@ from ..crypto.identity import Certificate, check_name, client_context, normalize
 from ..errors import FedForestError, InputError, RemoteError
 from ..transport.base import Comm, JobAborted
 from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
-from ..transport.tcp import (ClosedAtHello, Party, PeerLost, accept_parties, connect_master, resolve_hosts,
-                             split_address)
+from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, Party, PeerLost, accept_parties, connect_master,
+                             resolve_hosts, split_address)
 from ..version import __version__
-from .config import JOB_INDEX, load_toml, relative_to, resolve
+from .config import JOB_INDEX, JOB_PARAMS, load_toml, relative_to, resolve
 from .registry import REGISTRY
 
 TAG_JOB = 10                    # the start-up exchange, before Comm's handshake
@@ -37,10 +38,15 @@ POLICY = "policy"
 JOB = "job"
 DEFAULT_PORT = 7700
 DEFAULT_CONNECT_TIMEOUT = 300.0
-# settings that are each party's own: the master neither sends nor sees them
+# settings that are each party's own: the master neither sends nor decides them (a job
+# message that names one is refused), and a party takes them from its own file only
 LOCAL = ("data", "test_data", "id_column", "model_dir", "output", "summary_json", "overwrite", "resume",
-         "n_jobs", "progress", "verbose", "quiet")
+         "n_jobs", "encrypt_workers", "progress", "verbose", "quiet")
 PARTY_JOB_KEYS = LOCAL + ("label_column",)
+# paths a party writes (or reads a model from): inside its [policy] base_dir
+PARTY_WRITES = ("model_dir", "output", "summary_json")
+MAX_PARTIES = 4096              # a job message naming more participants is refused
+MAX_MESSAGE_MB = 1 << 20
 # settings that count trees, bounded by a party's max_trees
 TREE_COUNTS = ("n_estimators", "xgb_trees")
 COMMANDS = {"train": ("server_train", "client_train"), "predict": ("server_predict", "client_predict")}
@@ -68,6 +74,13 @@ def _timeout(value, what):
     return float(value)
 
 
+def _max_frame(net):
+    """The largest message (bytes) this participant accepts from a peer once the job runs."""
+    mb = net.get("max_message_mb", DEFAULT_MAX_FRAME >> 20)
+    check("network.max_message_mb", mb, (Interval(int, 1, MAX_MESSAGE_MB),))
+    return mb << 20
+
+
 def _certificate_pair(table, base, where):
     for k in ("certificate", "key"):
         if not isinstance(table.get(k), str):
@@ -88,7 +101,7 @@ def _network_table(doc, path, keys, command):
 
 class MasterNetwork:
     """The master's [network] table."""
-    KEYS = ("transport", "listen", "name", "certificate", "key", "connect_timeout", "parties")
+    KEYS = ("transport", "listen", "name", "certificate", "key", "connect_timeout", "max_message_mb", "parties")
     PARTY_KEYS = ("name", "fingerprint", "certificate", "address")
 
     def __init__(self, doc, path):
@@ -98,6 +111,7 @@ class MasterNetwork:
         self.certificate, self.key = _certificate_pair(net, base, NETWORK)
         self.connect_timeout = _timeout(net.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
                                         "network.connect_timeout")
+        self.max_frame = _max_frame(net)
         entries = net.get("parties")
         if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
             raise InputError("network.parties", "must list every party, in rank order, as "
@@ -130,7 +144,8 @@ class MasterNetwork:
 
 class PartyNetwork:
     """A party's [network] table."""
-    KEYS = ("transport", "name", "master", "master_fingerprint", "certificate", "key", "connect_timeout")
+    KEYS = ("transport", "name", "master", "master_fingerprint", "certificate", "key", "connect_timeout",
+            "max_message_mb")
 
     def __init__(self, doc, path):
         base, net = _network_table(doc, path, self.KEYS, "join")
@@ -140,16 +155,22 @@ class PartyNetwork:
         self.certificate, self.key = _certificate_pair(net, base, NETWORK)
         self.connect_timeout = _timeout(net.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
                                         "network.connect_timeout")
+        self.max_frame = _max_frame(net)
 
 
 class Policy:
     """What a party accepts (its [policy] table); :meth:`refusals` lists what a request breaks."""
     KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "allow_master_full_model",
-            "offered_columns")
+            "offered_columns", "base_dir")
 
     def __init__(self, doc):
         pol = _table(doc, POLICY, None, required=False)
         _known(pol, POLICY, self.KEYS)
+        base_dir = pol.get("base_dir", ".")
+        if not isinstance(base_dir, str) or not base_dir:
+            raise InputError("policy.base_dir", f"must name a folder, got {base_dir!r}")
+        # the folder every file this party writes (or reads a model from) lies in
+        self.base_dir = os.path.realpath(relative_to(base_dir, doc.get("__base__", os.getcwd())))
         self.allowed_modes = pol.get("allowed_modes")
         if self.allowed_modes is not None:
             if not isinstance(self.allowed_modes, list) or not self.allowed_modes:
@@ -188,6 +209,9 @@ class Policy:
             elif got != self.label_privacy:
                 out.append(f"the job runs label_privacy = {got!r}; this party requires "
                            f"{self.label_privacy!r}")
+            elif got == "paillier" and settings.get("insecure_key"):
+                out.append(f"the job allows Paillier keys below 2048 bits (insecure_key, key_length = "
+                           f"{settings.get('key_length')}); this party requires label privacy")
         if settings.get("master_full_model") and not self.full_model:
             out.append("the job asks for master_full_model (this party's split features and thresholds "
                        "go to the master); this party's policy does not allow it "
@@ -197,15 +221,32 @@ class Policy:
                        f"label column is {label_column!r}")
         return out
 
+    def confine(self, key, path):
+        """``path`` (a setting ``key``) if it resolves inside :attr:`base_dir`
+        (symbolic links followed), else InputError."""
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, self.base_dir]) != self.base_dir:
+            raise InputError(key, f"{path!r} resolves to {real!r}, outside this party's folder "
+                                  f"{self.base_dir!r} ([policy] base_dir): refused")
+        return path
+
 
 # ---------------------------------------------------------------------------
 # Master
 # ---------------------------------------------------------------------------
+def master_path(key):
+    """What a job message carries in place of the master's own path ``key``:
+    a party never reads or writes a path of the master's."""
+    return f"<the master's {key}>"
+
+
 def shared_settings(cfg):
     """The master's resolved settings every party receives: the mode's and the
-    [job] settings its family uses, minus each party's own (:data:`LOCAL`)."""
+    [job] settings its family uses, minus each party's own (:data:`LOCAL`);
+    the master's own paths (a proxy set, say) only as :func:`master_path`."""
     fam = cfg.spec.family
-    return {k: v for k, v in cfg.values.items()
+    paths = {p.name for p in JOB_PARAMS + tuple(cfg.spec.params) if p.path}
+    return {k: master_path(k) if k in paths and v is not None else v for k, v in cfg.values.items()
             if k not in LOCAL and (k not in JOB_INDEX or fam in JOB_INDEX[k].families)}
 
 
@@ -214,7 +255,21 @@ def _say(cfg_quiet, text):
         print(text, flush=True)
 
 
-def _start_job(raw, cfg, command, timeout):
+def _reply(data):
+    """A party's answer to the job message: (accepted, its reason)."""
+    try:
+        reply = json.loads(bytes(data).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False, "sent a malformed answer to the job message"
+    if not isinstance(reply, dict):
+        return False, "sent a malformed answer to the job message"
+    if reply.get("ok") is True:
+        return True, None
+    error = reply.get("error")
+    return False, error[:2000] if isinstance(error, str) else "refused without a reason"
+
+
+def _start_job(raw, cfg, command, timeout, max_frame=DEFAULT_MAX_FRAME):
     """Master: send each party its job message; raise InputError naming every
     party that refuses (after telling all of them to stop)."""
     settings = shared_settings(cfg)
@@ -230,11 +285,12 @@ def _start_job(raw, cfg, command, timeout):
             raise FedForestError(f"no answer to the job message within {timeout:g} s")
     refusals = []
     for r in range(1, raw.size):
-        reply = json.loads(raw.recv_bytes(r, TAG_JOB, poll=poll).decode("utf-8"))
-        if not reply.get("ok"):
-            refusals.append(f"{raw.describe(r)} refuses the job: {reply.get('error')}")
+        ok, why = _reply(raw.recv_bytes(r, TAG_JOB, poll=poll))
+        if not ok:
+            refusals.append(f"{raw.describe(r)} refuses the job: {why}")
     if refusals:
         raise InputError("policy", "; ".join(refusals))
+    raw.max_frame = max_frame
 
 
 def _master_failure(raw, exc, verbose):
@@ -276,7 +332,7 @@ def serve(config_path, flags, command="train", on_listen=None):
         return 1
     comm = Comm(raw)
     try:
-        _start_job(raw, cfg, command, net.connect_timeout)
+        _start_job(raw, cfg, command, net.connect_timeout, net.max_frame)
         role(comm, cfg)
         raw.flush(poll=comm._poll_errors)
     except BaseException as exc:  # noqa: BLE001 - every failure stops every party
@@ -292,8 +348,10 @@ def serve(config_path, flags, command="train", on_listen=None):
 # ---------------------------------------------------------------------------
 # Party
 # ---------------------------------------------------------------------------
-def _party_local(doc, path):
-    """A party's own settings (its [job] table), paths relative to its file."""
+def _party_local(doc, path, policy):
+    """A party's own settings (its [job] table), paths relative to its file;
+    where it leaves out a folder or file it writes, the default lies in its
+    ``base_dir``; every path it writes is checked to lie there."""
     job = _table(doc, JOB, path, required=False)
     for k in job:
         if k not in PARTY_JOB_KEYS:
@@ -306,6 +364,12 @@ def _party_local(doc, path):
         local[k] = relative_to(v, doc["__base__"]) if k in JOB_INDEX and JOB_INDEX[k].path else v
     if not isinstance(local.get("data"), str) or not local["data"]:
         raise InputError("data", f"{path!r} must name this party's data file in [job] data")
+    for k in ("model_dir", "output"):
+        local.setdefault(k, os.path.join(policy.base_dir, JOB_INDEX[k].default))
+    for k in PARTY_WRITES:
+        if local.get(k) is not None:
+            check(k, local[k], JOB_INDEX[k].constraints)
+            policy.confine(k, local[k])
     return local
 
 
@@ -329,36 +393,79 @@ def _offered(cfg, rank, policy, family):
     return df[[c for c in df.columns if c in policy.columns or c in keep]]
 
 
-def _accept_job(raw, msg, local, policy, name):
-    """Party: the merged configuration of the master's request, or InputError
-    with the reason of a refusal."""
+def _job_request(data, name):
+    """The master's job message, checked for shape: (command, mode, rank,
+    size, names, settings); InputError when it is not a job message for
+    this party."""
+    def bad(why):
+        return InputError("job message", f"the master sent a malformed job message: {why}")
+    try:
+        msg = json.loads(bytes(data).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise bad("not JSON text") from None
+    if not isinstance(msg, dict) or msg.get("op") != "job":
+        raise bad("not a job message")
     if msg.get("version") != __version__:
-        raise InputError("version", f"the master runs fedforest {msg.get('version')}, this party "
-                                    f"{__version__}")
-    rank, size = int(msg["rank"]), int(msg["size"])
-    if msg["names"][rank] != name:
-        raise InputError("network.name", f"the master takes this party for {msg['names'][rank]!r}")
-    settings = msg["settings"]
-    refusals = policy.refusals(msg["command"], msg["mode"], settings, local.get("label_column"))
+        raise InputError("version", f"the master runs fedforest {str(msg.get('version'))[:40]}, this "
+                                    f"party {__version__}")
+    command, mode, rank, size, names, settings = (msg.get(k) for k in (
+        "command", "mode", "rank", "size", "names", "settings"))
+    if command not in COMMANDS:
+        raise bad(f"unknown command {str(command)[:40]!r}")
+    if not isinstance(mode, str):
+        raise bad("the mode is not a name")
+    if not (isinstance(size, int) and not isinstance(size, bool) and 2 <= size <= MAX_PARTIES + 1):
+        raise bad(f"size must be an int in [2, {MAX_PARTIES + 1}]")
+    if not (isinstance(rank, int) and not isinstance(rank, bool) and 1 <= rank < size):
+        raise bad(f"rank must be an int in [1, {size - 1}]")
+    if not (isinstance(names, list) and len(names) == size):
+        raise bad(f"names must list the {size} participants")
+    for i, n in enumerate(names):
+        check_name(n, f"job message names[{i}]")
+    if names[rank] != name:
+        raise InputError("network.name", f"the master takes this party for {names[rank]!r}")
+    if not (isinstance(settings, dict) and all(isinstance(k, str) for k in settings)):
+        raise bad("settings must be a table")
+    return command, mode, rank, size, names, settings
+
+
+def _accept_job(msg, local, policy, name):
+    """Party: the merged configuration of the master's request (raw bytes of
+    its job message): ``(command, rank, size, names, cfg)``, or InputError with
+    the reason of a refusal.  The party's own settings come from ``local`` only."""
+    command, mode_name, rank, size, names, settings = _job_request(msg, name)
+    sent = [k for k in LOCAL if k in settings]
+    if sent:
+        raise InputError("job message", f"the master sets {', '.join(sent)}, which only this party's own file "
+                                        "decides (paths, overwrite, resume, threads, logging): refused")
+    refusals = policy.refusals(command, mode_name, settings, local.get("label_column"))
     if refusals:
         raise InputError("policy", "; ".join(refusals))
-    mode = REGISTRY.get(msg["mode"])
+    mode = REGISTRY.get(mode_name)
+    for p in JOB_PARAMS + tuple(mode.params):
+        v = settings.get(p.name)
+        if p.path and v is not None and v != master_path(p.name):
+            raise InputError("job message", f"the master sends a path for {p.name!r} ({str(v)[:200]!r}); a "
+                                            "party never takes a path from the master: refused")
     merged = dict(settings)
     # a party file may serve jobs of several modes: its settings a mode lacks do not apply
     merged.update({k: v for k, v in local.items() if k != "label_column" and (
         (k in JOB_INDEX and mode.family in JOB_INDEX[k].families) or mode.param(k) is not None)})
-    others = [f"<data of party {n}>" for n in msg["names"][1:]]
+    others = [f"<data of party {n}>" for n in names[1:]]
     merged["data"] = others[:rank - 1] + [local["data"]] + others[rank:]
     if merged.get("test_data") is not None:
         merged["test_data"] = others[:rank - 1] + [local["test_data"]] + others[rank:]
-    merged["mode"] = msg["mode"]
+    merged["mode"] = mode_name
     cfg = resolve(None, merged)
+    for k in PARTY_WRITES:
+        if cfg.values.get(k) is not None:
+            policy.confine(k, cfg.values[k])
     if policy.columns is not None:
         table = _offered(cfg, rank, policy, cfg.spec.family)
         data = list(cfg.data)
         data[rank - 1] = table
         cfg.set("data", data)
-    return rank, size, cfg
+    return command, rank, size, names, cfg
 
 
 def join(config_path, resume=False):
@@ -366,7 +473,7 @@ def join(config_path, resume=False):
     doc = load_toml(config_path)
     net = PartyNetwork(doc, config_path)
     policy = Policy(doc)
-    local = _party_local(doc, config_path)
+    local = _party_local(doc, config_path, policy)
     if resume:
         local["resume"] = True
     ctx = client_context(net.certificate, net.key, "network")
@@ -386,23 +493,23 @@ def join(config_path, resume=False):
         print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
         return 1
     try:
-        msg = json.loads(raw.recv_bytes(0, TAG_JOB).decode("utf-8"))
+        msg = raw.recv_bytes(0, TAG_JOB)
     except (JobAborted, PeerLost) as exc:
         raw.close()
         return before_start(f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc))
     try:
-        rank, size, cfg = _accept_job(raw, msg, local, policy, net.name)
+        command, rank, size, names, cfg = _accept_job(msg, local, policy, net.name)
     except InputError as exc:
         print(f"error: {me} refuses the job: {exc}", file=sys.stderr, flush=True)
-        raw.rank, raw.size = int(msg.get("rank", -1)), int(msg.get("size", 0))
         raw.send_bytes(0, json.dumps({"ok": False, "error": str(exc)}).encode("utf-8"), TAG_JOB)
         raw.finish(timeout=10)
         return 2
     raw.rank, raw.size = rank, size
-    raw.names = dict(enumerate(msg["names"]))
-    raw.names[0] = f"{msg['names'][0]!r} at {net.master[0]}:{net.master[1]}"
+    raw.names = dict(enumerate(names))
+    raw.names[0] = f"{names[0]!r} at {net.master[0]}:{net.master[1]}"
+    raw.max_frame = net.max_frame
     raw.send_bytes(0, json.dumps({"ok": True}).encode("utf-8"), TAG_JOB)
-    role = cfg.spec.role(COMMANDS[msg["command"]][1])
+    role = cfg.spec.role(COMMANDS[command][1])
     quiet = bool(cfg.quiet)
     _say(quiet, f"{me} joined: mode {cfg.spec.name}, rank {rank} of {size - 1} parties")
     cfg.set("progress", False)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..version import __version__
-from ..constraints import Interval, Options
+from ..constraints import MAX_DEPTH, Interval, Options
 from ..data.io import read_table
 from ..errors import InputError
 from ..logs import status
@@ -326,7 +326,7 @@ def tree_params(tree_types=("cart", "id3"), default_type="cart"):
         Param("tree_type", default_type, (Options(*tree_types),),
               "'cart' (numeric columns, scikit-learn's CART) or 'id3' (categorical columns)"
               if len(tree_types) > 1 else f"{tree_types[0]!r} (the only kind this mode grows)", text=True),
-        Param("max_depth", None, (None, Interval(int, 1)),
+        Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)),
               f"depth of the trees (None: {CART_DEFAULT_DEPTH} for CART, half the columns for ID3)"),
         Param("criterion", None, (None, Options("gini", "entropy")),
               "split quality of CART client trees (None: 'gini')", text=True),

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from ..constraints import Interval, Options
+from ..constraints import MAX_DEPTH, Interval, Options
 from ..data.io import read_table
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
@@ -56,11 +56,11 @@ PARAMS = (
     Param("merge", "delta", (Options("delta", "total"),),
           "statistics merged from the other trees: those gathered since the last broadcast ('delta') or "
           "their totals ('total', the paper's literal aggregation)", text=True),
-    Param("rounds", 200, (Interval(int, 1),), "communication rounds; each client's stream is cut into as many chunks"),
+    Param("rounds", 200, (Interval(int, 1, 100_000),), "communication rounds; each client's stream is cut into as many chunks"),
     Param("grace_period", 200, (Interval(int, 1),), "rows a leaf sees between split attempts"),
     Param("delta", 1e-7, (Interval(numbers.Real, 0, 1, closed="neither"),),
           "1 - confidence of the Hoeffding bound"),
-    Param("tau", 0.05, (Interval(numbers.Real, 0, None),), "tie threshold of the Hoeffding bound"),
+    Param("tau", 0.05, (Interval(numbers.Real, 0, 1),), "tie threshold of the Hoeffding bound"),
     Param("min_samples_reevaluate", 20, (Interval(int, 1),),
           "rows an inner node sees between re-evaluations of its split"),
     Param("split_criterion", "info_gain", (Options("info_gain", "gini"),), "split merit", text=True),
@@ -69,7 +69,7 @@ PARAMS = (
     Param("binary_split", False, (bool,),
           "categorical splits as 'value vs the rest' instead of one branch per value (numeric splits are "
           "always binary)"),
-    Param("max_depth", None, (None, Interval(int, 1)), "depth limit of the trees (None: no limit)"),
+    Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)), "depth limit of the trees (None: no limit)"),
     Param("n_bins", 32, (Interval(int, 2, 1024),), "bins of a numeric column (edges agreed once per job)"),
     Param("shuffle", False, (bool,), "shuffle each client's rows (seed: random_state + rank) before streaming"),
     Param("random_state", None, (None, Interval(int, 0)),

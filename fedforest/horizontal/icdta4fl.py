@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from ..constraints import Interval, Options
+from ..constraints import MAX_DEPTH, Interval, Options
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation.metrics import class_scores
@@ -54,16 +54,16 @@ PARAMS = tree_params() + (
           "CART global tree: weigh each merged rule by its estimated share of rows ('mass': the product "
           "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
           "('none', the method's text)", text=True),
-    Param("max_rules", 10000, (Interval(int, 1),),
+    Param("max_rules", 10000, (Interval(int, 1, 1_000_000),),
           "cap on merged rules at each merge step (see over_max_rules)"),
     Param("over_max_rules", "drop_sets", (Options(*OVER_MAX_RULES),),
           "when merging the next tree's rules would exceed max_rules: 'drop_sets' leaves that tree and "
           "the lower scored ones out (trees merge best score first); 'coarsen' merges it but leaves the "
           "rules of least estimated mass unrefined", text=True),
-    Param("global_max_depth", None, (None, Interval(int, 1)),
+    Param("global_max_depth", None, (None, Interval(int, 1, MAX_DEPTH)),
           "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
           "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
-    Param("global_max_nodes", 2000, (Interval(int, 1),), "node budget of the global tree (CART: grown best first; ID3: breadth first)"),
+    Param("global_max_nodes", 2000, (Interval(int, 1, 1_000_000),), "node budget of the global tree (CART: grown best first; ID3: breadth first)"),
 )
 
 

@@ -15,7 +15,9 @@ remote traceback, instead of hanging.  The runner then stops every rank.
 """
 import abc
 import json
+import math
 import os
+import re
 import struct
 import time
 import traceback
@@ -98,6 +100,10 @@ class RawTransport(abc.ABC):
 
 _ALIGN = 16
 _MAGIC = b"FFW1"        # wire format 1: magic, header length, JSON header, aligned array buffers
+_MAX_DEPTH = 64         # levels of containers in a message, itself included
+_MAX_NDIM = 32
+_KINDS = "biufcU"       # array dtypes that travel: booleans, numbers, text
+_DTYPE_TEXT = re.compile(r"[<>|=]?(?:[biufc]\d{1,2}|U\d{1,9})")
 
 
 def _aligned(n):
@@ -120,9 +126,9 @@ def _to_header(v, arrays):
     if isinstance(v, np.bool_):
         return bool(v)
     if isinstance(v, np.ndarray):
-        if v.dtype.hasobject:
+        if not _plain(v.dtype):
             raise WireError(f"an array of dtype {v.dtype} cannot travel as a buffer")
-        arrays.append(np.ascontiguousarray(v))
+        arrays.append(v if v.flags.c_contiguous else np.ascontiguousarray(v))  # keeps 0-d
         return ["A", len(arrays) - 1]
     if isinstance(v, dict):
         return ["D", [[_to_header(k, arrays), _to_header(x, arrays)] for k, x in v.items()]]
@@ -136,7 +142,7 @@ def _to_header(v, arrays):
     raise WireError(f"a value of type {type(v).__name__} cannot travel in a message")
 
 
-def _from_header(v, arrays):
+def _from_header(v, arrays, used, depth=0):
     if not isinstance(v, list):
         if isinstance(v, dict):
             raise WireError("malformed header")
@@ -145,24 +151,31 @@ def _from_header(v, arrays):
         raise WireError("malformed header")
     tag, body = v
     if tag in ("A", "B"):
-        if not isinstance(body, int) or not 0 <= body < len(arrays):
+        if type(body) is not int or not 0 <= body < len(arrays) or body in used:
             raise WireError("malformed array reference")
+        used.add(body)  # each buffer is referenced once: no copies beyond the message size
         return arrays[body] if tag == "A" else arrays[body].tobytes()
     if not isinstance(body, list):
         raise WireError("malformed header")
+    if depth >= _MAX_DEPTH:
+        raise WireError(f"message nested deeper than {_MAX_DEPTH} levels")
     if tag == "L":
-        return [_from_header(x, arrays) for x in body]
+        return [_from_header(x, arrays, used, depth + 1) for x in body]
     if tag == "T":
-        return tuple(_from_header(x, arrays) for x in body)
+        return tuple(_from_header(x, arrays, used, depth + 1) for x in body)
     if tag == "D":
         out = {}
         for item in body:
             if not isinstance(item, list) or len(item) != 2:
                 raise WireError("malformed header")
-            key = _from_header(item[0], arrays)
-            if not isinstance(key, (str, int, float, bool, tuple)) and key is not None:
+            key = _from_header(item[0], arrays, used, depth + 1)
+            if not isinstance(key, (str, int, float, bool, bytes, tuple)) and key is not None:
                 raise WireError("malformed dict key")
-            out[key] = _from_header(item[1], arrays)
+            try:
+                hash(key)
+            except TypeError:
+                raise WireError("malformed dict key") from None
+            out[key] = _from_header(item[1], arrays, used, depth + 1)
         return out
     raise WireError(f"unknown value tag {tag!r}")
 
@@ -190,16 +203,35 @@ def encode(msg):
     return out
 
 
+def _plain(dtype):
+    """Whether arrays of ``dtype`` travel: numbers, booleans and text, no fields or sub-arrays."""
+    return (dtype.kind in _KINDS and dtype.itemsize > 0 and dtype.fields is None
+            and dtype.subdtype is None)
+
+
 def _dtype(text):
     if not isinstance(text, str):
         raise WireError("malformed array dtype")
+    if not _DTYPE_TEXT.fullmatch(text):
+        raise WireError(f"array dtype {text[:40]!r} is not plain data")
     try:
         dtype = np.dtype(text)
-    except TypeError:
+    except (TypeError, ValueError, OverflowError):
         raise WireError(f"unknown array dtype {text!r}") from None
-    if dtype.hasobject:
+    if not _plain(dtype):
         raise WireError(f"array dtype {text!r} is not plain data")
     return dtype
+
+
+def _shape(spec, dtype):
+    shape = spec[1]
+    if not (isinstance(shape, list) and len(shape) <= _MAX_NDIM
+            and all(type(d) is int and d >= 0 for d in shape)):
+        raise WireError("malformed array shape")
+    # numpy needs the product of the non-zero dimensions, in bytes, to fit an intp
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > np.iinfo(np.intp).max:
+        raise WireError("array shape too large")
+    return tuple(shape)
 
 
 def decode(data):
@@ -212,28 +244,39 @@ def decode(data):
     if 12 + hlen > len(data):
         raise WireError("truncated message header")
     try:
-        body, specs = json.loads(bytes(data[12:12 + hlen]).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, TypeError):
+        header = json.loads(bytes(data[12:12 + hlen]).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, TypeError, RecursionError):
         raise WireError("malformed message header") from None
-    if not isinstance(specs, list):
+    if not (isinstance(header, list) and len(header) == 2 and isinstance(header[1], list)):
         raise WireError("malformed message header")
+    body, specs = header
     off = _aligned(12 + hlen)
     arrays = []
     for spec in specs:
-        if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[1], list)
-                and all(isinstance(d, int) and d >= 0 for d in spec[1])):
+        if not (isinstance(spec, list) and len(spec) == 2):
             raise WireError("malformed array spec")
         dtype = _dtype(spec[0])
-        shape = tuple(spec[1])
-        count = int(np.prod(shape)) if shape else 1
-        if off + count * dtype.itemsize > len(data):
+        shape = _shape(spec, dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if off + nbytes > len(data):
             raise WireError("truncated message body")
-        arr = np.frombuffer(data, dtype=dtype, count=count, offset=off).reshape(shape)
+        if dtype.kind == "U" and nbytes:
+            codes = np.frombuffer(data, dtype=np.dtype("u4").newbyteorder(dtype.byteorder),
+                                  count=nbytes // 4, offset=off)
+            if codes.max() > 0x10FFFF:  # numpy would build broken str objects from them
+                raise WireError("text array holds invalid characters")
+        try:
+            arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=off).reshape(shape)
+        except (ValueError, TypeError):
+            raise WireError("malformed array") from None
         if not (arr.flags.writeable and arr.flags.aligned):
             arr = arr.copy()
         arrays.append(arr)
-        off += _aligned(count * dtype.itemsize)
-    msg = _from_header(body, arrays)
+        off += _aligned(nbytes)
+    used = set()
+    msg = _from_header(body, arrays, used)
+    if len(used) != len(arrays):
+        raise WireError("an array of the message is never referenced")
     if not isinstance(msg, dict):
         raise WireError("a message must be a dict")
     return msg
@@ -375,12 +418,20 @@ class Comm:
         data = self.raw.recv_bytes(src, TAG_ERROR)
         ch = self.error_channels.get(src)
         try:
+            text = ch.open(data) if ch else data
+        except ChannelError:
+            raise RemoteError(src, "ChannelError", "error report failed authentication", "") from None
+        try:
             # JSON, not pickle: a report may arrive before the channel keys exist
-            payload = json.loads(bytes(ch.open(data) if ch else data).decode("utf-8"))
-        except (ChannelError, ValueError):
-            payload = {"type": "ChannelError", "message": "error report failed authentication",
-                       "traceback": ""}
-        raise RemoteError(src, payload["type"], payload["message"], payload["traceback"])
+            payload = json.loads(bytes(text).decode("utf-8"))
+        except (ValueError, RecursionError):
+            payload = None
+        if not (isinstance(payload, dict)
+                and all(isinstance(payload.get(k), str) for k, _ in _REPORT_FIELDS)
+                and _TYPE_NAME.fullmatch(payload["type"])):
+            raise RemoteError(src, "ProtocolError",
+                              f"{self.raw.describe(src)} sent a malformed error report", "")
+        raise RemoteError(src, *(_clip(payload[k], n) for k, n in _REPORT_FIELDS))
 
     def report_error(self, exc):
         """Party: send an exception to the master (sealed when a channel exists)."""
@@ -401,6 +452,16 @@ class Comm:
             if getattr(self.raw, "aborted", False):
                 return
         self.raw.abort(1)
+
+
+_REPORT_FIELDS = (("type", 200), ("message", 10_000), ("traceback", 100_000))  # characters kept
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")   # an exception's name: no line breaks to forge log lines
+
+
+def _clip(text, limit):
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
 
 
 def _tamper_from_env():

@@ -51,13 +51,22 @@ TAG_HELLO = TAG_CONTROL + 3     # party -> master, first frame: {"name", "versio
 TAG_REFUSED = TAG_CONTROL + 4   # master -> party: why its connection is refused (text)
 HANDSHAKE_SECONDS = 20          # a connecting peer must finish TLS and say hello within this
 STREAM_BUFFER = 1 << 24         # bytes a reader buffers before pausing the socket (large frames)
-MAX_FRAME = 1 << 40
+START_FRAME = 1 << 20          # the largest frame before a job is agreed (hello, job message, refusal)
+DEFAULT_MAX_FRAME = 2 << 30     # the largest frame of a running job unless max_message_mb says otherwise
 _WAIT = 0.02                    # seconds between polls while waiting
 KEEPALIVE = (10, 5, 3)          # idle seconds, interval, probes: a dead host is found in ~25 s
 
 
 class PeerLost(FedForestError):
     """A participant disconnected or was stopped in the middle of a job."""
+
+
+class FrameTooLarge(ConnectionError):
+    """A peer announced a frame above the receiver's limit."""
+
+    def __init__(self, n, limit):
+        super().__init__(f"sent a message of {n} bytes, above this process's limit of {limit} bytes "
+                         "(max_message_mb in [network]); connection closed")
 
 
 def _quiet_eof_note(record):
@@ -128,10 +137,12 @@ class Connection:
             self.writer.write(data)
         await self.writer.drain()
 
-    async def read(self):
+    async def read(self, limit=START_FRAME):
+        """One frame; a frame announced above ``limit`` bytes ends the
+        connection before anything of it is buffered."""
         tag, n = HEADER.unpack(await self.reader.readexactly(HEADER.size))
-        if n > MAX_FRAME:
-            raise ConnectionError(f"frame of {n} bytes announced")
+        if n > limit:
+            raise FrameTooLarge(n, limit)
         return tag, (await self.reader.readexactly(n) if n else b"")
 
     async def close(self):
@@ -143,6 +154,8 @@ class Connection:
 
 
 def _reason(exc):
+    if isinstance(exc, FrameTooLarge):
+        return str(exc)
     if isinstance(exc, asyncio.IncompleteReadError):
         return "closed the connection"
     if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
@@ -155,7 +168,9 @@ class TCPTransport(RawTransport):
     """:class:`RawTransport` over a set of established :class:`Connection`\\ s.
 
     ``rank``/``size`` may be assigned after construction (a party learns them
-    from the master's job message); ``names[r]`` names rank ``r`` in errors."""
+    from the master's job message); ``names[r]`` names rank ``r`` in errors.
+    ``max_frame``: the largest frame a peer may send; small until the job is
+    agreed, then the job's limit (set by :mod:`fedforest.federation.network`)."""
 
     def __init__(self, loop, rank, size, connections, names):
         self.ev = loop
@@ -166,6 +181,7 @@ class TCPTransport(RawTransport):
         self.aborted = False
         self.abort_code = None
         self.lost = {}                          # rank -> reason
+        self.max_frame = START_FRAME
         self.finished = set()                   # ranks that said goodbye
         self._queues = collections.defaultdict(collections.deque)
         self._cond = threading.Condition()
@@ -185,7 +201,7 @@ class TCPTransport(RawTransport):
         count = 0
         try:
             while True:
-                tag, data = await conn.read()
+                tag, data = await conn.read(self.max_frame)
                 if tag == TAG_ABORT:
                     code = struct.unpack("!i", data)[0] if len(data) == 4 else 1
                     self._peer_stopped(rank, code)

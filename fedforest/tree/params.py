@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass, fields, asdict
 
 from ..data.validation import CLASSIFICATION, REGRESSION
-from ..constraints import Interval, Options, check
+from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
 from ..errors import InputError
 
 CRITERIA = {CLASSIFICATION: ("gini", "entropy", "log_loss"), REGRESSION: ("squared_error",)}
@@ -44,9 +44,9 @@ FRACTION = Interval(float, 0.0, 1.0, closed="right")
 
 # scikit-learn style: each parameter's accepted values (one of them must hold)
 PARAMETER_CONSTRAINTS = {
-    "n_estimators": (Interval(int, 1),),
+    "n_estimators": (Interval(int, 1, MAX_TREES),),
     "criterion": (None, Options("gini", "entropy", "log_loss", "squared_error")),
-    "max_depth": (None, Interval(int, 1)),
+    "max_depth": (None, Interval(int, 1, MAX_DEPTH)),
     "min_samples_split": (Interval(int, 2), FRACTION),
     "min_samples_leaf": (Interval(int, 1), FRACTION),
     "min_weight_fraction_leaf": (Interval(numbers.Real, 0.0, 0.5),),

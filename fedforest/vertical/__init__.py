@@ -10,7 +10,7 @@ different columns; one party holds the label.
 
 This module declares the mode (``--mode vertical``, settings in ``[forest]``).
 """
-from ..constraints import Interval, Options
+from ..constraints import MAX_TREES, Interval, Options
 from ..errors import InputError
 from ..federation.mode import VERTICAL, Mode, Param
 from ..tree.params import HELP, PARAMETER_CONSTRAINTS, ForestParams
@@ -24,18 +24,18 @@ PARAMS = tuple(
     Param("label_privacy", "plain", (Options("plain", "paillier"),),
           "'plain': labels shared with the parties; 'paillier': labels encrypted for all but their "
           "holder (needs split_method 'hist', no class_weight)", text=True),
-    Param("key_length", 2048, (Interval(int, 256),), "Paillier key bits: 2048 or 3072"),
+    Param("key_length", 2048, (Interval(int, 256, 16_384),), "Paillier key bits: 2048 or 3072"),
     Param("insecure_key", False, (bool,), "allow Paillier keys shorter than 2048 bits (tests only)"),
-    Param("slot_bits", None, (None, Interval(int, 1)),
+    Param("slot_bits", None, (None, Interval(int, 1, 1024)),
           "bits per encrypted statistic (None: just enough for the rows)"),
-    Param("encrypt_workers", 1, (Interval(int, 1),),
+    Param("encrypt_workers", 1, (Interval(int, 1, 1024),),
           "processes the label holder uses to encrypt the labels with its own randomness"),
     Param("label_randomness", "master", (Options("master", "own"),),
           "'master': the key holder computes the labels' encryption randomness (CRT, n_jobs "
           "processes) and sends it to the label holder; 'own': the label holder draws it", text=True),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
-    Param("tree_batch", None, (None, Interval(int, 1)),
+    Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
           "trees grown together, two exchanges per level for the whole batch (None: the whole "
           "forest, or as many trees as batch_memory_mb allows)"),
     Param("batch_memory_mb", 4096, (Interval(int, 1),),

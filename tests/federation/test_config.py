@@ -76,9 +76,9 @@ def test_flags_override_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"max_depth": True}, r"max_depth: must be None or an int >= 1, got True"),
+    ({"max_depth": True}, r"max_depth: must be None or an int in \[1, 64\], got True"),
     ({"random_state": True}, r"random_state: must be None or an int >= 0, got True"),
-    ({"n_estimators": 2.5}, r"n_estimators: must be an int >= 1"),
+    ({"n_estimators": 2.5}, r"n_estimators: must be an int in \[1, 100000\]"),
     ({"mode": "icdta4fl", "filter_percentile": 120}, r"filter_percentile: must be a number in \[0, 100\]"),
     ({"mode": "icdta4fl", "tree_type": "xgboost"}, r"tree_type: must be one of 'cart', 'id3'"),
     ({"mode": "fedxgbllr", "cnn_lr": 0}, r"cnn_lr: must be"),

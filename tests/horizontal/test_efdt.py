@@ -185,7 +185,7 @@ def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
 @pytest.mark.parametrize("opts,match", [
     ({"strategy": "mean"}, "strategy: must be one of"),
     ({"merge": "sum"}, "merge: must be one of"),
-    ({"rounds": 0}, "rounds: must be an int >= 1, got 0"),
+    ({"rounds": 0}, "rounds: must be an int in \\[1, 100000\\], got 0"),
     ({"delta": 1.5}, "delta: must be"),
     ({"leaf_prediction": "knn"}, "leaf_prediction: must be one of"),
     ({"n_bins": 1}, "n_bins: must be an int in"),

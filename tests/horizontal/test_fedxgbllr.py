@@ -154,7 +154,7 @@ def test_non_finite_tree_outputs(tmp_path, monkeypatch):
         _run(paths, None, tmp_path)
 
 
-@pytest.mark.parametrize("opts,match", [({"rounds": 0}, "rounds: must be an int >= 1"),
+@pytest.mark.parametrize("opts,match", [({"rounds": 0}, "rounds: must be an int in \\[1, 10000\\]"),
                                         ({"xgb_trees": 2}, "cannot give each of 3 clients"),
                                         ({"cnn_lr": 0}, "cnn_lr: must be a number > 0")])
 def test_bad_settings(tmp_path, opts, match):

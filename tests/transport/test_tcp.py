@@ -18,7 +18,7 @@ from fedforest.federation.network import Policy, join, serve
 from fedforest.horizontal.common import load_model
 from fedforest.jobs import run_horizontal, run_vertical
 from fedforest.transport.base import Comm
-from fedforest.transport.tcp import Party, PeerLost, accept_parties, connect_master
+from fedforest.transport.tcp import DEFAULT_MAX_FRAME, Party, PeerLost, accept_parties, connect_master
 
 from _util import ROOT, TREE_KEYS, assert_same_trees, complete_trees, party_frames
 
@@ -247,7 +247,7 @@ def _tcp_star(keys, n=2, reply_timeout=None):
             time.sleep(0.01)
         raw = connect_master(bound[0], client_context(keys[f"p{r}"][1], keys[f"p{r}"][0]),
                              _fp(keys, "master"), f"p{r}", 10)
-        raw.rank, raw.size = r, n + 1
+        raw.rank, raw.size, raw.max_frame = r, n + 1, DEFAULT_MAX_FRAME
         comms[r] = Comm(raw)
     threads = [threading.Thread(target=party, args=(r,)) for r in range(1, n + 1)]
     for t in threads:
@@ -256,6 +256,7 @@ def _tcp_star(keys, n=2, reply_timeout=None):
                          "master", 10, on_listen=bound.append)
     for t in threads:
         t.join()
+    raw.max_frame = DEFAULT_MAX_FRAME
     comms[0] = Comm(raw)
     comms[0].reply_timeout = reply_timeout
     return comms

@@ -29,13 +29,13 @@ CLASSIFICATION_POPULATION, REGRESSION_POPULATION = 20, 40
 _DEPTH_RANGE = (
     Param("min_depth", 2, (Interval(int, 1, DEPTH_LIMIT),), "smallest depth the clients' cross-validation tries"),
     Param("max_depth", 15, (Interval(int, 1, DEPTH_LIMIT),), "largest depth the clients' cross-validation tries"),
-    Param("cv_folds", 5, (Interval(int, 2),), "folds of the clients' depth cross-validation"),
+    Param("cv_folds", 5, (Interval(int, 2, 20),), "folds of the clients' depth cross-validation"),
 )
 _BINNING = (
     Param("binning", False, (bool,),
           "classification: each client bins its numeric columns into n_bins quantile bins fitted on its "
           "training rows (2 uniform bins when that leaves one), as in the paper's experiments"),
-    Param("n_bins", 5, (Interval(int, 2),), "quantile bins per numeric column when binning"),
+    Param("n_bins", 5, (Interval(int, 2, 1024),), "quantile bins per numeric column when binning"),
 )
 _SEED = (Param("random_state", None, (None, Interval(int, 0)), "seed of every random draw of the job"),)
 _PARTICIPATION = Param(
@@ -45,15 +45,15 @@ _PARTICIPATION = Param(
 _EPSILON = Param("epsilon", 1.0, (Interval(numbers.Real, 0, closed="neither"),), "privacy budget of the Laplace noise")
 
 PARAMS = _DEPTH_RANGE + (
-    Param("population_size", None, (None, Interval(int, 2)),
+    Param("population_size", None, (None, Interval(int, 2, 10_000)),
           "structures in the population (None: 20 for classification, 40 for regression); at least the "
           "number of clients"),
-    Param("generations", 100, (Interval(int, 1),), "generations of the genetic algorithm"),
+    Param("generations", 100, (Interval(int, 1, 10_000),), "generations of the genetic algorithm"),
     Param("train_ratio", 0.8, (Interval(numbers.Real, 0, 1, closed="right"),),
           "share of each client's rows that fits a candidate; the rest scores it (stratified, seeded)"),
     Param("leaf_ratio", 0.01, (Interval(numbers.Real, 0, 1, closed="left"),),
           "probability that a slot of a random structure is a leaf (nil)"),
-    Param("tournament_size", 3, (Interval(int, 1),), "members drawn per tournament"),
+    Param("tournament_size", 3, (Interval(int, 1, 10_000),), "members drawn per tournament"),
     Param("flip_fraction", 0.05, (Interval(numbers.Real, 0, 1),),
           "node flip changes max(1, round(flip_fraction * slots)) slots"),
     Param("swap_fraction", 0.05, (Interval(numbers.Real, 0, 1),),
@@ -74,7 +74,7 @@ IBM_PARAMS = (
     Param("max_depth", 6, (Interval(int, 1, DEPTH_LIMIT),), "depth of the global tree"),
     _EPSILON,
     _PARTICIPATION,
-    Param("n_bins", 5, (Interval(int, 2),), "quantile bins per numeric column (always binned)"),
+    Param("n_bins", 5, (Interval(int, 2, 1024),), "quantile bins per numeric column (always binned)"),
 ) + _SEED
 
 

@@ -9,22 +9,22 @@ the ``xgboost`` package).
 """
 import numbers
 
-from ...constraints import Interval
+from ...constraints import MAX_DEPTH, MAX_TREES, Interval
 from ...federation.mode import HORIZONTAL, Mode, Param
 
 DEFAULT_DEPTH = 8
 
 PARAMS = (
-    Param("xgb_trees", 500, (Interval(int, 1),),
+    Param("xgb_trees", 500, (Interval(int, 1, MAX_TREES),),
           "XGBoost trees over all clients (each client grows xgb_trees // K)"),
     Param("xgb_eta", 0.1, (Interval(numbers.Real, 0, closed="neither"),),
           "learning rate of the client XGBoost ensembles"),
-    Param("max_depth", None, (None, Interval(int, 1)), f"depth of the XGBoost trees (None: {DEFAULT_DEPTH})"),
+    Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)), f"depth of the XGBoost trees (None: {DEFAULT_DEPTH})"),
     Param("random_state", None, (None, Interval(int, 0)), "seed of the ensembles and of the CNN"),
-    Param("rounds", 10, (Interval(int, 1),), "FedAvg rounds of the CNN"),
-    Param("local_epochs", 100, (Interval(int, 1),), "CNN epochs per client per round"),
+    Param("rounds", 10, (Interval(int, 1, 10_000),), "FedAvg rounds of the CNN"),
+    Param("local_epochs", 100, (Interval(int, 1, 100_000),), "CNN epochs per client per round"),
     Param("batch_size", 64, (Interval(int, 1),), "CNN mini-batch rows"),
-    Param("cnn_channels", 64, (Interval(int, 1),), "CNN channels (learning-rate strategies)"),
+    Param("cnn_channels", 64, (Interval(int, 1, 4096),), "CNN channels (learning-rate strategies)"),
     Param("cnn_lr", 0.001, (Interval(numbers.Real, 0, closed="neither"),),
           "Adam learning rate of the CNN"),
 )
