@@ -7,11 +7,16 @@ DEMO    = build/demo
 
 .PHONY: venv demo test bench experiments clean
 
+# the demo's set-up installs what a job needs; tests, benchmarks and experiments add their extras
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e .
 	$(PY) -m fedforest warm-up
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -23,17 +28,17 @@ demo: venv
 		--data $(DEMO)/test-party1.csv $(DEMO)/test-party2.csv
 	$(PY) -m fedforest demo-report --dir $(DEMO)
 
-test: venv
+test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
-bench: venv
+bench: $(VENV)/.test-installed
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py --dense-rows 100000
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
 
-experiments: venv
+experiments: $(VENV)/.test-installed
 	$(PY) experiments/lossless_vs_sklearn.py
 	$(PY) experiments/icdta4fl_tables.py
 	$(PY) experiments/icdta4fl_cart.py

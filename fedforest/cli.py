@@ -386,6 +386,10 @@ def build_parser():
 
 
 def main(argv=None):
+    import os
+    # idle kernel threads of fedforest's own processes sleep instead of spinning: ranks often
+    # share cores, where spinning threads slow everyone down (set the variable to override)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -18,6 +18,16 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"fedforest {__version__}"
 
 
+def test_importing_the_kernels_leaves_the_environment_alone():
+    # OMP_WAIT_POLICY is fedforest's choice for its own processes only, not for a user's
+    # process that imports the package beside scikit-learn or XGBoost
+    code = "import os, fedforest.tree.kernels; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
+
+
 def test_vertical_predict_keeps_the_training_summary_and_refuses_training_flags(tmp_path):
     X, y = make_classification(200, 4, random_state=0)
     frames = party_frames(np.round(X, 3), y, [[0, 1], [2, 3]])

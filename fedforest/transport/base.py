@@ -102,6 +102,7 @@ _ALIGN = 16
 _MAGIC = b"FFW1"        # wire format 1: magic, header length, JSON header, aligned array buffers
 _MAX_DEPTH = 64         # levels of containers in a message, itself included
 _MAX_NDIM = 32
+_MAX_DIM = (1 << 31) - 1    # elements along one dimension
 _KINDS = "biufcU"       # array dtypes that travel: booleans, numbers, text
 _DTYPE_TEXT = re.compile(r"[<>|=]?(?:[biufc]\d{1,2}|U\d{1,9})")
 
@@ -228,6 +229,9 @@ def _shape(spec, dtype):
     if not (isinstance(shape, list) and len(shape) <= _MAX_NDIM
             and all(type(d) is int and d >= 0 for d in shape)):
         raise WireError("malformed array shape")
+    # an empty array may not declare huge dimensions either (a receiver sizes other arrays by them)
+    if any(d > _MAX_DIM for d in shape):
+        raise WireError("array dimension too large")
     # numpy needs the product of the non-zero dimensions, in bytes, to fit an intp
     if math.prod(d or 1 for d in shape) * dtype.itemsize > np.iinfo(np.intp).max:
         raise WireError("array shape too large")

@@ -29,7 +29,6 @@ written out in each scan loop: a shared helper measured about 40% slower
 training (numba does not keep it as tight), so the repetition is deliberate;
 tests check both kernels against one brute-force reference.
 """
-import os
 
 import numba
 import numpy as np
@@ -41,10 +40,6 @@ MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
 
-
-# idle kernel threads sleep instead of spinning: parties often share cores with
-# other ranks, where spinning threads slow everyone down (set the variable to override)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def set_threads(n):

@@ -126,6 +126,7 @@ CRAFTED = {
     "shape wraps to zero": _frame([["D", [["a", ["A", 0]]]], [["<f8", [2**32, 2**32, 0]]]]),
     "shape of 2**64": _frame([["D", [["a", ["A", 0]]]], [["|u1", [2**64]]]], b"\0" * 16),
     "huge empty shape": _frame([["D", [["a", ["A", 0]]]], [["<f8", [0, 2**62]]]]),
+    "empty shape with a dimension of 2**40": _frame([["D", [["a", ["A", 0]]]], [["|u1", [0, 2**40]]]]),
     "100 dimensions": _frame([["D", [["a", ["A", 0]]]], [["<f8", [1] * 100]]], b"\0" * 16),
     "negative dimension": _frame([["D", [["a", ["A", 0]]]], [["<f8", [-1]]]], b"\0" * 16),
     "float dimension": _frame([["D", [["a", ["A", 0]]]], [["<f8", [1.0]]]], b"\0" * 16),
