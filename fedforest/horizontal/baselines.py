@@ -36,7 +36,10 @@ def server_train(comm, cfg):
 
 
 def client_train(comm, cfg):
-    return run_tree_client(comm, cfg, {SEND_ROWS: lambda client, msg: {"X": client.X, "y": client.y}})
+    if cfg.mode == "centralized":
+        return run_tree_client(comm, cfg, {SEND_ROWS: lambda client, msg: {"X": client.X, "y": client.y}})
+    # local: no rows leave, and the final message carries no tree (each client keeps its own)
+    return run_tree_client(comm, cfg, final_tree=lambda client: None)
 
 
 _ROLES = ("server_train", "client_train", "predict_proba", "explain")

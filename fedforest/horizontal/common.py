@@ -20,6 +20,7 @@ file (features + label, an ID column is optional).
 See docs/horizontal.md.
 """
 import json
+import numbers
 import os
 import time
 
@@ -102,10 +103,13 @@ def server_setup(comm, cfg, tree_type, task="classification"):
     return infos, agree(infos, tree_type, task)
 
 
-def client_setup(comm, cfg):
-    """Client start-up matching :func:`server_setup`, up to the server's
-    ``setup`` message.  Returns (setup message, Encoding, X, y, test) where
-    ``test`` is ``(X, y)`` of the client's ``test_data`` file or None."""
+def client_setup(comm, cfg, tree_type, task="classification"):
+    """Client start-up matching :func:`server_setup` (the same ``tree_type`` and
+    ``task``, from this client's settings), up to the server's ``setup``
+    message.  Returns (setup message, Encoding, X, y, test) where ``test`` is
+    ``(X, y)`` of the client's ``test_data`` file or None.  The encoding is
+    checked against this client's table; the rest of the set-up is the mode's
+    to check."""
     rank = comm.rank
     cfg.check_train()
     check_clients(cfg)
@@ -114,10 +118,16 @@ def client_setup(comm, cfg):
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
+    same_setting("tree_type", field_of(msg, protocol.LOAD, "tree_type"), tree_type)
+    same_setting("task", field_of(msg, protocol.LOAD, "task"), task)
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
-    comm.send(SERVER, table.describe(msg["tree_type"], msg["task"]))
+    info = table.describe(tree_type, task)
+    comm.send(SERVER, info)
     setup = protocol.expect(comm.recv(SERVER), protocol.SETUP)
-    enc = Encoding.from_dict(setup["encoding"])
+    enc = message_encoding(protocol.SETUP, field_of(setup, protocol.SETUP, "encoding"), tree_type,
+                         "classification" if tree_type == "id3" else task,
+                         MAX_CATEGORIES if tree_type == "id3" else None)
+    check_categories(protocol.SETUP, enc, info, tree_type == "id3")
     what = client_what(rank)
     X, y = enc.features(table.X, what), enc.labels(table.y, what)
     test = None
@@ -318,6 +328,189 @@ def agree(infos, tree_type, task="classification"):
 
 
 # ---------------------------------------------------------------------------
+# Checks of the server's messages on a client
+# ---------------------------------------------------------------------------
+# The server holds valid channel keys but is trusted with neither the client's
+# memory, its files nor its privacy: every value of an in-job message that
+# reaches a kernel, a file, a noise draw or a model is checked against the
+# client's own accepted settings (``cfg``) and its own data, or taken from them.
+# A malformed value (a tree that is not a tree, an index out of range, an array
+# of the wrong shape, a key the protocol never sends) is a ProtocolError naming
+# the message and field; a setting the server sends otherwise than this
+# client's settings give is an InputError naming the setting.
+MAX_SEED = 2 ** 31 - 1       # what job_seed draws when random_state is None
+TREE_KEYS = frozenset(("feature", "value") + tree_format.BINARY_KEYS + tree_format.MULTIWAY_KEYS
+                      + tuple(tree_format.EXTRA_DTYPES))
+
+
+def bad_message(op, field, problem):
+    """The error of a malformed field of the server's ``op`` message."""
+    return protocol.ProtocolError(f"protocol error: the server's {op!r} message has a bad {field!r}: {problem}")
+
+
+def field_of(msg, op, field):
+    """``msg[field]``; ProtocolError when it is missing."""
+    if not isinstance(msg, dict) or field not in msg:
+        raise bad_message(op, field, "it is missing")
+    return msg[field]
+
+
+def _equal(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return False
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, z) for x, z in zip(a, b))
+    if isinstance(a, (dict, list, tuple)) or isinstance(b, (dict, list, tuple)):
+        return False
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _shown(v):
+    text = repr(v)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def same_setting(field, sent, expected):
+    """``expected`` (this client's value of a setting); InputError naming
+    ``field`` when the server sent another value."""
+    if not _equal(sent, expected):
+        raise InputError(field, f"the server runs this job with {_shown(sent)}, this client's settings "
+                                f"give {_shown(expected)}")
+    return expected
+
+
+def same_settings(msg, op, expected):
+    """Every setting of ``expected`` ({field: this client's value}) as the server
+    sent it in ``msg``; returns ``expected``."""
+    for k, v in expected.items():
+        same_setting(k, field_of(msg, op, k), v)
+    return dict(expected)
+
+
+def whole_number(op, field, v, lo, hi):
+    """``v`` as an int in ``lo..hi``; ProtocolError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= v <= hi:
+        raise bad_message(op, field, f"expected a whole number in {lo}..{hi}, got {_shown(v)}")
+    return int(v)
+
+
+def true_or_false(op, field, v):
+    """``v`` as a bool; ProtocolError otherwise."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise bad_message(op, field, f"expected true or false, got {_shown(v)}")
+    return bool(v)
+
+
+def job_seed_of(msg, op, cfg):
+    """The job's seed: ``random_state`` when this client's settings set one."""
+    v = field_of(msg, op, "seed")
+    if cfg.random_state is not None:
+        return same_setting("random_state", v, int(cfg.random_state))
+    return whole_number(op, "seed", v, 0, MAX_SEED)
+
+
+def number_array(op, field, v, kinds="iuf", ndim=None, shape=None, dtype=None):
+    """``v`` as a numpy array of numbers (dtype kinds ``kinds``) with ``ndim``
+    dimensions or exactly ``shape`` (None: any length), cast to ``dtype``."""
+    if not isinstance(v, np.ndarray) or v.dtype.kind not in kinds:
+        what = f"{v.dtype} array" if isinstance(v, np.ndarray) else type(v).__name__
+        raise bad_message(op, field, f"expected an array of numbers, got a {what}")
+    if shape is not None:
+        ndim = len(shape)
+    if ndim is not None and v.ndim != ndim:
+        raise bad_message(op, field, f"expected {ndim} dimensions, got shape {v.shape}")
+    if shape is not None and any(s is not None and s != d for s, d in zip(shape, v.shape)):
+        raise bad_message(op, field, f"expected shape {tuple('*' if s is None else s for s in shape)}, got {v.shape}")
+    if dtype is not None:
+        if np.dtype(dtype).kind in "iu" and v.dtype.kind == "f":
+            raise bad_message(op, field, "expected whole numbers")
+        v = np.ascontiguousarray(v, dtype=dtype)
+    return v
+
+
+def message_tree(op, field, t, n_features, width, tree_type=None, max_depth=None, max_nodes=None):
+    """A tree of the server's message, checked (:func:`fedforest.tree.format.check`,
+    strict) against this client's columns and classes (``width``: columns of
+    ``value``) and the job's limits; ``tree_type`` "cart" allows binary splits
+    only, "id3" multiway splits only.  Returns it in the canonical dtypes."""
+    if not isinstance(t, dict):
+        raise bad_message(op, field, f"expected a tree (a dict of arrays), got {type(t).__name__}")
+    unknown = [k for k in t if k not in TREE_KEYS]
+    if unknown:
+        raise bad_message(op, field, f"the tree has arrays fedforest does not send ({_shown(unknown[:5])})")
+    if not all(isinstance(v, np.ndarray) for v in t.values()):
+        raise bad_message(op, field, "the tree's arrays must be arrays")
+    multi = "child_count" in t
+    if tree_type == "cart" and multi:
+        raise bad_message(op, field, "a CART tree has binary splits only")
+    if tree_type == "id3" and not multi:
+        raise bad_message(op, field, "an ID3 tree has multiway splits")
+    try:
+        out = tree_format.check(t, field, n_features=n_features, width=width, max_nodes=max_nodes,
+                                max_depth=max_depth, strict=True)
+    except InputError as exc:
+        raise bad_message(op, field, exc.problem) from None
+    if tree_type == "id3" and np.any(out["children_left"] >= 0):
+        raise bad_message(op, field, "an ID3 tree has multiway splits only")
+    return out
+
+
+def check_categories(op, enc, table_info, id3):
+    """The server's encoding against this client's description of its table:
+    every category this client holds is among the job's, numeric columns are
+    numeric (except for ID3, where every column is categorical)."""
+    cats = enc.categories
+    if cats is None:
+        cats = [None] * len(enc.columns)
+    if not isinstance(cats, list) or len(cats) != len(enc.columns):
+        raise bad_message(op, "encoding", "it needs one category list (or none) per column")
+    mine = dict(zip(table_info["columns"], zip(table_info["kinds"], table_info["categories"])))
+    for c, job in zip(enc.columns, cats):
+        if c not in mine:
+            continue                      # Encoding.features names the columns that differ
+        kind, own = mine[c]
+        if job is None:
+            if id3 or kind != "numeric":
+                raise bad_message(op, "encoding", f"column {c!r} has no categories")
+            continue
+        if not (isinstance(job, list) and all(isinstance(v, str) for v in job) and len(set(job)) == len(job)):
+            raise bad_message(op, "encoding", f"the categories of column {c!r} are not distinct texts")
+        if not id3 and kind == "numeric":
+            raise bad_message(op, "encoding", f"column {c!r} is numeric on this client")
+        missing = sorted(set(own or ()) - set(job))
+        if missing:
+            raise bad_message(op, "encoding", f"column {c!r} lacks this client's categories {_shown(missing[:5])}")
+
+
+def message_encoding(op, d, tree_type, task, max_categories=None):
+    """The server's encoding dict as an :class:`Encoding`: the expected tree
+    type and task, distinct text columns and classes, a category list (or
+    None) per column."""
+    if not isinstance(d, dict):
+        raise bad_message(op, "encoding", f"expected a dict, got {type(d).__name__}")
+    same_setting("tree_type", d.get("tree_type"), tree_type)
+    same_setting("task", d.get("task", "classification"), task)
+    for key in ("columns", "classes"):
+        v = d.get(key)
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v) and len(set(v)) == len(v)):
+            raise bad_message(op, "encoding", f"{key!r} must be a list of distinct texts")
+    cats = d.get("categories")
+    if cats is not None and not (isinstance(cats, list) and len(cats) == len(d["columns"])):
+        raise bad_message(op, "encoding", "it needs one category list (or none) per column")
+    if max_categories is not None and cats is not None and any(
+            isinstance(c, list) and len(c) > max_categories for c in cats):
+        raise bad_message(op, "encoding", f"a column has more than {max_categories} categories")
+    return Encoding.from_dict(d)
+
+
+# ---------------------------------------------------------------------------
 # The client-tree job of the tree modes (ICDTA4FL, its baselines, Federated-ID3)
 # ---------------------------------------------------------------------------
 def tree_params(tree_types=("cart", "id3"), default_type="cart"):
@@ -413,13 +606,39 @@ def run_tree_server(comm, cfg, build):
     return summary
 
 
+def tree_setup(setup, cfg, enc):
+    """A tree mode's ``setup`` message checked against this client's settings:
+    the values of this client's own settings (mode, depth, criterion, seed)."""
+    op = protocol.SETUP
+    out = same_settings(setup, op, {"mode": cfg.mode, "max_depth": tree_depth(cfg, enc),
+                                     "criterion": cfg.criterion or "gini"})
+    out["seed"] = job_seed_of(setup, op, cfg)
+    return out
+
+
 class ClientTree:
-    """What a tree mode's client handlers see: its rows, encoding and set-up."""
+    """What a tree mode's client handlers see: its rows, encoding and set-up
+    (the set-up as this client's settings give it, see :func:`tree_setup`)."""
 
     def __init__(self, comm, cfg, setup, enc, X, y, test):
-        self.comm, self.cfg, self.setup, self.enc = comm, cfg, setup, enc
+        self.comm, self.cfg, self.enc = comm, cfg, enc
+        self.setup = tree_setup(setup, cfg, enc)
         self.X, self.y, self.test = X, y, test
         self.own = None
+
+    @property
+    def n_features(self):
+        return len(self.enc.columns)
+
+    @property
+    def n_classes(self):
+        return len(self.enc.classes)
+
+    def tree(self, op, field, tree, max_depth=None, max_nodes=None):
+        """A tree of the server's ``op`` message, checked against this client's
+        columns, classes and tree type (see :func:`message_tree`)."""
+        return message_tree(op, field, tree, self.n_features, self.n_classes, self.enc.tree_type,
+                          max_depth=max_depth, max_nodes=max_nodes)
 
     def own_tree(self, rows=None):
         """This client's own tree (fitted once, on its ``rows`` when given)."""
@@ -430,30 +649,55 @@ class ClientTree:
         return self.own
 
 
-def run_tree_client(comm, cfg, handlers=None):
+def global_tree(client):
+    """The limits of the final tree of a tree mode that grows one: the job's depth."""
+    return {"max_depth": client.setup["max_depth"]}
+
+
+def no_rules(client, rules):
+    """The final ``rules`` of a mode that sends none: empty."""
+    if rules is not None and not (isinstance(rules, dict) and not rules):
+        raise bad_message(protocol.FINAL, "rules", "this mode sends no rules")
+    return {}
+
+
+def run_tree_client(comm, cfg, handlers=None, final_tree=global_tree, final_rules=no_rules):
     """Client of a tree mode: set-up, then the mode's ``handlers`` (``{message
-    name: handler(client, msg)}``, plus ``train_local``), until the final tree
-    arrives: it is evaluated on this client's rows (and test file) and saved."""
+    name: handler(client, msg)}``; no other message is answered), until the final tree
+    arrives: it is evaluated on this client's rows (and test file) and saved.
+
+    ``final_tree(client)`` gives the limits of the final tree (keywords of
+    :meth:`ClientTree.tree`), or None when every client keeps its own tree (the
+    server then sends none); ``final_rules(client, rules)`` checks the final
+    rules and returns what to save (nothing when empty)."""
     rank = comm.rank
-    client = ClientTree(comm, cfg, *client_setup(comm, cfg))
+    client = ClientTree(comm, cfg, *client_setup(comm, cfg, cfg.tree_type))
     bytes0 = comm.bytes_sent
 
     def final(msg):
-        tree = msg["tree"] if msg["tree"] is not None else client.own_tree()
+        limits = final_tree(client)
+        sent = field_of(msg, protocol.FINAL, "tree")
+        if limits is None:
+            if sent is not None:
+                raise bad_message(protocol.FINAL, "tree", f"every client keeps its own tree in mode {cfg.mode!r}")
+            tree = client.own_tree()
+        else:
+            tree = client.tree(protocol.FINAL, "tree", sent, **limits)
+        rules = final_rules(client, msg.get("rules"))
         reply = {"train": class_scores(client.y, tree_proba(tree, client.X))}
         if client.test is not None:
             reply["test"] = class_scores(client.test[1], tree_proba(tree, client.test[0]))
         folder = client_dir(cfg.model_dir, rank)
         with replaced_folder(folder) as stage:
-            if msg.get("rules"):
-                save_rules(stage, msg["rules"])
-            save_model(stage, {"mode": client.setup["mode"], "encoding": client.enc.to_dict(),
+            if rules:
+                save_rules(stage, rules)
+            save_model(stage, {"mode": cfg.mode, "encoding": client.enc.to_dict(),
                                "label_column": cfg.label_column, "tree": tree, "client": rank,
                                "metrics": reply})
         reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
         return Done(folder, reply)
 
-    table = {TRAIN_LOCAL: lambda msg: {"tree": client.own_tree()}, protocol.FINAL: final}
+    table = {protocol.FINAL: final}     # a mode that shares its own tree (icdta4fl) handles train_local
     for op, handler in (handlers or {}).items():
         table[op] = (lambda h: lambda msg: h(client, msg))(handler)
     return serve(comm, table)
@@ -527,10 +771,17 @@ def save_model(folder, doc):
     return write_model_doc(folder, dict(doc, tree=_jsonable(doc["tree"])))
 
 
+RULE_KEYS = ("dist", "support", "mass", "val", "lo", "hi")
+
+
 def save_rules(folder, rules):
-    """The merged rule set of an ICDTA4FL job as ``folder/rules.npz`` (written atomically)."""
+    """The merged rule set of an ICDTA4FL job as ``folder/rules.npz`` (written
+    atomically): arrays of numbers under the names of :data:`RULE_KEYS` only."""
+    if any(k not in RULE_KEYS for k in rules) or any(
+            not isinstance(v, np.ndarray) or v.dtype.kind not in "biuf" for v in rules.values()):
+        raise ValueError("rules must be arrays of numbers named among " + ", ".join(RULE_KEYS))
     path = os.path.join(folder, "rules.npz")
-    atomic_write(path, lambda fh: np.savez(fh, **rules))
+    atomic_write(path, lambda fh: np.savez(fh, **{k: rules[k] for k in RULE_KEYS if k in rules}))
     return path
 
 
@@ -567,6 +818,8 @@ def load_model(model_dir):
             doc = json.load(fh)
     except (OSError, ValueError) as exc:
         raise InputError("model_dir", f"cannot read {path!r}: {exc}") from None
+    except RecursionError:
+        raise InputError("model_dir", f"cannot read {path!r}: nested too deeply") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         fmt = doc.get("format") if isinstance(doc, dict) else None
         raise InputError("model_dir", f"{path!r} is not a {FORMAT} model (format {fmt!r})")
@@ -575,7 +828,13 @@ def load_model(model_dir):
                                       f"fedforest reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     doc["folder"] = os.path.dirname(path)
     if "tree" in doc:
-        tree = _arrays(doc["tree"])
+        if not isinstance(doc["tree"], dict):
+            raise InputError("model_dir", f"{path!r} holds a tree that is not a dict of arrays")
+        try:
+            tree = _arrays(doc["tree"])
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError("model_dir", f"{path!r} holds a tree array that is not a list of numbers "
+                                          f"({exc})") from None
         if doc["format_version"] == 1:
             tree = tree_format.upgrade_v1(tree)
         tree_format.check(tree, f"model {path!r}")

@@ -41,8 +41,10 @@ from ..federation.mode import HORIZONTAL, Mode, Param
 from ..federation.rounds import Done, ask, serve
 from ..tree import format as tree_format
 from ..tree import hoeffding as ht
-from .common import (MISSING, SERVER, ClientTable, Encoding, check_clients, check_model_folder, check_world,
-                     client_dir, client_what, job_seed, log, save_model, server_dir, text_of)
+from .common import (MISSING, SERVER, ClientTable, Encoding, bad_message, check_categories, check_clients,
+                     check_model_folder, check_world, client_dir, client_what, field_of, job_seed, job_seed_of, log,
+                     message_encoding, number_array, same_setting, same_settings, save_model, server_dir, text_of,
+                     whole_number)
 
 LEARN = "learn_chunk"        # server -> client: (adopt this tree,) predict then learn your next chunk
 SEND_CHUNK = "send_chunk"    # server -> client (centralized): send your next chunk's rows
@@ -349,62 +351,121 @@ def server_train(comm, cfg):
 # ---------------------------------------------------------------------------
 # Client
 # ---------------------------------------------------------------------------
+def check_setup(setup, cfg, info):
+    """The server's ``setup`` message against this client's settings and table
+    description ``info``: (Encoding, bin edges, the client's own settings, seed)."""
+    op = protocol.SETUP
+    same_settings(setup, op, {"mode": cfg.mode, "strategy": cfg.strategy, "rounds": cfg.rounds})
+    settings = same_settings(setup, op, {"settings": _settings(cfg)})["settings"]
+    row_type = "id3" if all(k == "text" for k in info["kinds"]) else "xgboost"
+    enc = message_encoding(op, field_of(setup, op, "encoding"), row_type, "classification")
+    check_categories(op, enc, info, False)
+    if enc.categories is None:
+        raise bad_message(op, "encoding", "it needs one category list (or none) per column")
+    edges = field_of(setup, op, "edges")
+    if not isinstance(edges, (list, tuple)) or len(edges) != len(enc.columns):
+        raise bad_message(op, "edges", f"expected one entry per column ({len(enc.columns)})")
+    out = []
+    for j, (e, cats) in enumerate(zip(edges, enc.categories)):
+        if cats is not None:
+            if e is not None:
+                raise bad_message(op, "edges", f"column {j} holds categories, not bins")
+            out.append(None)
+            continue
+        e = number_array(op, "edges", e, "iuf", ndim=1, dtype=np.float64)
+        if e.size > cfg.n_bins or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
+            raise bad_message(op, "edges", f"column {j} needs at most {cfg.n_bins} increasing finite edges")
+        out.append(e)
+    return enc, out, settings, job_seed_of(setup, op, cfg)
+
+
 def client_train(comm, cfg):
     rank = comm.rank
     what = client_what(rank)
     _check_job(comm, cfg, client_dir(cfg.model_dir, rank), f"{what} model_dir")
     _connect(comm, cfg)
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
+    same_setting("n_bins", field_of(msg, protocol.LOAD, "n_bins"), cfg.n_bins)
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
     if table.X.shape[0] == 0:
         raise InputError(what, f"{cfg.data[rank - 1]!r} has no rows")
-    comm.send(SERVER, describe(table, msg["n_bins"]))
-    setup = protocol.expect(comm.recv(SERVER), protocol.SETUP)
-    enc, edges = Encoding.from_dict(setup["encoding"]), setup["edges"]
+    info = describe(table, cfg.n_bins)
+    comm.send(SERVER, info)
+    enc, edges, settings, seed = check_setup(protocol.expect(comm.recv(SERVER), protocol.SETUP), cfg, info)
     schema = schema_of(enc, edges)
     codes = to_codes(encode_rows(table.X, enc, what), edges)
     y = enc.labels(table.y, what)
     if cfg.shuffle:
-        perm = np.random.default_rng(setup["seed"] + rank).permutation(y.size)
+        perm = np.random.default_rng(seed + rank).permutation(y.size)
         codes, y = codes[perm], y[perm]
     test = None
     if cfg.test_data:
         tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
         test = (to_codes(encode_rows(tt.X, enc, f"{what} test data"), edges), enc.labels(tt.y, f"{what} test data"))
-    parts = chunks(y.size, setup["rounds"])
-    model = ht.EFDT(schema, len(enc.classes), **setup["settings"])
-    lp = setup["settings"]["leaf_prediction"]
+    parts = chunks(y.size, cfg.rounds)
+    model = ht.EFDT(schema, len(enc.classes), **settings)
+    lp = settings["leaf_prediction"]
     bytes0 = comm.bytes_sent
+    shared = cfg.strategy not in ("local", "centralized")   # the server sends merged trees
+    done = {"rounds": 0}
+
+    def next_round(op, m):
+        rnd = whole_number(op, "round", field_of(m, op, "round"), 0, cfg.rounds - 1)
+        if rnd != done["rounds"]:
+            raise bad_message(op, "round", f"expected round {done['rounds']}, got {rnd}")
+        done["rounds"] += 1
+        return parts[rnd]
+
+    def tree_of(op, m, expected):
+        """The server's tree of ``m``: a state when ``expected``, else none."""
+        st = m.get("tree")
+        if not expected:
+            if st is not None:
+                raise bad_message(op, "tree", "this round sends no tree")
+            return None
+        try:
+            return ht.check_state(st, schema, len(enc.classes), "tree", binary_split=bool(cfg.binary_split),
+                                  max_depth=cfg.max_depth)
+        except InputError as exc:
+            raise bad_message(op, "tree", exc.problem) from None
 
     def learn(m):
-        lo, hi = parts[m["round"]]
-        if m.get("tree") is not None:
-            model.load_state(m["tree"])
+        first = done["rounds"] == 0
+        lo, hi = next_round(LEARN, m)
+        same_setting("send_tree", field_of(m, LEARN, "send_tree"), cfg.strategy != "local")
+        st = tree_of(LEARN, m, shared and not first)
+        if st is not None:
+            model.load_state(st)
         c, t = codes[lo:hi], y[lo:hi]
         reply = {"correct": int((model.predict_proba(c).argmax(axis=1) == t).sum()), "n": int(t.size)}
         model.learn(c, t)
-        if m["send_tree"]:
+        if cfg.strategy != "local":
             reply["tree"] = model.state(deltas=True)
         return reply
 
     def send_chunk(m):
-        lo, hi = parts[m["round"]]
+        lo, hi = next_round(SEND_CHUNK, m)
         return {"codes": codes[lo:hi], "y": y[lo:hi]}
 
     def final(m):
-        if m.get("tree") is not None:
-            model.load_state(m["tree"])
+        if done["rounds"] != cfg.rounds:
+            raise bad_message(protocol.FINAL, "op", f"the final message after {done['rounds']} of "
+                                                  f"{cfg.rounds} rounds")
+        st = tree_of(protocol.FINAL, m, cfg.strategy != "local")
+        if st is not None:
+            model.load_state(st)
         st = model.state(deltas=False)
         reply = {"train": class_scores(y, ht.state_proba(st, schema, codes, lp))}
         if test is not None:
             reply["test"] = class_scores(test[1], ht.state_proba(st, schema, test[0], lp))
-        doc = model_doc(cfg, enc, edges, schema, st, setup["settings"], mode=setup["mode"])
+        doc = model_doc(cfg, enc, edges, schema, st, settings)
         doc.update(client=rank, metrics=dict(reply))
         folder = save_efdt(client_dir(cfg.model_dir, rank), doc, st)
         reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
         return Done(folder, reply)
 
-    return serve(comm, {LEARN: learn, SEND_CHUNK: send_chunk, protocol.FINAL: final})
+    rounds = {SEND_CHUNK: send_chunk} if cfg.strategy == "centralized" else {LEARN: learn}
+    return serve(comm, {**rounds, protocol.FINAL: final})
 
 
 # ---------------------------------------------------------------------------
@@ -428,11 +489,17 @@ def save_efdt(folder, doc, st):
 
 
 def load_state(doc):
+    """The tree's statistics beside a saved model, checked (:func:`ht.check_state`)."""
     path = os.path.join(doc["folder"], STATE_FILE)
     if not os.path.isfile(path):
         raise InputError("model_dir", f"{path!r} is missing (the tree's statistics)")
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
+    try:
+        with np.load(path) as z:
+            st = {k: z[k] for k in z.files}
+        schema = ht.Schema.from_dict(doc["schema"])
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise InputError("model_dir", f"cannot read {path!r}: {exc}") from None
+    return ht.check_state(st, schema, len(doc["encoding"].classes), f"model {path!r}")
 
 
 def _edges(doc):

@@ -14,7 +14,7 @@ from ..federation.mode import HORIZONTAL, Mode
 from ..federation.rounds import ask
 from ..tree.id3 import Builder
 from ..tree.impurity import entropy
-from .common import run_tree_client, run_tree_server, tree_params
+from .common import bad_message, field_of, run_tree_client, run_tree_server, tree_params, whole_number
 from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 COUNTS = "counts"            # server -> client: route rows through the last splits, send class counts
@@ -99,6 +99,59 @@ def client_counts(X, y, n_values, n_classes, node_of_row, msg):
     return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
 
+class Growth:
+    """A client's view of the tree the server grows: the nodes asked last
+    (the open level), each node's depth and used features.  :meth:`check`
+    takes a ``counts`` message only when its splits split open nodes on unused
+    features into new nodes (one per category code), within the job's depth,
+    and its nodes are the new level."""
+
+    def __init__(self, n_values, max_depth):
+        self.n_values, self.max_depth = list(n_values), int(max_depth)
+        self.depth, self.used, self.open = {0: 0}, {0: frozenset()}, None
+
+    def _ints(self, field, v, lo, hi):
+        if not isinstance(v, (list, tuple)) or len(set(map(repr, v))) != len(v):
+            raise bad_message(COUNTS, field, "expected a list of distinct whole numbers")
+        return [whole_number(COUNTS, field, x, lo, hi) for x in v]
+
+    def check(self, msg):
+        F = len(self.n_values)
+        splits, nodes, features = (field_of(msg, COUNTS, k) for k in ("splits", "nodes", "features"))
+        if not isinstance(splits, (list, tuple)):
+            raise bad_message(COUNTS, "splits", "expected a list")
+        new, out = [], []
+        for sp in splits:
+            if not isinstance(sp, (list, tuple)) or len(sp) != 4:
+                raise bad_message(COUNTS, "splits", "a split is (node, feature, codes, children)")
+            node = whole_number(COUNTS, "splits", sp[0], 0, 2 ** 62)
+            if self.open is None or node not in self.open:
+                raise bad_message(COUNTS, "splits", f"node {node} is not a node of the last level")
+            self.open.discard(node)
+            f = whole_number(COUNTS, "splits", sp[1], 0, F - 1)
+            if f in self.used[node] or self.depth[node] >= self.max_depth:
+                raise bad_message(COUNTS, "splits", f"node {node} cannot split on column {f}")
+            values = self._ints("splits", sp[2], 0, self.n_values[f] - 1)
+            children = self._ints("splits", sp[3], 1, 2 ** 62)
+            if len(children) != len(values) or any(c in self.depth or c in new for c in children):
+                raise bad_message(COUNTS, "splits", f"the children of node {node} are not new nodes, one per code")
+            for c in children:
+                self.depth[c], self.used[c] = self.depth[node] + 1, self.used[node] | {f}
+            new += children
+            out.append((node, f, values, children))
+        level = {0} if self.open is None else set(new)
+        nodes = self._ints("nodes", nodes, 0, 2 ** 62)
+        if not set(nodes) <= level:
+            raise bad_message(COUNTS, "nodes", "not nodes of the new level")
+        if not isinstance(features, (list, tuple)) or len(features) != len(nodes):
+            raise bad_message(COUNTS, "features", "expected one list of columns per node")
+        feats = [self._ints("features", fs, 0, F - 1) for fs in features]
+        if any(set(fs) & self.used[n] for n, fs in zip(nodes, feats)):
+            raise bad_message(COUNTS, "features", "a node's columns include one its path has used")
+        self.open = set(nodes)
+        return {"splits": out, "nodes": nodes, "features": feats}
+
+
 def server_train(comm, cfg):
     return run_tree_server(comm, cfg, _build)
 
@@ -109,6 +162,8 @@ def client_train(comm, cfg):
     def counts(client, msg):
         if "node_of_row" not in state:
             state["node_of_row"] = np.zeros(client.X.shape[0], dtype=np.int64)
+            state["growth"] = Growth(client.enc.n_values, client.setup["max_depth"])
+        msg = state["growth"].check(msg)
         return {"counts": client_counts(client.X, client.y, client.enc.n_values, len(client.enc.classes),
                                         state["node_of_row"], msg)}
 

@@ -20,12 +20,14 @@ from ..constraints import MAX_DEPTH, Interval, Options
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation.metrics import class_scores
+from ..federation import protocol
 from ..federation.mode import HORIZONTAL, Mode, Param
 from ..federation.rounds import ask
 from ..tree import format as tree_format
 from ..tree.id3 import id3_from_rules
 from ..tree.rules import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES, RuleArrays, aggregate, tree_from_rules
-from .common import TRAIN_LOCAL, log, run_tree_client, run_tree_server, tree_params, tree_proba
+from .common import (TRAIN_LOCAL, bad_message, field_of, log, number_array, run_tree_client, run_tree_server,
+                     tree_params, tree_proba)
 from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 EVALUATE = "evaluate"        # server -> client: score these trees on your rows
@@ -184,13 +186,57 @@ def _train_local(client, msg):
 
 
 def _evaluate(client, msg):
+    trees = field_of(msg, EVALUATE, "trees")
+    K = client.cfg.n_parties
+    if not isinstance(trees, (list, tuple)) or len(trees) != K:
+        raise bad_message(EVALUATE, "trees", f"expected one tree per client ({K})")
+    # the clients' own trees: the job's tree type and depth
+    trees = [client.tree(EVALUATE, f"trees[{i}]", t, max_depth=client.setup["max_depth"])
+             for i, t in enumerate(trees)]
     rows = _rows(client)[1]
     X, y = client.X[rows], client.y[rows]
-    scores = [class_scores(y, tree_proba(t, X)) for t in msg["trees"]]
+    scores = [class_scores(y, tree_proba(t, X)) for t in trees]
     reply = {"accuracy": np.array([s["accuracy"] for s in scores]), "f1": np.array([s["f1"] for s in scores])}
     if client.test is not None:
         reply["own_test"] = class_scores(client.test[1], tree_proba(client.own_tree(), client.test[0]))
     return reply
+
+
+def _final_tree(client):
+    """The global tree's limits: global_max_depth (ID3: else the client trees'
+    depth) and global_max_nodes, as :func:`_build` grows it."""
+    cfg = client.cfg
+    depth = cfg.global_max_depth or (client.setup["max_depth"] if client.enc.tree_type == "id3" else None)
+    return {"max_depth": depth, "max_nodes": max(1, int(cfg.global_max_nodes))}
+
+
+def _final_rules(client, rules):
+    """The merged rules of the final message (:func:`rule_arrays`): exactly
+    its arrays, numbers of the shapes of R rules over this job's columns and
+    classes, in their canonical dtypes."""
+    op = protocol.FINAL
+    id3 = client.enc.tree_type == "id3"
+    keys = {"dist", "support", "mass"} | ({"val"} if id3 else {"lo", "hi"})
+    if not isinstance(rules, dict) or set(rules) != keys:
+        got = sorted(map(str, rules)) if isinstance(rules, dict) else type(rules).__name__
+        raise bad_message(op, "rules", f"expected the arrays {sorted(keys)}, got {str(got)[:200]}")
+    F, C = client.n_features, client.n_classes
+    dist = number_array(op, "rules.dist", rules["dist"], "biuf", shape=(None, C), dtype=np.float64)
+    R = dist.shape[0]
+    if R == 0:
+        raise bad_message(op, "rules", "no rules")
+    out = {"dist": dist}
+    for k in ("support", "mass"):
+        out[k] = number_array(op, f"rules.{k}", rules[k], "biuf", shape=(R,), dtype=np.float64)
+    if id3:
+        out["val"] = number_array(op, "rules.val", rules["val"], "iu", shape=(R, F), dtype=np.int64)
+        if out["val"].size and (out["val"].min() < -1
+                                or np.any(out["val"] >= np.array(client.enc.n_values)[None, :])):
+            raise bad_message(op, "rules.val", "category codes out of range")
+    else:
+        for k in ("lo", "hi"):
+            out[k] = number_array(op, f"rules.{k}", rules[k], "biuf", shape=(R, F), dtype=np.float64)
+    return out
 
 
 def server_train(comm, cfg):
@@ -198,7 +244,8 @@ def server_train(comm, cfg):
 
 
 def client_train(comm, cfg):
-    return run_tree_client(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate})
+    return run_tree_client(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate},
+                           final_tree=_final_tree, final_rules=_final_rules)
 
 
 MODE = Mode(

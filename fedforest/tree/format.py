@@ -270,7 +270,8 @@ def leaf_rules(tree, kind):
     ``n_node_samples``, else 0.  A row of a multiway tree whose category has
     no branch stops at an inner node: no rule covers it.  A leaf below two
     different codes of one feature is never reached and gets no rule (ID3
-    tests a feature once per path)."""
+    tests a feature once per path); a child listed under several codes of one
+    node is visited once, under its first code."""
     from .rules import CATEGORICAL, NUMERIC, Rule
 
     if kind not in (NUMERIC, CATEGORICAL):
@@ -291,11 +292,14 @@ def leaf_rules(tree, kind):
             if kind != CATEGORICAL:
                 raise ValueError(f"node {node} is a multiway split in a tree read as {kind}")
             s = int(start[node])
-            for k in range(s + int(count[node]) - 1, s - 1, -1):
-                code = int(cval[k])
-                if cond.get(f, code) != code:   # a second, different code of f: never reached
+            branches, seen = [], set()
+            for k in range(s, s + int(count[node])):
+                code, child = int(cval[k]), int(cnode[k])
+                if cond.get(f, code) != code or child in seen:   # never reached, or reached already
                     continue
-                stack.append((int(cnode[k]), {**cond, f: code}))
+                seen.add(child)          # a child under several codes (EFDT's "value vs the rest"): once
+                branches.append((child, {**cond, f: code}))
+            stack.extend(reversed(branches))
             continue
         if left[node] >= 0:
             if kind != NUMERIC:
@@ -356,12 +360,34 @@ def _castable(tree, key, dtype, what):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-def check(tree, what):
-    """Validate a tree read from a file; returns it in the canonical dtypes (a
-    new dict).  Raises :class:`fedforest.errors.InputError` ``(what, ...)`` when
-    an array is absent, not castable to its dtype, of the wrong length, or when
-    the structure is not a tree (children out of range or not after their
-    parent, half-linked binary nodes, multiway nodes that are also binary)."""
+@njit(cache=True)
+def _depths(parent):
+    """Depth of every node from its parent (-1: none); parents come before their children."""
+    out = np.zeros(parent.shape[0], dtype=np.int64)
+    for i in range(parent.shape[0]):
+        if parent[i] >= 0:
+            out[i] = out[parent[i]] + 1
+    return out
+
+
+def _fail_at(what, bad, text):
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise InputError(what, text.format(k=k))
+
+
+def check(tree, what, n_features=None, width=None, max_nodes=None, max_depth=None, strict=False):
+    """Validate a tree read from a file or a message; returns it in the canonical
+    dtypes (a new dict).  Raises :class:`fedforest.errors.InputError` ``(what, ...)``
+    when an array is absent, not castable to its dtype, of the wrong length, or when
+    the structure is not a tree: children out of range or not after their parent,
+    a node with two parents (or one child on both sides), half-linked binary nodes,
+    multiway nodes that are also binary, child ranges longer than the child arrays.
+
+    Optional limits: ``n_features`` (split columns below it), ``width`` (of
+    ``value``), ``max_nodes``, ``max_depth``; ``strict`` also asks that every
+    node hang from the root and that exactly the splits have a column (leaves
+    :data:`LEAF`), as in every tree fedforest grows."""
     if not isinstance(tree, dict):
         raise InputError(what, f"the tree is a {type(tree).__name__}, not a dict of arrays")
     multi = [k for k in MULTIWAY_KEYS if k in tree]
@@ -387,6 +413,8 @@ def check(tree, what):
     if feature.ndim != 1 or feature.shape[0] == 0:
         raise InputError(what, f"tree array 'feature' has shape {feature.shape}: not a list of nodes")
     n = feature.shape[0]
+    if max_nodes is not None and n > max_nodes:
+        raise InputError(what, f"the tree has {n} nodes, more than the {max_nodes} this job allows")
     for key in [k for k in NODE_DTYPES if k in out] + [k for k in EXTRA_DTYPES if k in out]:
         if out[key].shape != (n,):
             raise InputError(what, f"tree array {key!r} has shape {out[key].shape}, expected ({n},)")
@@ -395,11 +423,16 @@ def check(tree, what):
         value = value.reshape(n, 1) if value.shape[0] == n else value
     if value.ndim != 2 or value.shape[0] != n or value.shape[1] == 0:
         raise InputError(what, f"tree array 'value' has shape {value.shape}, expected ({n}, width)")
+    if width is not None and value.shape[1] != width:
+        raise InputError(what, f"tree array 'value' has {value.shape[1]} columns, expected {width}")
     if not np.all(np.isfinite(value)):
         raise InputError(what, "tree array 'value' holds non-finite numbers")
     out["value"] = value
     if feature.min() < LEAF:
         raise InputError(what, f"tree array 'feature' holds {int(feature.min())} (below {LEAF})")
+    if n_features is not None and feature.max() >= n_features:
+        raise InputError(what, f"tree array 'feature' holds column {int(feature.max())}; the data has "
+                               f"{n_features} columns")
     if not np.isin(out["missing_left"], (0, 1)).all():
         raise InputError(what, "tree array 'missing_left' holds values other than 0 and 1")
     node = np.arange(n)
@@ -409,9 +442,11 @@ def check(tree, what):
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             raise InputError(what, f"node {k}: {key} {int(child[k])} is not a later node of the tree")
-    if np.any((left < 0) != (right < 0)):
-        k = int(np.flatnonzero((left < 0) != (right < 0))[0])
-        raise InputError(what, f"node {k} has one child only")
+    _fail_at(what, (left < 0) != (right < 0), "node {k} has one child only")
+    _fail_at(what, (left >= 0) & (left == right), "node {k} has the same child on both sides")
+    binary = left >= 0
+    parents, children = [node[binary], node[binary]], [left[binary], right[binary]]
+    is_split = binary
     if multi:
         start, count = out["child_start"], out["child_count"]
         cval, cnode = out["child_value"], out["child_node"]
@@ -420,11 +455,13 @@ def check(tree, what):
             raise InputError(what, "tree arrays 'child_value' and 'child_node' differ in length")
         if np.any(count < 0) or np.any((count > 0) & ((start < 0) | (start + count > m))):
             raise InputError(what, "tree arrays 'child_start'/'child_count' point outside the children")
+        count = count.astype(np.int64)
+        if count.sum() > m:   # disjoint ranges fit in the child arrays (and np.repeat below stays small)
+            raise InputError(what, "tree array 'child_count' lists more children than the child arrays hold")
         if np.any((count > 0) & (left != NO_CHILD)):
             raise InputError(what, "a node is both a multiway and a binary split")
         if np.any(cval < 0):
             raise InputError(what, "tree array 'child_value' holds negative category codes")
-        count = count.astype(np.int64)
         parent = np.repeat(node, count)
         first = np.repeat(np.cumsum(count) - count, count)
         pos = np.repeat(start.astype(np.int64), count) + np.arange(parent.size) - first
@@ -434,4 +471,25 @@ def check(tree, what):
             k = int(np.flatnonzero(bad)[0])
             raise InputError(what, f"node {int(parent[k])}: child {int(kids[k])} is not a later node "
                                    "of the tree")
+        parents.append(parent)
+        children.append(kids.astype(np.int64))
+        is_split = binary | (count > 0)
+    # one parent per node (a child may be listed under several codes of that parent):
+    # no shared subtrees, so a walk or the rules of the leaves stay linear in the nodes
+    p = np.concatenate(parents).astype(np.int64)
+    c = np.concatenate(children).astype(np.int64)
+    pairs = np.unique(c * n + p)
+    c, p = pairs // n, pairs % n
+    indegree = np.bincount(c, minlength=n)
+    _fail_at(what, indegree > 1, "node {k} has more than one parent")
+    if strict:
+        _fail_at(what, (indegree == 0) & (node > 0), "node {k} does not hang from the root")
+        _fail_at(what, is_split & (feature < 0), "node {k} has children but no split column")
+        _fail_at(what, ~is_split & (feature != LEAF), "node {k} has a split column but no children")
+    if max_depth is not None:
+        parent_of = np.full(n, -1, dtype=np.int64)
+        parent_of[c] = p
+        depth = int(_depths(parent_of).max())
+        if depth > max_depth:
+            raise InputError(what, f"the tree is {depth} deep, deeper than the {max_depth} of this job")
     return out

@@ -643,6 +643,87 @@ class EFDT:
                                  LEAF_PREDICTIONS[self.settings["leaf_prediction"]])
 
 
+STATE_KEYS = NODE_INT + NODE_FLOAT + ("child", "counts", "nijk")
+KINDS = (LEAF_KIND, MULTI, EQ, LE)
+
+
+def check_state(st, schema, n_classes, what, binary_split=None, max_depth=None):
+    """Validate a compact state (without deltas) from a message or a file; returns
+    it as arrays in the dtypes :class:`EFDT` keeps (a new dict).  Raises
+    :class:`fedforest.errors.InputError` ``(what, ...)`` unless the arrays are
+    exactly those of :meth:`EFDT.state` with ``deltas=False``, of the shapes of
+    ``n`` nodes over ``schema`` and ``n_classes`` classes, with finite
+    non-negative statistics, and the nodes form a tree in breadth-first order:
+    every node but the root is the child of exactly one split, after it and one
+    level deeper; a split tests a feature of the schema the way learning does
+    (numeric: ``LE`` on a real bin; categorical: ``EQ`` on a code when
+    ``binary_split``, else ``MULTI`` with one child per code) and has the
+    children of its kind; a leaf has none.  ``max_depth``: no node deeper."""
+    from ..errors import InputError
+
+    if not isinstance(st, dict) or set(st) != set(STATE_KEYS):
+        got = sorted(map(str, st)) if isinstance(st, dict) else type(st).__name__
+        raise InputError(what, f"a tree state has the arrays {', '.join(STATE_KEYS)}, got {str(got)[:200]}")
+    out = {}
+    for k in STATE_KEYS:
+        a = st[k]
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
+            raise InputError(what, f"tree state array {k!r} is not an array of numbers")
+        if k in NODE_INT or k == "child":
+            if a.dtype.kind == "f" or (a.size and (a.min() < np.iinfo(np.int32).min
+                                                   or a.max() > np.iinfo(np.int32).max)):
+                raise InputError(what, f"tree state array {k!r} must hold 32-bit whole numbers")
+            out[k] = np.ascontiguousarray(a, dtype=np.int32)
+        else:
+            out[k] = np.ascontiguousarray(a, dtype=np.float64)
+            if out[k].size and (not np.isfinite(out[k]).all() or out[k].min() < 0):
+                raise InputError(what, f"tree state array {k!r} must hold finite non-negative numbers")
+    n = out["feature"].shape[0]
+    S, C, F = int(schema.offsets[-1]), int(n_classes), int(schema.n_codes.shape[0])
+    shapes = dict({k: (n,) for k in NODE_INT + NODE_FLOAT}, counts=(n, C), nijk=(n, S, C))
+    if out["child"].ndim != 1:
+        raise InputError(what, f"tree state array 'child' has shape {out['child'].shape}, expected one dimension")
+    for k, shape in shapes.items():
+        if out[k].shape != shape:
+            raise InputError(what, f"tree state array {k!r} has shape {out[k].shape}, expected {shape}")
+    if n == 0:
+        raise InputError(what, "the tree state has no nodes")
+    feature, kind, value = out["feature"].astype(np.int64), out["kind"], out["value"].astype(np.int64)
+    first, nch, depth = out["first"].astype(np.int64), out["n_children"].astype(np.int64), out["depth"]
+    node = np.arange(n)
+    if not np.isin(kind, KINDS).all():
+        raise InputError(what, "tree state array 'kind' holds unknown split kinds")
+    leaf = kind == LEAF_KIND
+    if np.any(leaf & ((nch != 0) | (feature != _LEAF))):
+        raise InputError(what, "a leaf of the tree state has children or a split feature")
+    split = ~leaf
+    if np.any(split & ((feature < 0) | (feature >= F))):
+        raise InputError(what, f"a split of the tree state tests no feature of the {F}")
+    f = np.where(split, feature, 0)
+    numeric, n_codes, real = schema.numeric[f], schema.n_codes[f], schema.real[f]
+    want = np.where(numeric, LE, MULTI if binary_split is False else EQ if binary_split else kind)
+    if np.any(split & ((kind == LE) != numeric)) or (binary_split is not None and np.any(split & (kind != want))):
+        raise InputError(what, "a split of the tree state has a kind its feature does not take")
+    if np.any(split & (nch != np.where(kind == MULTI, n_codes, 2))):
+        raise InputError(what, "a split of the tree state has the wrong number of children")
+    if np.any(split & (kind == EQ) & ((value < 0) | (value >= n_codes))) or np.any(
+            split & (kind == LE) & ((value < 0) | (value >= real))):
+        raise InputError(what, "a split of the tree state tests a code its feature does not have")
+    p = out["child"].shape[0]
+    if nch.sum() != n - 1 or p != n - 1 or np.any(split & ((first < 0) | (first + nch > p))):
+        raise InputError(what, "the children of the tree state do not fit its child array")
+    parent = np.repeat(node, nch)
+    pos = np.repeat(first, nch) + np.arange(parent.size) - np.repeat(np.cumsum(nch) - nch, nch)
+    kids = out["child"][pos].astype(np.int64)
+    if np.any((kids <= parent) | (kids >= n)) or np.unique(kids).size != kids.size:
+        raise InputError(what, "the nodes of the tree state are not a tree (each child after its only parent)")
+    if depth[0] != 0 or np.any(depth[kids] != depth[parent] + 1):
+        raise InputError(what, "tree state array 'depth' does not count the levels")
+    if max_depth is not None and depth.max() > max_depth:
+        raise InputError(what, f"the tree state is deeper than max_depth {max_depth}")
+    return out
+
+
 def state_of(a, order):
     """Compact arrays of the nodes ``order`` (parents before children) of the arrays ``a``."""
     order = np.asarray(order, dtype=np.int64)

@@ -40,6 +40,9 @@ MAX_DEPTH = 20             # strings of 2**20 - 1 slots at most
 # Encoding
 # ---------------------------------------------------------------------------
 def string_length(depth):
+    """Slots of a depth-``depth`` string; ValueError beyond :data:`MAX_DEPTH`."""
+    if not 1 <= int(depth) <= MAX_DEPTH:
+        raise ValueError(f"a structure is 1..{MAX_DEPTH} deep, got {depth}")
     return (1 << int(depth)) - 1
 
 
@@ -58,8 +61,11 @@ def heights(depth):
 
 
 def depth_of(length):
-    """The depth of a string of ``length`` slots (``2**d - 1``); ValueError otherwise."""
+    """The depth of a string of ``length`` slots (``2**d - 1``, ``d`` at most
+    :data:`MAX_DEPTH`); ValueError otherwise."""
     d = int(length + 1).bit_length() - 1
+    if d > MAX_DEPTH:
+        raise ValueError(f"a structure string is at most {MAX_DEPTH} deep, got {length} slots")
     if d < 1 or string_length(d) != length:
         raise ValueError(f"a structure string has 2**d - 1 slots, got {length}")
     return d
@@ -348,6 +354,11 @@ def fit_batch(X, y, rows, pop, n_classes):
     ``pop``: (P, L) strings."""
     pop = np.ascontiguousarray(pop, dtype=np.int32)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
+    X = np.asarray(X)
+    if pop.ndim != 2 or (pop.size and int(pop.max()) >= X.shape[1]):
+        raise ValueError(f"structures must be a (P, L) array of columns below {X.shape[1]} (or NIL)")
+    if rows.size and (rows.min() < 0 or rows.max() >= X.shape[0]):
+        raise ValueError(f"rows must be row indices below {X.shape[0]}")
     hs = heights(depth_of(pop.shape[1]))
     return fit_structures(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64),
                           rows, pop, hs, int(n_classes), max_nodes(depth_of(pop.shape[1]), rows.shape[0]))

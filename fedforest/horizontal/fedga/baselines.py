@@ -25,10 +25,10 @@ import numpy as np
 from ...federation import protocol
 from ...federation.rounds import ask, serve
 from ...tree import format as tree_format
-from ..common import client_setup, log
+from ..common import bad_message, field_of, log, message_tree, number_array, same_settings
 from . import ga, n_active
-from .roles import (ClientRows, bin_edges, cart, cv_scores, best_depth, explain, finish_server,  # noqa: F401
-                    is_classification, n_classes, predict_proba, start_server)
+from .roles import (bin_edges, cart, cv_scores, best_depth, explain, finish_server,  # noqa: F401
+                    is_classification, n_classes, predict_proba, start_client, start_server)
 
 SEND_ROWS = "send_rows"      # server -> client (fedga_central): send your rows and labels
 COUNT = "count"              # server -> client (ibm_tree): noisy class counts of the frontier nodes
@@ -90,6 +90,13 @@ def best_code_split(hist):
             if g < best - 1e-12:
                 best, out = g, (f, c)
     return out
+
+
+def ibm_noise(cfg, enc, n_bins):
+    """The settings of an ibm_tree level the server and every client agree on:
+    codes per column, Laplace scale and the number of noise shares (active clients)."""
+    return {"n_codes": max(code_counts(enc, n_bins)), "scale": (int(cfg.max_depth) + 1) / float(cfg.epsilon),
+            "shares": n_active(cfg.participation, cfg.n_parties)}
 
 
 def grow_ibm(comm, cfg, enc, setup, infos):
@@ -156,26 +163,71 @@ def noisy_counts(rng, X, y, tree, frontier, n_codes, n_classes_, scale, shares):
     return counts + noise
 
 
+def check_edges(op, edges, enc, n_bins):
+    """The server's bin edges (fedga_central): per column None (text columns) or
+    at most ``n_bins - 1`` increasing finite numbers."""
+    cats = enc.categories or [None] * len(enc.columns)
+    if not isinstance(edges, (list, tuple)) or len(edges) != len(cats):
+        raise bad_message(op, "edges", f"expected one entry per column ({len(cats)})")
+    out = []
+    for j, (e, cat) in enumerate(zip(edges, cats)):
+        if cat is not None:
+            if e is not None:
+                raise bad_message(op, "edges", f"column {j} holds categories, not bins")
+            out.append(None)
+            continue
+        try:
+            a = np.asarray(e, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise bad_message(op, "edges", f"the edges of column {j} are not numbers") from None
+        if a.ndim != 1 or a.size > n_bins - 1 or not np.isfinite(a).all() or np.any(np.diff(a) <= 0):
+            raise bad_message(op, "edges", f"column {j} needs at most {n_bins - 1} increasing finite edges")
+        out.append(a.tolist())
+    return out
+
+
 def client_train(comm, cfg):
-    c = ClientRows(comm, cfg, *client_setup(comm, cfg))
+    c = start_client(comm, cfg)
     s, enc = c.setup, c.enc
     rng = np.random.default_rng([s["seed"], c.rank])
+    F = len(enc.columns)
+    width = n_classes(enc) if is_classification(enc) else 1
+    max_depth = int(s["max_depth"])
+    noise = ibm_noise(cfg, enc, s["n_bins"]) if cfg.mode == "ibm_tree" else None
 
     def final(msg):
-        if s["mode"] == "fedga_local":
+        if cfg.mode == "fedga_local":
             depths, scores = c.cv()
             depth = best_depth(scores, depths)
             return c.finish(cart(c.X, c.y, enc, depth, c.seed), {"depth": depth})
-        if msg.get("edges"):
-            c.edges = msg["edges"]
+        tree = message_tree(protocol.FINAL, "tree", field_of(msg, protocol.FINAL, "tree"), F, width, "cart",
+                          max_depth=max_depth)
+        edges = msg.get("edges")
+        if cfg.mode == "fedga_central" and s["binning"]:
+            c.edges = check_edges(protocol.FINAL, field_of(msg, protocol.FINAL, "edges"), enc, s["n_bins"])
             c.X = ga.apply_bins(c.raw_X, c.edges)
             if c.test is not None:
                 c.test = (ga.apply_bins(c.raw_test[0], c.edges), c.test[1])
-        return c.finish(msg["tree"])
+        elif edges:
+            raise bad_message(protocol.FINAL, "edges", "this job does not bin on the server")
+        return c.finish(tree)
 
     def count(msg):
-        return {"counts": noisy_counts(rng, c.X, c.y, msg["tree"], msg["frontier"], msg["n_codes"],
-                                       n_classes(enc), msg["scale"], msg["shares"])}
+        tree = message_tree(COUNT, "tree", field_of(msg, COUNT, "tree"), F, width, "cart", max_depth=max_depth)
+        same_settings(msg, COUNT, noise)
+        frontier = number_array(COUNT, "frontier", field_of(msg, COUNT, "frontier"), "iu", ndim=1,
+                               dtype=np.int64)
+        n = tree["feature"].shape[0]
+        if (frontier.size > 2 ** max_depth or np.unique(frontier).size != frontier.size
+                or (frontier.size and (frontier.min() < 0 or frontier.max() >= n))
+                or np.any(tree["children_left"][frontier] >= 0)):
+            raise bad_message(COUNT, "frontier", f"expected distinct leaves of the tree, at most {2 ** max_depth}")
+        return {"counts": noisy_counts(rng, c.X, c.y, tree, frontier, noise["n_codes"], n_classes(enc),
+                                       noise["scale"], noise["shares"])}
 
-    return serve(comm, {SEND_ROWS: lambda msg: {"X": c.raw_X, "y": c.y}, COUNT: count,
-                        protocol.FINAL: final})
+    handlers = {protocol.FINAL: final}
+    if cfg.mode == "fedga_central":
+        handlers[SEND_ROWS] = lambda msg: {"X": c.raw_X, "y": c.y}
+    if cfg.mode == "ibm_tree":
+        handlers[COUNT] = count
+    return serve(comm, handlers)

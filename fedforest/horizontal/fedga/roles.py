@@ -23,8 +23,9 @@ from ...federation.rounds import Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
 from ...tree.rules import NUMERIC
-from ..common import (MIXED, client_dir, client_setup, client_what, explain as tree_explain, job_seed, log,
-                      save_model, server_setup)
+from ..common import (MIXED, bad_message, client_dir, client_setup, client_what, explain as tree_explain, field_of,
+                      job_seed, job_seed_of, log, number_array, same_settings, save_model, server_setup,
+                      true_or_false, whole_number)
 from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, ga, n_active
 
 PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size
@@ -149,7 +150,21 @@ class ClientRows:
         return Done(folder, reply)
 
 
-def start_server(comm, cfg, name, extra=None):
+def setup_settings(cfg, name, enc):
+    """The settings of the ``setup`` message of mode ``name`` (the same on the
+    server and on every client: each client checks the server's against its own)."""
+    v = cfg.values
+    out = {"mode": name, "binning": bool(v.get("binning", name == "ibm_tree")) and is_classification(enc),
+           "n_bins": v.get("n_bins", 5), "min_depth": v.get("min_depth", 1),
+           "max_depth": v.get("max_depth"), "cv_folds": v.get("cv_folds", 5)}
+    if name == "fedga":
+        out.update(train_ratio=float(cfg.train_ratio), epsilon=float(cfg.epsilon),
+                   phi_threshold=float(cfg.phi_threshold), theta_threshold=float(cfg.theta_threshold),
+                   unique_threshold=float(cfg.unique_threshold))
+    return out
+
+
+def start_server(comm, cfg, name):
     """The set-up every mode of the package shares: encoding, row checks and the
     ``setup`` message.  Returns (clients, infos, enc, setup)."""
     infos, enc = server_setup(comm, cfg, MIXED, cfg.task)
@@ -159,15 +174,19 @@ def start_server(comm, cfg, name, extra=None):
         if folds is not None and infos[r]["n_rows"] < folds:
             raise InputError(client_what(r), f"has {infos[r]['n_rows']} rows, fewer than the {folds} "
                                              "cross-validation folds (cv_folds)")
-    v = cfg.values
-    setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "mode": name,
-             "seed": job_seed(cfg),
-             "binning": bool(v.get("binning", name == "ibm_tree")) and is_classification(enc),
-             "n_bins": v.get("n_bins", 5), "min_depth": v.get("min_depth", 1),
-             "max_depth": v.get("max_depth"), "cv_folds": v.get("cv_folds", 5)}
-    setup.update(extra or {})
+    setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "seed": job_seed(cfg),
+             **setup_settings(cfg, name, enc)}
     comm.bcast(setup)
     return clients, infos, enc, setup
+
+
+def start_client(comm, cfg):
+    """Client start-up of every mode of the package: the ``setup`` message checked
+    against this client's settings.  Returns :class:`ClientRows`."""
+    setup, enc, X, y, test = client_setup(comm, cfg, MIXED, cfg.task)
+    checked = same_settings(setup, protocol.SETUP, setup_settings(cfg, cfg.mode, enc))
+    checked["seed"] = job_seed_of(setup, protocol.SETUP, cfg)
+    return ClientRows(comm, cfg, checked, enc, X, y, test)
 
 
 def finish_server(comm, cfg, summary, final, t0, rounds0, bytes0):
@@ -197,10 +216,7 @@ def finish_server(comm, cfg, summary, final, t0, rounds0, bytes0):
 # ---------------------------------------------------------------------------
 def server_train(comm, cfg):
     t0 = time.perf_counter()
-    settings = {"train_ratio": float(cfg.train_ratio), "epsilon": float(cfg.epsilon),
-                "phi_threshold": float(cfg.phi_threshold), "theta_threshold": float(cfg.theta_threshold),
-                "unique_threshold": float(cfg.unique_threshold)}
-    clients, infos, enc, setup = start_server(comm, cfg, "fedga", settings)
+    clients, infos, enc, setup = start_server(comm, cfg, "fedga")
     clf = is_classification(enc)
     P = cfg.population_size or (CLASSIFICATION_POPULATION if clf else REGRESSION_POPULATION)
     n_features = len(enc.columns)
@@ -301,14 +317,55 @@ def server_train(comm, cfg):
 # ---------------------------------------------------------------------------
 # Client
 # ---------------------------------------------------------------------------
+class Strings:
+    """The checks of the structure strings and depths the server sends a client
+    (``depth`` in ``structure``, ``join``, ``final``; ``structures``;
+    ``population``): one global depth within this client's min_depth..max_depth,
+    strings of its length with columns of this job (or NIL), at most as many
+    as the population can hold."""
+
+    def __init__(self, cfg, enc, setup):
+        self.lo, self.hi = int(setup["min_depth"]), int(setup["max_depth"])
+        self.n_features = len(enc.columns)
+        self.size = cfg.population_size or (CLASSIFICATION_POPULATION if is_classification(enc)
+                                            else REGRESSION_POPULATION)
+        self.clf = is_classification(enc)
+        self.depth = None
+
+    def global_depth(self, op, field, v):
+        d = whole_number(op, field, v, self.lo, self.hi)
+        if self.depth is not None and d != self.depth:
+            raise bad_message(op, field, f"the job's depth is {self.depth}, not {d}")
+        self.depth = d
+        return d
+
+    def strings(self, op, field, v, rows=None):
+        if self.depth is None:
+            raise bad_message(op, field, "structures before the job's depth")
+        pop = number_array(op, field, v, "iu", shape=(rows, structure.string_length(self.depth)), dtype=np.int32)
+        if pop.size and (pop.min() < structure.NIL or pop.max() >= self.n_features):
+            raise bad_message(op, field, f"genes must be columns 0..{self.n_features - 1} or {structure.NIL}")
+        return pop
+
+    def use_all(self, op, v):
+        v = true_or_false(op, "use_all", v)
+        if v and self.clf:
+            raise bad_message(op, "use_all", "classification scores on the validation rows")
+        return v
+
+
 def client_train(comm, cfg):
-    c = ClientRows(comm, cfg, *client_setup(comm, cfg))
+    c = start_client(comm, cfg)
     s, enc = c.setup, c.enc
     clf = is_classification(enc)
     rng = np.random.default_rng([s["seed"], c.rank])
     fit_rows, val_rows = ga.split_rows(rng, c.y, s["train_ratio"], stratify=clf)
     state = {"own": None}
     all_rows = np.arange(c.X.shape[0])
+    check = Strings(cfg, enc, s)
+    # candidates of a generation: parents and offspring (population_size each), the
+    # structures of joining clients and, under elitism, the clients' own structures
+    max_candidates = 2 * check.size + 2 * cfg.n_parties
 
     def fitness(pop, use_all):
         pop = np.asarray(pop, dtype=np.int32)
@@ -332,9 +389,11 @@ def client_train(comm, cfg):
         return {"depth": best_depth(scores, depths), "size": ga.noisy_size(rng, c.X.shape[0], s["epsilon"])}
 
     def send_structure(msg):
-        depth = msg["depth"]
+        depth = check.global_depth(STRUCTURE, "depth", field_of(msg, STRUCTURE, "depth"))
         reply = {"structure": own_structure(depth)}
         if not clf:
+            if "cv" not in state:
+                raise bad_message(STRUCTURE, "op", f"{STRUCTURE!r} before {PROPOSE!r}")
             depths, scores = state["cv"]
             reply["vote_all_rows"], _, _ = ga.vote_all_rows(scores, depths.index(depth), s["phi_threshold"],
                                                             s["theta_threshold"])
@@ -343,19 +402,26 @@ def client_train(comm, cfg):
 
     def evaluate(msg):
         state.setdefault("eval_start", comm.bytes_sent)
-        reply = {"fitness": fitness(msg["structures"], msg["use_all"])}
-        if "join" in msg:
-            reply["structure"] = own_structure(msg["join"])
+        join = check.global_depth(EVALUATE, "join", msg["join"]) if "join" in msg else None
+        pop = check.strings(EVALUATE, "structures", field_of(msg, EVALUATE, "structures"))
+        if pop.shape[0] > max_candidates:
+            raise bad_message(EVALUATE, "structures", f"{pop.shape[0]} structures; a generation has at most "
+                                                    f"{max_candidates}")
+        reply = {"fitness": fitness(pop, check.use_all(EVALUATE, field_of(msg, EVALUATE, "use_all")))}
+        if join is not None:
+            reply["structure"] = own_structure(join)
             reply["size"] = ga.noisy_size(rng, c.X.shape[0], s["epsilon"])
         return reply
 
     def final(msg):
-        pop = np.asarray(msg["population"], dtype=np.int32)
-        scores = fitness(pop, msg["use_all"])
+        depth = check.global_depth(protocol.FINAL, "depth", field_of(msg, protocol.FINAL, "depth"))
+        pop = check.strings(protocol.FINAL, "population", field_of(msg, protocol.FINAL, "population"),
+                            rows=check.size)
+        scores = fitness(pop, check.use_all(protocol.FINAL, field_of(msg, protocol.FINAL, "use_all")))
         best = int(np.argmax(scores))
         batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
         tree = structure.batch_tree(batch, 0)
-        dist = structure.tree_edit_distance(pop[best], own_structure(msg["depth"]))
+        dist = structure.tree_edit_distance(pop[best], own_structure(depth))
         return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(),
                                "structure": pop[best].tolist(), "edit_distance": dist,
                                "eval_bytes": comm.bytes_sent - state.get("eval_start", comm.bytes_sent)})

@@ -28,8 +28,8 @@ from ...federation.aggregate import client_metrics, fedavg, in_rank_order
 from ...federation.files import atomic_write, replaced_folder, write_summary
 from ...federation.metrics import class_scores
 from ...federation.rounds import Done, ask, serve
-from ..common import (Encoding, client_dir, client_setup, job_seed, log, server_dir, server_setup,
-                      write_model_doc)
+from ..common import (Encoding, bad_message, client_dir, client_setup, field_of, job_seed, job_seed_of, log,
+                      number_array, same_settings, server_dir, server_setup, whole_number, write_model_doc)
 from . import DEFAULT_DEPTH, cnn
 
 SERVER = 0
@@ -134,16 +134,34 @@ def _metrics(enc, y, pred):
 # ---------------------------------------------------------------------------
 # Server
 # ---------------------------------------------------------------------------
+def setup_settings(cfg, n_clients):
+    """The settings of the ``setup`` message (each client checks the server's against its own)."""
+    return {"trees_per_client": cfg.xgb_trees // n_clients, "max_depth": cfg.max_depth or DEFAULT_DEPTH,
+            "eta": float(cfg.xgb_eta), "epochs": cfg.local_epochs, "batch_size": cfg.batch_size,
+            "lr": float(cfg.cnn_lr)}
+
+
+PARAM_KEYS = ("W", "b", "V", "c")
+
+
+def check_params(op, params, channels, n_trees, n_clients, n_out):
+    """The CNN weights of the server's message: exactly W (channels, T), b
+    (channels,), V (n_out, channels * K), c (n_out,), as float64."""
+    if not isinstance(params, dict) or set(params) != set(PARAM_KEYS):
+        raise bad_message(op, "params", f"expected the arrays {', '.join(PARAM_KEYS)}")
+    shapes = {"W": (channels, n_trees), "b": (channels,), "V": (n_out, channels * n_clients), "c": (n_out,)}
+    return {k: number_array(op, f"params.{k}", params[k], "f", shape=shapes[k], dtype=np.float64)
+            for k in PARAM_KEYS}
+
+
 def server_train(comm, cfg):
     t0 = time.perf_counter()
     clients = comm.clients
     infos, enc = server_setup(comm, cfg, "xgboost", cfg.task)
     K = len(clients)
     T_req = cfg.xgb_trees // K
-    setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "trees_per_client": T_req,
-             "max_depth": cfg.max_depth or DEFAULT_DEPTH, "eta": float(cfg.xgb_eta),
-             "seed": job_seed(cfg),
-             "epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": float(cfg.cnn_lr)}
+    setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "seed": job_seed(cfg),
+             **setup_settings(cfg, K)}
     comm.bcast(setup)
     rows = {r: infos[r]["n_rows"] for r in clients}
     log(cfg, f"fedxgbllr: {K} clients, {sum(rows.values())} rows, {T_req} trees per client, "
@@ -202,32 +220,85 @@ def server_train(comm, cfg):
 # ---------------------------------------------------------------------------
 def client_train(comm, cfg):
     rank = comm.rank
-    setup, enc, X, y, test = client_setup(comm, cfg)
+    sent, enc, X, y, test = client_setup(comm, cfg, "xgboost", cfg.task)
+    K = cfg.n_parties
+    setup = same_settings(sent, protocol.SETUP, setup_settings(cfg, K))
+    setup["seed"] = job_seed_of(sent, protocol.SETUP, cfg)
     what = f"client {rank}"
     bytes0 = comm.bytes_sent
     kind = kind_of(enc)
-    state = {}
+    per_round = len(enc.classes) if kind == cnn.MULTICLASS else 1
+    state = {"round": 0}
+
+    def n_trees(booster):
+        return booster.num_boosted_rounds() * per_round
 
     def train_xgb(msg):
+        if "model" in state:
+            raise bad_message(TRAIN_XGB, "op", "the ensemble is trained once")
         model = train_ensemble(X, y, enc, setup["trees_per_client"], setup["max_depth"], setup["eta"],
                                setup["seed"] + rank)
-        per_round = len(enc.classes) if kind == cnn.MULTICLASS else 1
-        return {"model": model, "n_trees": load_booster(model).num_boosted_rounds() * per_round}
+        state["model"], state["n_trees"] = model, n_trees(load_booster(model))
+        return {"model": model, "n_trees": state["n_trees"]}
+
+    def params_of(op, msg):
+        return check_params(op, field_of(msg, op, "params"), cfg.cnn_channels, state["n_trees"], K,
+                            n_outputs(enc))
+
+    def load_ensembles(raw):
+        """The aggregate: K ensembles of this client's number of trees, this client's own at its rank."""
+        if not isinstance(raw, (list, tuple)) or len(raw) != K:
+            raise bad_message(FIT, "ensembles", f"expected one ensemble per client ({K})")
+        raw = [number_array(FIT, "ensembles", r, "u", ndim=1, dtype=np.uint8) for r in raw]
+        if not np.array_equal(raw[rank - 1], state["model"]):
+            raise bad_message(FIT, "ensembles", f"ensemble {rank} is not this client's")
+        boosters = []
+        for k, r in enumerate(raw, start=1):
+            try:
+                booster = load_booster(r)
+            except xgb.core.XGBoostError:
+                raise bad_message(FIT, "ensembles", f"ensemble {k} is not an XGBoost model") from None
+            if n_trees(booster) != state["n_trees"] or booster.num_features() != len(enc.columns):
+                raise bad_message(FIT, "ensembles", f"ensemble {k} does not have {state['n_trees']} trees "
+                                                  f"over {len(enc.columns)} columns")
+            boosters.append(booster)
+        return boosters
+
+    def outputs(rows):
+        try:
+            S = tree_outputs(state["boosters"], rows)
+        except (xgb.core.XGBoostError, IndexError, KeyError, TypeError, ValueError) as exc:
+            raise bad_message(FIT, "ensembles", f"the trees cannot be read ({str(exc)[:200]})") from None
+        if S.shape != (rows.shape[0], K * state["n_trees"]):
+            raise bad_message(FIT, "ensembles", f"{S.shape[1]} tree outputs, expected {K * state['n_trees']}")
+        return S
 
     def fit(msg):
-        if "ensembles" in msg:
-            state["boosters"] = [load_booster(raw) for raw in msg["ensembles"]]
-            state["S"] = tree_outputs(state["boosters"], X)
+        if "model" not in state:
+            raise bad_message(FIT, "op", f"{FIT!r} before {TRAIN_XGB!r}")
+        rnd = whole_number(FIT, "round", field_of(msg, FIT, "round"), 1, cfg.rounds)
+        if rnd != state["round"] + 1:
+            raise bad_message(FIT, "round", f"expected round {state['round'] + 1}, got {rnd}")
+        if (rnd == 1) != ("ensembles" in msg):
+            raise bad_message(FIT, "ensembles", "the ensembles come with the first round, and only then")
+        params = params_of(FIT, msg)
+        if rnd == 1:
+            state["boosters"] = load_ensembles(msg["ensembles"])
+            state["S"] = outputs(X)
             _check_outputs(state["S"], what)
             if test is not None:
-                state["S_test"] = tree_outputs(state["boosters"], test[0])
+                state["S_test"] = outputs(test[0])
                 _check_outputs(state["S_test"], f"{what} test data")
-        params, loss = cnn.train_local(msg["params"], state["S"], y, kind, setup["epochs"], setup["batch_size"],
-                                       setup["lr"], seed=setup["seed"] + 7919 * rank + msg["round"])
+        state["round"] = rnd
+        params, loss = cnn.train_local(params, state["S"], y, kind, setup["epochs"], setup["batch_size"],
+                                       setup["lr"], seed=setup["seed"] + 7919 * rank + rnd)
         return {"params": params, "n_rows": int(X.shape[0]), "loss": loss}
 
     def final(msg):
-        params = msg["params"]
+        if state["round"] != cfg.rounds:
+            raise bad_message(protocol.FINAL, "op", f"the final message after {state['round']} of "
+                                                  f"{cfg.rounds} rounds")
+        params = params_of(protocol.FINAL, msg)
         reply = {"train": _metrics(enc, y, cnn.predict(params, state["S"], kind)), "train_rows": int(X.shape[0])}
         if test is not None:
             reply["test"] = _metrics(enc, test[1], cnn.predict(params, state["S_test"], kind))
