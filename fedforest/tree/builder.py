@@ -19,11 +19,14 @@ The centralized estimator runs the same two roles in one process
 (:class:`LocalParties`), so both give the same trees for the same seed.
 """
 import copy
+import numbers
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..transport.base import ProtocolError
 from . import kernels
 from .format import LEAF, NO_CHILD, NOT_OWNED
 from .binning import fit_bins, transform_bins
@@ -119,13 +122,87 @@ class BatchReply:
 
 
 def unpack_batch(msg):
-    """Inverse of :func:`pack_batch` (without ``op``): ``{tree: sub-message}``."""
-    out = {int(t): {} for t in msg.get("trees", ())}
+    """Inverse of :func:`pack_batch` (without ``op``): ``{tree: sub-message}``;
+    ProtocolError for tree numbers that are not distinct and increasing, or
+    a key that names no tree of the message."""
+    trees = int_array(msg.get("trees"), "'trees'")
+    if trees.size and (trees.min() < 0 or np.any(trees[1:] <= trees[:-1])):
+        raise bad_message("'trees' must list distinct tree numbers in increasing order")
+    out = {int(t): {} for t in trees}
     for key, v in msg.items():
-        t, dot, k = key.partition(".")
-        if dot:
-            out[int(t)][k] = v
+        if key in ("op", "trees"):
+            continue
+        m = _TREE_KEY.fullmatch(key) if isinstance(key, str) else None
+        if m is None or int(m.group(1)) not in out:
+            raise bad_message(f"key {str(key)[:60]!r} names no tree of the message")
+        out[int(m.group(1))][m.group(2)] = v
     return out
+
+
+# -- checks of received messages (a party trusts no value it cannot check) ----
+_TREE_KEY = re.compile(r"(0|[1-9][0-9]{0,8})\.([a-z_]{1,40})")
+COUNT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int32))   # bootstrap counts as the grower sends them
+MASK_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
+
+
+def bad_message(text):
+    """The error of a message the protocol does not allow at this point."""
+    return ProtocolError(f"protocol error: {text}")
+
+
+def shown(value):
+    """A short description of a received value, for error messages."""
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array of shape {value.shape}"
+    return f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+def int_value(value, name, lo, hi):
+    """``value`` as an int if it is an integer in ``[lo, hi]``, else ProtocolError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or not lo <= value <= hi:
+        raise bad_message(f"{name} must be an integer in [{lo}, {hi}], got {shown(value)}")
+    return int(value)
+
+
+def int_array(value, name, ndim=1):
+    """``value`` if it is an integer array of ``ndim`` dimensions, else ProtocolError naming ``name``."""
+    if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == ndim):
+        raise bad_message(f"{name} must be a {ndim}-D array of integers, got {shown(value)}")
+    return value
+
+
+def index_array(value, name, n):
+    """A 1-D integer array whose values all lie in ``[0, n)``, as int64."""
+    a = int_array(value, name)
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise bad_message(f"{name} holds values outside [0, {n})")
+    return np.asarray(a, dtype=np.int64)
+
+
+def node_list(value, name, allowed):
+    """Node ids drawn from ``allowed``, distinct and increasing, as int32."""
+    a = int_array(value, name)
+    if a.size:
+        if np.any(a[1:] <= a[:-1]):
+            raise bad_message(f"{name} must list distinct nodes in increasing order")
+        if not np.isin(a, allowed).all():
+            raise bad_message(f"{name} names nodes that are not open leaves of the tree")
+    return np.asarray(a, dtype=np.int32)
+
+
+def check_fields(values, expected, what, skip=()):
+    """ProtocolError naming the first field of the received table ``values``
+    that differs from this party's own ``expected`` (same fields, same types,
+    equal values; fields in ``skip`` are checked by the caller)."""
+    if not isinstance(values, dict):
+        raise bad_message(f"{what} must be a table, got {shown(values)}")
+    if set(values) != set(expected):
+        raise bad_message(f"{what} has the fields {sorted(map(str, values))}, expected {sorted(expected)}")
+    for k, v in expected.items():
+        got = values[k]
+        if k not in skip and not (type(got) is type(v) and got == v):
+            raise bad_message(f"{what} field {k!r} is {shown(got)}; this party's own settings give {v!r}")
 
 
 HIST_CACHE_BYTES_PER_ROW = 2
@@ -152,20 +229,41 @@ class SplitSettings:
         # histogram subtraction: a node of at least this many rows keeps its histograms for
         # its children, so the kept histograms of a level hold at most HIST_CACHE_BYTES_PER_ROW
         # per row
-        k = resolve_max_features(params.max_features, max(int(n_features), 1))
         n_stats = self.n_classes if self.is_classification else 3
-        per_node = k * (kernels.MISSING_BIN + 1) * (8 * n_stats + 4)
-        self.hist_cache_rows = -(-per_node // HIST_CACHE_BYTES_PER_ROW)
+        self.hist_cache_rows = cache_rows(params.max_features, n_features, n_stats)
 
     def to_dict(self):
         """Plain values, as the settings travel in a message."""
         return dict(vars(self))
 
     @classmethod
-    def from_dict(cls, values):
-        out = cls.__new__(cls)
-        out.__dict__.update(values)
-        return out
+    def accept(cls, values, params, n_rows, is_classification, n_classes, n_features, reveal_splits):
+        """A party's settings: its own, built from ``params`` and what it knows
+        (``n_features``: its own columns; ``reveal_splits``: its own consent),
+        once the master's ``values`` are found equal (ProtocolError naming the
+        first field that differs).  Only ``hist_cache_rows`` depends on the
+        other parties' columns: the master's value is taken when it is at least
+        the bound this party's columns give (a larger one keeps fewer histograms)."""
+        at_least = max(int(n_features), 1)
+        if isinstance(params.max_features, numbers.Integral):
+            at_least = max(at_least, int(params.max_features))   # the master has that many
+        own = cls(params, n_rows, is_classification, n_classes, at_least)
+        own.reveal_splits = bool(reveal_splits)
+        check_fields(values, own.to_dict(), "'settings'", skip=("hist_cache_rows",))
+        got = values["hist_cache_rows"]
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not got >= own.hist_cache_rows:
+            raise bad_message(f"'settings' field 'hist_cache_rows' is {shown(got)}; this party's "
+                              f"columns need at least {own.hist_cache_rows}")
+        # a node never holds more rows than there are: larger values all keep nothing
+        own.hist_cache_rows = min(got, int(n_rows) + 1)
+        return own
+
+
+def cache_rows(max_features, n_features, n_stats):
+    """The rows from which a node keeps its histograms (see :class:`SplitSettings`)."""
+    k = resolve_max_features(max_features, max(int(n_features), 1))
+    per_node = k * (kernels.MISSING_BIN + 1) * (8 * n_stats + 4)
+    return -(-per_node // HIST_CACHE_BYTES_PER_ROW)
 
 
 def _pack(bits):
@@ -239,15 +337,31 @@ PARTY_COLUMNS = {"feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
 
 
 class PartySplitter:
-    """One party's side of tree growth over its own columns ``X`` (float64, NaN = missing)."""
+    """One party's side of tree growth over its own columns ``X`` (float64, NaN = missing).
+
+    Every message is checked against what the party knows before a kernel
+    sees it (the kernels do no bounds checks): node ids must be open leaves
+    of the tree, arrays must have the party's row and column counts, and the
+    messages of a tree must come in the order of growth
+    (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
 
     tree_threads = True   # trees of a batch may be handled on parallel threads
+    # the keys a tree's message may hold besides "op": per op, then those of a tree's
+    # first message and of the partition of the last level (any op)
+    op_keys = {"find": ("nodes", "fmask"), "partition": ("nodes",), "finish": ("importance",)}
+    begin_keys = ("counts", "class_weight")
+    apply_keys = ("split_nodes", "bits")
 
     def __init__(self, X, settings, labels):
         self.settings = settings
         self.labels = labels
         X = np.asarray(X, dtype=np.float64)
-        self.n_features = X.shape[1]
+        self.n_rows, self.n_features = X.shape
+        # what a job's party also checks (None: not checked): the in-bag draws every
+        # tree's counts sum to, the largest count of one row, whether class weights apply
+        self.count_total = None
+        self.count_max = None
+        self.class_weighted = None
         if settings.split_method == "hist":
             # one byte per value: the bin codes are all the growth needs
             # rows of weight zero take no part, not even in the bin edges
@@ -278,7 +392,17 @@ class PartySplitter:
         trees are handled in blocks on that many threads, each running
         single-threaded kernels: a level of a large batch then costs no
         parallel launch per tree.  Replies are joined in tree order."""
+        op = msg.get("op")
+        if op not in (GROW, COMMIT):
+            raise bad_message(f"unexpected batch message {op!r}")
         items = sorted(unpack_batch(msg).items())
+        for t, sub in items:
+            if (sub.get("op") == "finish") != (op == COMMIT):
+                raise bad_message(f"tree {t}: a {op!r} message holds a {sub.get('op')!r} message")
+        if op == COMMIT:
+            open_trees = sorted(set(self._states) - {t for t, _ in items})
+            if open_trees:
+                raise bad_message(f"the commit leaves trees {open_trees} unfinished")
         n_threads = kernels.threads()
         if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
                 and msg["op"] != COMMIT and kernels.concurrent_launches_ok():
@@ -303,28 +427,145 @@ class PartySplitter:
         finished, its arrays; the reply)."""
         t, sub = item
         self._tree = self._states.pop(t, None)
-        reply = self.handle(sub)
+        try:
+            reply = self.handle(sub)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{exc} (tree {t})") from None
         state = self._finished if sub["op"] == "finish" else self._tree
         self._tree = None
         return state, reply
 
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
-        if "counts" in msg:
-            self._begin(msg)
-        if "split_nodes" in msg:
-            self._apply(msg)
-        if "importance" in msg:
-            self._tree["importance"] = msg["importance"]
-        op = msg["op"]
+        op = msg.get("op")
+        if op not in self.op_keys:
+            raise bad_message(f"unknown tree message {op!r}")
+        allowed = set(self.op_keys[op]) | set(self.begin_keys) | set(self.apply_keys) | {"op"}
+        extra = sorted(str(k) for k in msg if k not in allowed)
+        if extra:
+            raise bad_message(f"a {op!r} message may not hold {', '.join(map(repr, extra))}")
+        if self._tree is None:
+            self._begin(self._check_begin(msg))
+            # growth state: the open leaves (the root, then the children of the last
+            # split), their depth, the nodes searched and partitioned at this level
+            self._tree.update(open=np.zeros(1, dtype=np.int32), level=0, searched=None,
+                              partitioned=None)
+        elif any(k in msg for k in self.begin_keys):
+            raise bad_message("'counts' and 'class_weight' for a tree that has begun")
+        if any(k in msg for k in self.apply_keys):
+            self._apply_checked(msg)
         if op == "find":
-            return self._find(msg)
+            return self._find(self._check_find(msg))
         if op == "partition":
-            return self._partition(msg)
-        if op == "finish":
-            self._finish()
-            return None
-        raise ValueError(f"unknown tree message {op!r}")
+            return self._partition(self._check_partition(msg))
+        self._tree["importance"] = self._check_finish(msg)
+        self._finish()
+        return None
+
+    # -- checks of the grower's messages ------------------------------------
+    def _check_begin(self, msg):
+        """The bootstrap counts and class weights of a tree's first message."""
+        if any(k not in msg for k in self.begin_keys):
+            raise bad_message("the first message of a tree must hold 'counts' and 'class_weight'")
+        counts = msg["counts"]
+        if not (isinstance(counts, np.ndarray) and counts.dtype in COUNT_DTYPES
+                and counts.shape == (self.n_rows,)):
+            raise bad_message(f"'counts' must be a uint8 or int32 array of {self.n_rows} counts (one "
+                              f"per aligned row), got {shown(counts)}")
+        if counts.size and counts.min() < 0:
+            raise bad_message("'counts' holds negative counts")
+        if self.count_max is not None and counts.size and counts.max() > self.count_max:
+            raise bad_message(f"'counts' holds a count above {self.count_max}")
+        if self.count_total is not None and int(counts.sum(dtype=np.int64)) != self.count_total:
+            raise bad_message(f"'counts' sum to {int(counts.sum(dtype=np.int64))}, not to the "
+                              f"{self.count_total} draws of a tree")
+        cw = msg["class_weight"]
+        s = self.settings
+        sizes = (0, s.n_classes) if s.is_classification else (0,)
+        if self.class_weighted is not None:
+            sizes = (s.n_classes,) if self.class_weighted else (0,)
+        if not (isinstance(cw, np.ndarray) and cw.dtype == np.float64 and cw.ndim == 1
+                and cw.size in sizes):
+            raise bad_message(f"'class_weight' must be a float64 array of "
+                              f"{' or '.join(map(str, sizes))} weights, got {shown(cw)}")
+        if not np.all(np.isfinite(cw) & (cw >= 0)):
+            raise bad_message("'class_weight' holds weights that are negative or not finite")
+        return {"counts": counts, "class_weight": cw}
+
+    def _apply_checked(self, msg):
+        """Apply the last level's partition (``split_nodes``, ``bits``) after
+        checking it: open leaves this party may split (depth, row counts, its
+        own partitioned nodes among them), one bit per row, and children of at
+        least ``min_samples_leaf`` rows.  The children become the open leaves."""
+        t = self._tree
+        s = self.settings
+        if any(k not in msg for k in self.apply_keys):
+            raise bad_message("'split_nodes' and 'bits' travel together")
+        nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open"])
+        tree = t["nodes"]
+        if nodes.size and t["level"] >= s.max_depth:
+            raise bad_message(f"'split_nodes' splits nodes at depth {t['level']}; max_depth is "
+                              f"{s.max_depth}")
+        starts, ends = tree.bounds(nodes)
+        least = max(s.min_samples_split, 2 * s.min_samples_leaf)
+        if np.any(ends - starts < least):
+            raise bad_message(f"'split_nodes' names a node of fewer than {least} rows, which is "
+                              "never split")
+        n = int((ends - starts).sum())
+        bits = msg["bits"]
+        if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8
+                and bits.shape == ((n + 7) // 8,)):
+            raise bad_message(f"'bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
+                              f"rows of the split nodes), got {shown(bits)}")
+        mine = t["partitioned"]
+        if mine is not None and not np.isin(mine, nodes).all():
+            raise bad_message("'split_nodes' leaves out nodes this party partitioned")
+        first = tree.n
+        self._apply({"split_nodes": nodes, "bits": bits})
+        children = np.arange(first, tree.n, dtype=np.int32)
+        starts, ends = tree.bounds(children)
+        if np.any(ends - starts < s.min_samples_leaf):
+            raise bad_message(f"'bits' leave a child of fewer than {s.min_samples_leaf} rows "
+                              "(min_samples_leaf)")
+        t.update(open=children, level=t["level"] + 1, searched=None, partitioned=None)
+
+    def _check_find(self, msg):
+        """A ``find``: open leaves and a feature mask of this party's columns."""
+        t = self._tree
+        if t["searched"] is not None:
+            raise bad_message("a second 'find' for one level of the tree")
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open"])
+        fmask = msg.get("fmask")
+        if not (isinstance(fmask, np.ndarray) and fmask.dtype in MASK_DTYPES
+                and fmask.shape == (nodes.size, self.n_features)):
+            raise bad_message(f"'fmask' must be a uint8 or bool array of shape ({nodes.size}, "
+                              f"{self.n_features}), got {shown(fmask)}")
+        t["searched"] = nodes
+        return dict(msg, nodes=nodes, fmask=np.ascontiguousarray(fmask, dtype=np.uint8))
+
+    def _check_partition(self, msg):
+        """A ``partition``: nodes this party searched at this level and found a split for."""
+        t = self._tree
+        if t["searched"] is None or t["partitioned"] is not None:
+            raise bad_message("a 'partition' without a 'find' of its level, or a second one")
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["searched"])
+        if np.any(t["nodes"].col["cand_feature"][nodes] < 0):
+            raise bad_message("'nodes' names a node where this party found no split")
+        t["partitioned"] = nodes
+        return dict(msg, nodes=nodes)
+
+    def _check_finish(self, msg):
+        """A ``finish``: the tree's importance shares, one per node."""
+        t = self._tree
+        if t["partitioned"] is not None and t["partitioned"].size:
+            raise bad_message("'finish' before the partition of the last level was applied")
+        imp = msg.get("importance")
+        n = t["nodes"].n
+        if not (isinstance(imp, np.ndarray) and imp.dtype == np.float64 and imp.shape == (n,)
+                and np.all(np.isfinite(imp))):
+            raise bad_message(f"'importance' must be {n} finite float64 values (one per node), "
+                              f"got {shown(imp)}")
+        return imp
 
     def _begin(self, msg):
         counts = msg["counts"]
@@ -402,11 +643,6 @@ class PartySplitter:
         tree = self._tree["nodes"]
         c = tree.col
         nodes = msg["nodes"]
-        if "bin" in msg:  # the key holder chose the split from this party's encrypted histograms
-            c["cand_feature"][nodes] = msg["feature"]
-            c["cand_threshold"][nodes] = self.bin_threshold(msg["feature"], msg["bin"])
-            c["cand_bin"][nodes] = msg["bin"]
-            c["cand_missing_left"][nodes] = msg["missing_left"]
         feat = c["cand_feature"][nodes]
         thr = c["cand_threshold"][nodes]
         ml = c["cand_missing_left"][nodes]
@@ -415,7 +651,8 @@ class PartySplitter:
             bits = kernels.partition_bits(self.Xb, tree.rows, starts, ends, feat.astype(np.int64),
                                           c["cand_bin"][nodes], ml, kernels.MISSING_BIN)
         else:
-            bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml)
+            bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml,
+                                          np.nan)
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml

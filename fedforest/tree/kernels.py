@@ -653,13 +653,15 @@ def _segment_offsets(starts, ends):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code=np.nan):
+def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code):
     """Left (1) / right (0) bit of every row of several node segments, each
     split on its own column, concatenated in segment order.  A value is
     missing when it is NaN or equals ``missing_code``: on bin codes (``X``
     uint8, ``thresholds`` the split bins, ``missing_code = MISSING_BIN``) a row
     goes left when its bin is at most the split's bin, the same rows as
-    ``x <= threshold`` of that bin's upper edge."""
+    ``x <= threshold`` of that bin's upper edge; on raw values pass NaN.  (No
+    default: numba would key its cache on the omitted NaN, which never equals
+    itself, so every process would compile the kernel again.)"""
     off = _segment_offsets(starts, ends)
     out = np.empty(off[-1], dtype=np.uint8)
     for j in prange(starts.shape[0]):

@@ -165,4 +165,15 @@ def load_role_model(cfg, rank):
     if not m.get("complete"):
         raise InputError(what, f"{folder!r} holds an unfinished training checkpoint "
                                f"({m.get('n_trees')} of {m.get('n_estimators')} trees); resume training first")
-    return folder, m, model_files.read_trees(folder, m["n_trees"], what)
+    n_columns = max_depth = None
+    if rank:   # a party's partial trees reach its prediction kernels: checked first
+        columns, params = m.get("columns"), m.get("params")
+        if not (isinstance(columns, list) and isinstance(params, dict)):
+            raise InputError(what, f"{folder!r} holds a manifest without the party's columns and settings")
+        n_columns, max_depth = len(columns), params.get("max_depth")
+        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)):
+            raise InputError(what, f"{folder!r} holds a manifest with max_depth {max_depth!r}")
+    n_trees = m.get("n_trees")
+    if isinstance(n_trees, bool) or not isinstance(n_trees, int) or n_trees < 1:
+        raise InputError(what, f"{folder!r} holds a manifest with n_trees {n_trees!r}")
+    return folder, m, model_files.read_trees(folder, n_trees, what, n_columns, max_depth)

@@ -32,7 +32,8 @@ import numpy as np
 from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree import kernels
-from ..tree.builder import EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower
+from ..tree.builder import (EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message,
+                            check_fields, int_array, node_list, shown)
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = kernels.MISSING_BIN + 1
@@ -66,6 +67,32 @@ def rounded_targets(y, n_total):
     """The regression targets the encrypted mode effectively trains on."""
     q, step, _ = regression_grid(y, n_total)
     return q * step
+
+
+# the fields of a slot layout in a message: (types, bounds)
+SPEC_FIELDS = {"is_classification": ((bool,), None, None), "n_classes": ((int,), 1, 1 << 16),
+               "n_total": ((int,), 1, 1 << 40), "key_length": ((int,), 256, 16_384),
+               "step": ((float,), 0.0, math.inf), "bias": ((int,), 0, MAX_EXACT),
+               "n_stats": ((int,), 1, 1 << 16), "width": ((int,), 1, 16_384),
+               "per_ciphertext": ((int,), 1, 16_384)}
+
+
+def party_spec(values, is_classification, n_classes, n_total, key_length, slot_bits):
+    """The slot layout a party without the labels builds itself for one fit,
+    once the master's ``values`` are found to describe it (ProtocolError naming
+    the first field that differs).  Only the regression ``step`` depends on the
+    labels: it is taken from ``values`` when it is a power of two."""
+    step, bias = 1.0, 0
+    if not is_classification:
+        step = values.get("step") if isinstance(values, dict) else None
+        if not (isinstance(step, float) and math.isfinite(step) and step > 0
+                and math.frexp(step)[0] == 0.5):
+            raise bad_message(f"slot layout field 'step' must be a power of two, got {shown(step)}")
+        bias = math.isqrt((MAX_EXACT - 1) // max(int(n_total), 1))
+    own = EncryptionSpec(is_classification, n_classes, n_total, key_length, slot_bits, step=step,
+                         bias=bias)
+    check_fields(values, own.to_dict(), "the slot layout")
+    return own
 
 
 class EncryptionSpec:
@@ -108,8 +135,22 @@ class EncryptionSpec:
 
     @classmethod
     def from_dict(cls, values):
-        out = cls.__new__(cls)
-        out.__setstate__(dict(values))
+        """The layout a message describes, rebuilt from its defining fields;
+        ProtocolError when a field is malformed or a derived one (slots,
+        statistics, values per ciphertext) disagrees with the rebuilt layout."""
+        if not isinstance(values, dict) or set(values) != set(SPEC_FIELDS):
+            raise bad_message(f"the slot layout must be a table of the fields {list(SPEC_FIELDS)}, "
+                              f"got {shown(values)}")
+        for k, (kinds, lo, hi) in SPEC_FIELDS.items():
+            v = values[k]
+            if type(v) not in kinds or (lo is not None and not lo <= v <= hi):
+                raise bad_message(f"slot layout field {k!r} is {shown(v)}")
+        try:
+            out = cls(values["is_classification"], values["n_classes"], values["n_total"],
+                      values["key_length"], values["width"], step=values["step"], bias=values["bias"])
+        except InputError as exc:
+            raise bad_message(f"the slot layout does not fit: {exc}") from None
+        check_fields(values, out.to_dict(), "the slot layout")
         return out
 
     @property
@@ -207,9 +248,18 @@ class LabelHolderSplitter(PartySplitter):
         self.spec = spec
         self.key = public_key
 
+    op_keys = dict(PartySplitter.op_keys, find=("nodes", "fmask", "stat_nodes"))
+
     def _begin(self, msg):
         super()._begin(msg)
         self._tree["counts"] = msg["counts"]
+
+    def _check_find(self, msg):
+        """A ``find`` also asks the statistics of every open leaf (``stat_nodes``)."""
+        stat = int_array(msg.get("stat_nodes"), "'stat_nodes'")
+        if not np.array_equal(stat, self._tree["open"]):
+            raise bad_message("'stat_nodes' must list the open leaves of the tree")
+        return dict(super()._check_find(msg), stat_nodes=self._tree["open"])
 
     def _find(self, msg):
         nodes = msg["nodes"]
@@ -226,6 +276,8 @@ class EncryptedHistSplitter(PartySplitter):
     """A party without the labels: encrypted per-bin histograms on request."""
 
     tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
+    op_keys = dict(PartySplitter.op_keys, find=("pair_node", "pair_feat"),
+                   partition=("nodes", "feature", "bin", "missing_left"))
 
     def __init__(self, X, settings, labels_ct, spec, public_key):
         if settings.split_method != "hist":
@@ -258,6 +310,62 @@ class EncryptedHistSplitter(PartySplitter):
             else:
                 wc[r] = P.gmpy2.powmod(enc[r], k, nsq)
         self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc}
+
+    def _check_find(self, msg):
+        """A ``find``: distinct (open leaf, own feature) pairs, sorted by node then feature."""
+        t = self._tree
+        if t["searched"] is not None:
+            raise bad_message("a second 'find' for one level of the tree")
+        node = int_array(msg.get("pair_node"), "'pair_node'")
+        feat = int_array(msg.get("pair_feat"), "'pair_feat'")
+        if node.shape != feat.shape:
+            raise bad_message("'pair_node' and 'pair_feat' differ in length")
+        if node.size:
+            if not np.isin(node, t["open"]).all():
+                raise bad_message("'pair_node' names nodes that are not open leaves of the tree")
+            if feat.min() < 0 or feat.max() >= self.n_features:
+                raise bad_message(f"'pair_feat' must name features of this party (0 to "
+                                  f"{self.n_features - 1})")
+            key = node.astype(np.int64) * self.n_features + feat.astype(np.int64)
+            if np.any(key[1:] <= key[:-1]):
+                raise bad_message("the (node, feature) pairs must be distinct, sorted by node then feature")
+        t["searched"] = np.unique(node).astype(np.int32)
+        return dict(msg, pair_node=node.astype(np.int64), pair_feat=feat.astype(np.int64))
+
+    def _check_partition(self, msg):
+        """A ``partition`` of open leaves on splits the key holder chose: one of this
+        party's features, one of its bins and a missing-value side per node."""
+        t = self._tree
+        if t["partitioned"] is not None:
+            raise bad_message("a second 'partition' for one level of the tree")
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open"])
+        m = nodes.size
+        arrays = {k: int_array(msg.get(k), repr(k)) for k in ("feature", "bin", "missing_left")}
+        for k, a in arrays.items():
+            if a.shape != (m,):
+                raise bad_message(f"{k!r} must hold one value per node ({m}), got {shown(a)}")
+        feat, b, ml = arrays["feature"], arrays["bin"], arrays["missing_left"]
+        if m:
+            if feat.min() < 0 or feat.max() >= self.n_features:
+                raise bad_message(f"'feature' must name features of this party (0 to "
+                                  f"{self.n_features - 1})")
+            if b.min() < 0 or np.any(b >= self.n_bins[feat.astype(np.int64)]):
+                raise bad_message("'bin' must name a bin of its feature (0 to its number of bins - 1)")
+            if not np.isin(ml, (0, 1)).all():
+                raise bad_message("'missing_left' must be 0 or 1")
+        t["partitioned"] = nodes
+        return dict(msg, nodes=nodes, feature=feat.astype(np.int32), bin=b.astype(np.int32),
+                    missing_left=ml.astype(np.uint8))
+
+    def _partition(self, msg):
+        """Partition on the split the key holder chose from this party's encrypted histograms."""
+        c = self._tree["nodes"].col
+        nodes = msg["nodes"]
+        c["cand_feature"][nodes] = msg["feature"]
+        c["cand_threshold"][nodes] = self.bin_threshold(msg["feature"], msg["bin"])
+        c["cand_bin"][nodes] = msg["bin"]
+        c["cand_missing_left"][nodes] = msg["missing_left"]
+        return super()._partition(msg)
 
     def _find(self, msg):
         tree = self._tree["nodes"]

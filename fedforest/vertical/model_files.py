@@ -59,7 +59,10 @@ def read_manifest(folder, what="model"):
     return m
 
 
-def read_trees(folder, n_trees, what="model"):
+def read_trees(folder, n_trees, what="model", n_columns=None, max_depth=None):
+    """The trees of a model folder; with ``n_columns`` (a party's columns) each
+    is checked as a party's partial tree (:func:`check_partial_tree`) before
+    any kernel sees it."""
     trees = []
     for i in range(n_trees):
         path = os.path.join(folder, "trees", f"tree-{i:05d}.npz")
@@ -68,7 +71,67 @@ def read_trees(folder, n_trees, what="model"):
                 trees.append({k: z[k] for k in z.files})
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise InputError(what, f"cannot read tree file {path!r}: {exc or type(exc).__name__}") from None
+        if n_columns is not None:
+            trees[-1] = check_partial_tree(trees[-1], n_columns, max_depth, f"{what}: tree file {path!r}")
     return trees
+
+
+PARTIAL_DTYPES = {"children_left": np.int32, "children_right": np.int32, "feature": np.int32,
+                  "threshold": np.float64, "missing_left": np.uint8}
+
+
+def check_partial_tree(tree, n_columns, max_depth, what):
+    """A party's partial tree, validated (InputError ``(what, ...)`` otherwise):
+    the arrays of :data:`PARTIAL_DTYPES` (and ``importance``) with one entry per
+    node; node 0 the root and every other node the child of exactly one earlier
+    node; splits with a column of this party (0 .. ``n_columns - 1``) or -1 (another
+    party's), leaves -2; at most ``max_depth`` levels (None: no bound)."""
+    out = dict(tree)
+    for key, dtype in PARTIAL_DTYPES.items():
+        a = tree.get(key)
+        integral = np.dtype(dtype).kind in "iu"
+        if not (isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype.kind in ("iu" if integral else "iuf")):
+            raise InputError(what, f"tree array {key!r} is absent or not a list of {np.dtype(dtype)} values")
+        if integral and a.size and (a.min() < np.iinfo(dtype).min or a.max() > np.iinfo(dtype).max):
+            raise InputError(what, f"tree array {key!r} holds values out of the {np.dtype(dtype)} range")
+        out[key] = np.ascontiguousarray(a, dtype=dtype)
+    n = out["feature"].shape[0]
+    if n == 0:
+        raise InputError(what, "the tree has no node")
+    for key in PARTIAL_DTYPES:
+        if out[key].shape != (n,):
+            raise InputError(what, f"tree array {key!r} has {out[key].shape[0]} entries for {n} nodes")
+    left, right, feature = out["children_left"], out["children_right"], out["feature"]
+    node = np.arange(n)
+    split = left >= 0
+    if np.any(split != (right >= 0)) or np.any((left < -1) | (right < -1)):
+        raise InputError(what, "a node has one child only, or a child index below -1")
+    kids = np.concatenate((left[split], right[split])).astype(np.int64)
+    parents = np.concatenate((node[split], node[split]))
+    if np.any(kids <= parents) or np.any(kids >= n):
+        raise InputError(what, "a child is not a later node of the tree")
+    if not np.array_equal(np.sort(kids), np.arange(1, n)):
+        raise InputError(what, "a node has more than one parent, or no parent (every node but the "
+                               "root has exactly one)")
+    if np.any(feature[~split] != -2) or np.any((feature[split] < -1) | (feature[split] >= n_columns)):
+        raise InputError(what, f"tree array 'feature' holds values other than -2 at leaves and -1 or a "
+                               f"column 0..{n_columns - 1} at splits")
+    if not np.isin(out["missing_left"], (0, 1)).all():
+        raise InputError(what, "tree array 'missing_left' holds values other than 0 and 1")
+    if "importance" in tree:
+        imp = tree["importance"]
+        if not (isinstance(imp, np.ndarray) and imp.shape == (n,) and imp.dtype.kind == "f"
+                and np.all(np.isfinite(imp))):
+            raise InputError(what, f"tree array 'importance' must hold {n} finite numbers")
+    if max_depth is not None:
+        level, depth = np.zeros(1, dtype=np.int64), 0
+        while level.size:   # the nodes of each level in turn (a tree: each node met once)
+            level = np.concatenate((left[level], right[level]))
+            level = level[level >= 0].astype(np.int64)
+            depth += bool(level.size)
+            if depth > max_depth:
+                raise InputError(what, f"the tree is deeper than max_depth = {max_depth}")
+    return out
 
 
 def existing_model(folder):

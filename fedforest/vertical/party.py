@@ -1,5 +1,14 @@
-"""Vertical Federated Forest, a party's policy (ranks 1..K): training and prediction."""
+"""Vertical Federated Forest, a party's policy (ranks 1..K): training and prediction.
+
+A party trusts no value of the master's messages that it can check: every
+message is compared with what the party knows itself (its configuration, its
+aligned rows and columns, the classes, the trees it has open) or the value is
+recomputed here; anything else stops the job with a
+:class:`~fedforest.transport.base.ProtocolError` (an
+:class:`~fedforest.errors.InputError` where settings differ) naming the field.
+"""
 import os
+import re
 import time
 
 import numpy as np
@@ -10,15 +19,20 @@ from ..data.alignment import party_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
 from ..tree import builder, kernels, predict
-from ..tree.builder import PartySplitter, SplitSettings
+from ..tree.builder import (PartySplitter, SplitSettings, bad_message, check_fields, index_array, int_array,
+                            int_value, shown)
 from ..tree.labels import PlainLabels
-from ..tree.params import resolve_n_jobs, validate
+from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
 from . import explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
 from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
+
+JOB_ID = re.compile(r"[0-9a-f]{32}")   # job and run ids: 32 hex digits
+MAX_CLASSES = 1 << 16
+
 
 def _crash_point(rank):
     """Fault injection for tests: FEDFOREST_FAULT_CRASH=<rank>:<trees> makes that
@@ -35,57 +49,84 @@ def party_train(comm, cfg):
     """Party side of training."""
     rank = comm.rank
     cfg.check_train()
-    validate(forest_params(cfg), cfg.task)
+    params = validate(forest_params(cfg), cfg.task)
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = expect(comm.recv(MASTER), protocol.LOAD)
-    if cfg.label_privacy == "paillier" and msg["label_privacy"] != "paillier":
-        raise InputError("label_privacy", f"party {rank} requires 'paillier' but the master runs "
-                                          f"{msg['label_privacy']!r}")
-    table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=msg["label_column"])
+    if msg.get("label_privacy") != cfg.label_privacy:
+        raise InputError("label_privacy", f"party {rank} requires {cfg.label_privacy!r} but the master "
+                                          f"runs {str(msg.get('label_privacy'))[:40]!r}")
+    if msg.get("label_column") != cfg.label_column:
+        raise InputError("label_column", f"the master names label column "
+                                         f"{str(msg.get('label_column'))[:80]!r}; party {rank}'s "
+                                         f"configuration names {cfg.label_column!r}")
+    table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=cfg.label_column)
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
                        "has_label": table.has_label, "fingerprint": table.fingerprint()})
     msg = expect(comm.recv(MASTER), protocol.CHECK_DIR)
+    if not isinstance(msg.get("full_model"), bool):
+        raise bad_message(f"'full_model' must be true or false, got {shown(msg.get('full_model'))}")
     if msg["full_model"] and not cfg.master_full_model:
         raise InputError("master_full_model", f"the master asks party {rank} for its split features "
                                               "and thresholds, which this party's configuration "
                                               "does not allow")
+    job_id = _hex_id(msg.get("job_id"), "'job_id'")
     folder = model_files.party_dir(cfg.model_dir, rank)
-    n_done = check_model_dir(folder, msg["job_id"], cfg.resume, cfg.overwrite,
+    n_done = check_model_dir(folder, job_id, cfg.resume, cfg.overwrite,
                               f"party {rank} model_dir")
     comm.send(MASTER, {"n_trees": n_done})
-    positions = party_align(comm, rank, table.ids)
+    positions = party_align(comm, rank, table.ids, cfg.n_parties)
+    n_rows = positions.shape[0]
     X = table.X[positions]
     msg = comm.recv(MASTER)
     held = None
-    if msg["op"] == protocol.SEND_LABELS:
-        comm.send(MASTER, {"y": label_array(table.y[positions], cfg.task,
-                                             f"label column {cfg.label_column!r}")})
-        msg = comm.recv(MASTER)
-    elif msg["op"] == protocol.ENCRYPT_LABELS:
-        held = _encrypt_labels(comm, cfg, msg, table.y[positions])
+    if table.has_label:  # the master asks the label holder, and only it, for its labels
+        if cfg.label_privacy == "paillier":
+            held = _encrypt_labels(comm, cfg, expect(msg, protocol.ENCRYPT_LABELS), table.y[positions])
+        else:
+            expect(msg, protocol.SEND_LABELS)
+            y = label_array(table.y[positions], cfg.task, f"label column {cfg.label_column!r}")
+            comm.send(MASTER, {"y": y})
+            held = {"y": y}
         msg = comm.recv(MASTER)
     setup = expect(msg, protocol.SETUP)
-    settings = SplitSettings.from_dict(setup["settings"])
-    if "spec" in setup:
-        splitter = _paillier_splitter(comm, rank, X, settings, setup, held)
+    start = _check_setup(setup, cfg, params, rank, job_id, n_done, folder)
+    is_clf = cfg.task == CLASSIFICATION
+    if held is not None and "y" in held:  # plain mode: the codes the master makes of them
+        held["codes"], held["classes"] = encode_labels(held["y"], cfg.task,
+                                                       what=f"label column {cfg.label_column!r}")
+    n_classes = _n_classes(setup.get("n_classes"), is_clf, n_rows, held)
+    settings = SplitSettings.accept(setup.get("settings"), params, n_rows, is_clf, n_classes,
+                                    len(table.columns), cfg.master_full_model)
+    n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
+    if cfg.label_privacy == "paillier":
+        splitter = _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total)
     else:
-        labels = PlainLabels(setup["y"], settings.is_classification, setup["n_classes"])
+        labels = PlainLabels(_plain_labels(setup.get("y"), is_clf, n_classes, n_rows, held), is_clf,
+                             n_classes)
         splitter = PartySplitter(X, settings, labels)
+    # what every tree's first message must hold: the draws of one tree, class weights if asked
+    splitter.count_total = n_total
+    splitter.count_max = n_total if params.bootstrap else 1
+    splitter.class_weighted = is_clf and params.class_weight is not None
+    # the trees of a batch, as the master sizes it from the same settings
+    n_estimators = params.n_estimators
+    batch = builder.resolve_tree_batch(
+        cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
+        builder.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
     kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
-        "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": setup["job_id"],
+        "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": job_id,
         "run_id": setup["run_id"],
-        "task": setup["task"], "params": setup["params"], "columns": table.columns,
+        "task": cfg.task, "params": params.to_dict(), "columns": table.columns,
         "categories": table.categories, "has_label": table.has_label,
         "label_column": cfg.label_column if table.has_label else None,
         "id_column": cfg.id_column, "split_method": settings.split_method,
-        "n_estimators": setup["params"]["n_estimators"],
-        "label_privacy": "paillier" if "spec" in setup else "plain",
+        "n_estimators": n_estimators,
+        "label_privacy": cfg.label_privacy,
     }
-    start = setup["start"]
     if start == 0:
         model_files.clear(folder)
     crash_after = _crash_point(rank)
@@ -96,7 +137,7 @@ def party_train(comm, cfg):
         msg = comm.recv(MASTER)
         if failing is not None:
             raise RuntimeError(failing)
-        op = msg["op"]
+        op = msg.get("op")
         if op == protocol.DONE:
             # the party's peak memory stays in its own manifest (the master learns
             # nothing of a party beyond what the protocol needs)
@@ -106,6 +147,7 @@ def party_train(comm, cfg):
             return folder
         if op not in (builder.GROW, builder.COMMIT):
             raise ProtocolError(f"protocol error: unexpected {op!r}")
+        _check_batch_trees(msg.get("trees"), t, min(t + batch, n_estimators), op == builder.COMMIT)
         reply = splitter.handle_batch(msg)
         if op == builder.COMMIT:
             # the batch's trees are on disk before the master counts them as done
@@ -124,21 +166,118 @@ def party_train(comm, cfg):
         comm.send(MASTER, reply)
 
 
+def _hex_id(value, name):
+    if not (isinstance(value, str) and JOB_ID.fullmatch(value)):
+        raise bad_message(f"{name} must be 32 hex digits, got {shown(value)}")
+    return value
+
+
+def _check_setup(setup, cfg, params, rank, job_id, n_done, folder):
+    """The job facts of the setup message, against the party's own; returns the
+    first tree to grow.  Training restarts from tree 0 over this party's
+    checkpoint only when the party itself allows it (overwrite)."""
+    if setup.get("job_id") != job_id:
+        raise bad_message("'job_id' differs from the one the model folder was checked for")
+    run_id = _hex_id(setup.get("run_id"), "'run_id'")
+    if setup.get("task") != cfg.task:
+        raise InputError("task", f"the master runs {str(setup.get('task'))[:40]!r}; party {rank} "
+                                 f"runs {cfg.task!r}")
+    if setup.get("params") != params.to_dict():
+        raise InputError("params", f"the master's forest settings differ from party {rank}'s: "
+                                   f"{str(setup.get('params'))[:400]}")
+    start = int_value(setup.get("start"), "'start'", 0, n_done)
+    if start == 0 and n_done and not cfg.overwrite:
+        raise InputError(f"party {rank} model_dir", f"the master restarts training from tree 0, which "
+                                                    f"would delete the {n_done} trees checkpointed in "
+                                                    f"{folder!r}; pass --overwrite to allow it")
+    if start:
+        kept = model_files.read_manifest(folder, f"party {rank} model").get("run_id")
+        if kept is not None and kept != run_id:
+            raise bad_message(f"'run_id' differs from the run of this party's checkpoint ({kept})")
+    return start
+
+
+def _n_classes(value, is_clf, n_rows, held):
+    """The number of classes (1 for regression): bounded by the rows, the label
+    holder's own count."""
+    if not is_clf:
+        return int_value(value, "'n_classes'", 1, 1)
+    n = int_value(value, "'n_classes'", 2, max(2, min(n_rows, MAX_CLASSES)))
+    if held is not None and n != held["classes"].size:
+        raise bad_message(f"'n_classes' is {n}; the labels of this party have {held['classes'].size} classes")
+    return n
+
+
+def _plain_labels(y, is_clf, n_classes, n_rows, held):
+    """The labels of the plain mode: a class code per aligned row, each class
+    present (classes are the distinct labels), or finite targets; the label
+    holder's must be its own."""
+    if not (isinstance(y, np.ndarray) and y.shape == (n_rows,)
+            and y.dtype.kind in ("iu" if is_clf else "f")):
+        kind = "integer class codes" if is_clf else "float targets"
+        raise bad_message(f"'y' must hold {n_rows} {kind} (one per aligned row), got {shown(y)}")
+    if is_clf:
+        if y.size and (y.min() < 0 or y.max() >= n_classes):
+            raise bad_message(f"'y' holds class codes outside [0, {n_classes})")
+        if not np.all(np.bincount(y.astype(np.int64), minlength=n_classes)):
+            raise bad_message(f"'y' leaves some of its {n_classes} classes without rows")
+    elif not np.all(np.isfinite(y)):
+        raise bad_message("'y' holds targets that are not finite")
+    if held is not None and not np.array_equal(y, held["codes"]):
+        raise bad_message("'y' differs from this party's own labels")
+    return y
+
+
+def _check_batch_trees(trees, first, end, commit):
+    """The tree numbers of a batch message: trees of the batch being grown
+    (``first`` to ``end - 1``); a commit stores exactly that batch, each tree once."""
+    trees = int_array(trees, "'trees'")
+    if commit and not np.array_equal(trees, np.arange(first, end)):
+        raise bad_message(f"a commit must store trees {first} to {end - 1} (the batch being grown), "
+                          f"got {shown(trees)}")
+    if trees.size and (trees.min() < first or trees.max() >= end):
+        raise bad_message(f"'trees' names trees outside the batch being grown ({first} to {end - 1})")
+
+
+def _public_key(data, cfg):
+    """The master's Paillier public key, of the length this party's settings ask."""
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
+            and 0 < data.size <= 16_384 // 8):
+        raise bad_message(f"'public_key' must be the bytes of a Paillier key, got {shown(data)}")
+    public = paillier.PublicKey.from_bytes(data)
+    if public.key_length != cfg.key_length:
+        raise InputError("key_length", f"the master's public key has {public.key_length} bits; this "
+                                       f"party's key_length is {cfg.key_length}")
+    paillier.check_key_length(public.key_length, cfg.insecure_key)
+    return public
+
+
 def _encrypt_labels(comm, cfg, msg, y):
     """The label holder: encode and encrypt its labels under the master's key."""
     what = f"label column {cfg.label_column!r}"
     codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
-    public = paillier.PublicKey.from_bytes(msg["public_key"])
-    paillier.check_key_length(public.key_length, cfg.insecure_key)
+    public = _public_key(msg.get("public_key"), cfg)
+    params = validate(forest_params(cfg), cfg.task)
+    n = codes.shape[0]
+    n_total = resolve_max_samples(params.max_samples, n) if params.bootstrap else n
+    if msg.get("n_total") != n_total or isinstance(msg.get("n_total"), bool):
+        raise bad_message(f"'n_total' must be {n_total} (the draws of a tree), got "
+                          f"{shown(msg.get('n_total'))}")
+    if msg.get("slot_bits") != cfg.slot_bits or isinstance(msg.get("slot_bits"), bool):
+        raise bad_message(f"'slot_bits' must be {cfg.slot_bits} (this party's settings), got "
+                          f"{shown(msg.get('slot_bits'))}")
+    if ("randomness" in msg) != (cfg.label_randomness == "master"):
+        raise bad_message(f"with label_randomness = {cfg.label_randomness!r} the master "
+                          f"{'sends' if cfg.label_randomness == 'master' else 'does not send'} "
+                          "'randomness'")
     is_clf = cfg.task == CLASSIFICATION
     if is_clf:
-        spec = encrypted.EncryptionSpec(True, classes.size, msg["n_total"], public.key_length,
-                                        msg["slot_bits"])
+        spec = encrypted.EncryptionSpec(True, classes.size, n_total, public.key_length, cfg.slot_bits)
         scored = codes
     else:
-        codes, step, bias = encrypted.regression_grid(codes, msg["n_total"])
-        spec = encrypted.EncryptionSpec(False, 1, msg["n_total"], public.key_length,
-                                        msg["slot_bits"], step=step, bias=bias)
+        codes, step, bias = encrypted.regression_grid(codes, n_total)
+        spec = encrypted.EncryptionSpec(False, 1, n_total, public.key_length, cfg.slot_bits,
+                                        step=step, bias=bias)
         scored = codes * step
     t0 = time.perf_counter()
     factors = None
@@ -148,26 +287,32 @@ def _encrypt_labels(comm, cfg, msg, y):
     seconds = time.perf_counter() - t0
     comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec.to_dict(), "seconds": seconds,
                        "blocks": public.serialize(cts), "fingerprint": public.fingerprint})
-    return {"codes": codes, "scored": scored, "public": public}
+    return {"codes": codes, "scored": scored, "public": public, "spec": spec, "classes": classes}
 
 
-def _paillier_splitter(comm, rank, X, settings, setup, held):
+def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total):
     """The splitter of a party in the encrypted-label mode."""
-    spec = encrypted.EncryptionSpec.from_dict(setup["spec"])
-    public = paillier.PublicKey.from_bytes(setup["public_key"])
+    is_clf = settings.is_classification
+    public = _public_key(setup.get("public_key"), cfg)
     if held is not None:
         if public.fingerprint != held["public"].fingerprint:
             raise InputError(f"party {rank}", "the master's public key changed during setup")
-        labels = PlainLabels(held["scored"], settings.is_classification, setup["n_classes"])
-        return encrypted.LabelHolderSplitter(X, settings, labels, held["codes"], spec, public)
-    if setup["fingerprint"] != public.fingerprint:
+        check_fields(setup.get("spec"), held["spec"].to_dict(), "the slot layout")
+        labels = PlainLabels(held["scored"], is_clf, n_classes)
+        return encrypted.LabelHolderSplitter(X, settings, labels, held["codes"], held["spec"], public)
+    spec = encrypted.party_spec(setup.get("spec"), is_clf, n_classes, n_total, cfg.key_length,
+                                cfg.slot_bits)
+    if setup.get("fingerprint") != public.fingerprint:
         raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
-                                          f"(fingerprint {setup['fingerprint']}, the master's key is "
-                                          f"{public.fingerprint})")
-    labels_ct = public.deserialize(setup["labels"], "encrypted labels")
-    if len(labels_ct) != X.shape[0]:
-        raise InputError(f"party {rank}", f"received {len(labels_ct)} encrypted labels for "
+                                          f"(fingerprint {str(setup.get('fingerprint'))[:40]}, the "
+                                          f"master's key is {public.fingerprint})")
+    blocks = setup.get("labels")
+    if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8 and blocks.ndim == 2):
+        raise bad_message(f"'labels' must be blocks of ciphertext bytes, got {shown(blocks)}")
+    if blocks.shape[0] != X.shape[0]:
+        raise InputError(f"party {rank}", f"received {blocks.shape[0]} encrypted labels for "
                                           f"{X.shape[0]} aligned rows")
+    labels_ct = public.deserialize(blocks, "encrypted labels")
     splitter = encrypted.EncryptedHistSplitter(X, settings, labels_ct, spec, public)
     expect(comm.recv(MASTER), protocol.BINS)
     comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
@@ -192,7 +337,7 @@ def party_predict(comm, cfg):
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table_ids), "n_unseen": table.n_unseen})
-    positions = party_align(comm, rank, table_ids)
+    positions = party_align(comm, rank, table_ids, cfg.n_parties)
     X = table_X[positions]
     ids = table_ids[positions]
     method = manifest["split_method"]
@@ -200,7 +345,7 @@ def party_predict(comm, cfg):
     predict.warm_up()
     while True:
         msg = comm.recv(MASTER)
-        op = msg["op"]
+        op = msg.get("op")
         if op == protocol.READY:
             comm.send(MASTER, {})
         elif op == protocol.LEAF_SETS:
@@ -209,17 +354,17 @@ def party_predict(comm, cfg):
             Xp = prepare_X(X, method)
             while True:
                 m = comm.recv(MASTER)
-                if m["op"] == protocol.END_CLASSICAL:
+                if m.get("op") == protocol.END_CLASSICAL:
                     break
-                t = trees[m["tree"]]
-                node = m["node"]
+                expect(m, protocol.ROUTE)
+                t, node = _own_split(trees, m.get("tree"), m.get("node"))
                 f = int(t["feature"][node])
-                rows = m["rows"]
-                bits = kernels.goes_left(Xp[:, f], rows.astype(np.int32), 0, rows.size,
+                rows = index_array(m.get("rows"), "'rows'", X.shape[0]).astype(np.int32)
+                bits = kernels.goes_left(Xp[:, f], rows, 0, rows.size,
                                    float(t["threshold"][node]), int(t["missing_left"][node]))
                 comm.send(MASTER, {"bits": np.packbits(bits)})
         elif op == protocol.PATH:
-            steps = list(zip(msg["tree"].tolist(), msg["node"].tolist(), msg["child"].tolist()))
+            steps = _path_steps(msg, trees)
             lines = explain.party_path_lines(trees, steps, X[0], manifest["columns"],
                                              manifest.get("categories")) or \
                 ["(no split of this party on these paths)"]
@@ -228,13 +373,56 @@ def party_predict(comm, cfg):
                   flush=True)
             comm.send(MASTER, {"n_lines": len(lines)})
         elif op == protocol.RESULT:
+            if rank != cfg.result_party:
+                raise bad_message(f"predictions sent to party {rank}; result_party is {cfg.result_party}")
+            _check_result(msg, ids.shape[0])
             path = _write_predictions(cfg, ids, msg, manifest)
             comm.send(MASTER, {"path": path})
         elif op == protocol.DONE:
             comm.send(MASTER, {})
             return None
         else:
-            raise RuntimeError(f"protocol error: unexpected {op!r}")
+            raise ProtocolError(f"protocol error: unexpected {op!r}")
+
+
+def _own_split(trees, tree, node):
+    """``(trees[tree], node)`` when ``node`` is a split this party owns in that tree."""
+    i = int_value(tree, "'tree'", 0, len(trees) - 1)
+    t = trees[i]
+    node = int_value(node, "'node'", 0, t["feature"].shape[0] - 1)
+    if t["feature"][node] < 0:
+        raise bad_message(f"node {node} of tree {i} is not a split of this party")
+    return t, node
+
+
+def _path_steps(msg, trees):
+    """The ``(tree, node, child)`` steps of a PATH message: splits this party owns
+    and one of their children."""
+    arrays = [int_array(msg.get(k), repr(k)) for k in ("tree", "node", "child")]
+    if not arrays[0].shape == arrays[1].shape == arrays[2].shape:
+        raise bad_message("'tree', 'node' and 'child' differ in length")
+    steps = []
+    for i, node, child in zip(*(a.tolist() for a in arrays)):
+        t, node = _own_split(trees, i, node)
+        if child not in (int(t["children_left"][node]), int(t["children_right"][node])):
+            raise bad_message(f"'child' {child} is not a child of node {node} of tree {i}")
+        steps.append((i, node, child))
+    return steps
+
+
+def _check_result(msg, n_rows):
+    """Predictions for each aligned row, class probabilities with one name per column."""
+    pred = msg.get("prediction")
+    if not (isinstance(pred, np.ndarray) and pred.shape == (n_rows,) and pred.dtype.kind in "biufU"):
+        raise bad_message(f"'prediction' must hold {n_rows} values (one per aligned row), got {shown(pred)}")
+    if "proba" in msg:
+        proba, classes = msg["proba"], msg.get("classes")
+        if not (isinstance(classes, list) and classes and all(isinstance(c, str) and len(c) <= 200
+                                                              for c in classes)):
+            raise bad_message(f"'classes' must list the class names, got {shown(classes)}")
+        if not (isinstance(proba, np.ndarray) and proba.dtype.kind == "f"
+                and proba.shape == (n_rows, len(classes))):
+            raise bad_message(f"'proba' must be a ({n_rows}, {len(classes)}) float array, got {shown(proba)}")
 
 
 def _write_predictions(cfg, ids, msg, manifest):
