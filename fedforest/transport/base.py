@@ -213,6 +213,9 @@ def _plain(dtype):
 def _dtype(text):
     if not isinstance(text, str):
         raise WireError("malformed array dtype")
+    dtype = _DTYPES.get(text)
+    if dtype is not None:
+        return dtype
     if not _DTYPE_TEXT.fullmatch(text):
         raise WireError(f"array dtype {text[:40]!r} is not plain data")
     try:
@@ -221,7 +224,13 @@ def _dtype(text):
         raise WireError(f"unknown array dtype {text!r}") from None
     if not _plain(dtype):
         raise WireError(f"array dtype {text!r} is not plain data")
+    if len(_DTYPES) < 256:
+        _DTYPES[text] = dtype
     return dtype
+
+
+_DTYPES = {}            # dtype texts already accepted (a job sends a handful, thousands of times)
+_INTP_MAX = int(np.iinfo(np.intp).max)
 
 
 def _shape(spec, dtype):
@@ -233,7 +242,7 @@ def _shape(spec, dtype):
     if any(d > _MAX_DIM for d in shape):
         raise WireError("array dimension too large")
     # numpy needs the product of the non-zero dimensions, in bytes, to fit an intp
-    if math.prod(d or 1 for d in shape) * dtype.itemsize > np.iinfo(np.intp).max:
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > _INTP_MAX:
         raise WireError("array shape too large")
     return tuple(shape)
 

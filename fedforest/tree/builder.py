@@ -180,13 +180,25 @@ def index_array(value, name, n):
     return np.asarray(a, dtype=np.int64)
 
 
+def sorted_subset(a, b):
+    """Whether every value of ``a`` is in ``b`` (both sorted; far cheaper than
+    ``np.isin`` on the small arrays of one level)."""
+    if not a.size:
+        return True
+    at = np.searchsorted(b, a)
+    return at[-1] < b.size and bool((b[at] == a).all())
+
+
 def node_list(value, name, allowed):
-    """Node ids drawn from ``allowed``, distinct and increasing, as int32."""
+    """Node ids drawn from ``allowed`` (a sorted array of distinct ids, or a
+    ``range``), distinct and increasing, as int32."""
     a = int_array(value, name)
     if a.size:
-        if np.any(a[1:] <= a[:-1]):
+        if (a[1:] <= a[:-1]).any():
             raise bad_message(f"{name} must list distinct nodes in increasing order")
-        if not np.isin(a, allowed).all():
+        inside = (allowed.start <= a[0] and a[-1] < allowed.stop) if isinstance(allowed, range) \
+            else sorted_subset(a, allowed)
+        if not inside:
             raise bad_message(f"{name} names nodes that are not open leaves of the tree")
     return np.asarray(a, dtype=np.int32)
 
@@ -346,6 +358,7 @@ class PartySplitter:
     (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
 
     tree_threads = True   # trees of a batch may be handled on parallel threads
+    checked = True        # check every message (off only where the grower is in this process)
     # the keys a tree's message may hold besides "op": per op, then those of a tree's
     # first message and of the partition of the last level (any op)
     op_keys = {"find": ("nodes", "fmask"), "partition": ("nodes",), "finish": ("importance",)}
@@ -438,6 +451,18 @@ class PartySplitter:
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
         op = msg.get("op")
+        if not self.checked:        # the grower runs in this process (the single-process estimators)
+            if self._tree is None:
+                self._begin(msg)
+            if "split_nodes" in msg:
+                self._apply(msg)
+            if op == "find":
+                return self._find(msg)
+            if op == "partition":
+                return self._partition(msg)
+            self._tree["importance"] = msg["importance"]
+            self._finish()
+            return None
         if op not in self.op_keys:
             raise bad_message(f"unknown tree message {op!r}")
         allowed = set(self.op_keys[op]) | set(self.begin_keys) | set(self.apply_keys) | {"op"}
@@ -448,7 +473,7 @@ class PartySplitter:
             self._begin(self._check_begin(msg))
             # growth state: the open leaves (the root, then the children of the last
             # split), their depth, the nodes searched and partitioned at this level
-            self._tree.update(open=np.zeros(1, dtype=np.int32), level=0, searched=None,
+            self._tree.update(open=np.zeros(1, dtype=np.int32), open_ids=range(1), level=0, searched=None,
                               partitioned=None)
         elif any(k in msg for k in self.begin_keys):
             raise bad_message("'counts' and 'class_weight' for a tree that has begun")
@@ -501,14 +526,14 @@ class PartySplitter:
         s = self.settings
         if any(k not in msg for k in self.apply_keys):
             raise bad_message("'split_nodes' and 'bits' travel together")
-        nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open"])
+        nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open_ids"])
         tree = t["nodes"]
         if nodes.size and t["level"] >= s.max_depth:
             raise bad_message(f"'split_nodes' splits nodes at depth {t['level']}; max_depth is "
                               f"{s.max_depth}")
         starts, ends = tree.bounds(nodes)
         least = max(s.min_samples_split, 2 * s.min_samples_leaf)
-        if np.any(ends - starts < least):
+        if ((ends - starts) < least).any():
             raise bad_message(f"'split_nodes' names a node of fewer than {least} rows, which is "
                               "never split")
         n = int((ends - starts).sum())
@@ -518,23 +543,24 @@ class PartySplitter:
             raise bad_message(f"'bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
                               f"rows of the split nodes), got {shown(bits)}")
         mine = t["partitioned"]
-        if mine is not None and not np.isin(mine, nodes).all():
+        if mine is not None and not sorted_subset(mine, nodes):
             raise bad_message("'split_nodes' leaves out nodes this party partitioned")
         first = tree.n
         self._apply({"split_nodes": nodes, "bits": bits})
         children = np.arange(first, tree.n, dtype=np.int32)
         starts, ends = tree.bounds(children)
-        if np.any(ends - starts < s.min_samples_leaf):
+        if ((ends - starts) < s.min_samples_leaf).any():
             raise bad_message(f"'bits' leave a child of fewer than {s.min_samples_leaf} rows "
                               "(min_samples_leaf)")
-        t.update(open=children, level=t["level"] + 1, searched=None, partitioned=None)
+        t.update(open=children, open_ids=range(first, tree.n), level=t["level"] + 1, searched=None,
+                 partitioned=None)
 
     def _check_find(self, msg):
         """A ``find``: open leaves and a feature mask of this party's columns."""
         t = self._tree
         if t["searched"] is not None:
             raise bad_message("a second 'find' for one level of the tree")
-        nodes = node_list(msg.get("nodes"), "'nodes'", t["open"])
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
         fmask = msg.get("fmask")
         if not (isinstance(fmask, np.ndarray) and fmask.dtype in MASK_DTYPES
                 and fmask.shape == (nodes.size, self.n_features)):
@@ -548,9 +574,11 @@ class PartySplitter:
         t = self._tree
         if t["searched"] is None or t["partitioned"] is not None:
             raise bad_message("a 'partition' without a 'find' of its level, or a second one")
-        nodes = node_list(msg.get("nodes"), "'nodes'", t["searched"])
-        if np.any(t["nodes"].col["cand_feature"][nodes] < 0):
-            raise bad_message("'nodes' names a node where this party found no split")
+        # among the open leaves, only those searched at this level that found a split
+        # have a candidate feature (new leaves start without one)
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
+        if (t["nodes"].col["cand_feature"][nodes] < 0).any():
+            raise bad_message("'nodes' names a node this party did not search or found no split for")
         t["partitioned"] = nodes
         return dict(msg, nodes=nodes)
 
