@@ -442,6 +442,12 @@ def _accept_job(msg, local, policy, name):
     if refusals:
         raise InputError("policy", "; ".join(refusals))
     mode = REGISTRY.get(mode_name)
+    if not mode.has(COMMANDS[command][1]):
+        raise InputError("job message", f"mode {mode_name!r} has no {command} job over the network")
+    if policy.allowed_modes is None and not mode.impl.startswith("fedforest."):
+        # a mode an installed package adds runs its own code: only where the party named it
+        raise InputError("policy", f"mode {mode_name!r} comes from an installed package ({mode.impl}), "
+                                   "not fedforest; list it in [policy] allowed_modes to take part")
     for p in JOB_PARAMS + tuple(mode.params):
         v = settings.get(p.name)
         if p.path and v is not None and v != master_path(p.name):

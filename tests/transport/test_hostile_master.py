@@ -13,7 +13,7 @@ import pytest
 
 from fedforest.crypto.identity import Certificate, keygen, server_context
 from fedforest.errors import InputError
-from fedforest.federation.config import load_toml, resolve
+from fedforest.federation.config import JOB_INDEX, load_toml, resolve
 from fedforest.federation.network import (TAG_JOB, Policy, _accept_job, _party_local, join, master_path,
                                           shared_settings)
 from fedforest.transport.tcp import Party, accept_parties
@@ -218,3 +218,27 @@ def test_a_party_base_dir_admits_paths_inside_it(tmp_path, keys):
     local = _party_local(doc, config, Policy(doc))
     assert local["model_dir"] == str(folder / "models" / "m1")
     assert local["output"] == str(folder / "out" / "p.csv")
+
+
+def test_a_mode_without_the_command_or_from_a_package_is_refused(keys, machine):
+    answer, code = hostile(keys, str(machine), job_message(mode="icdta4fl", command="predict",
+                                                           table={"max_depth": 3}))
+    assert code == 2 and "mode 'icdta4fl' has no predict job over the network" in answer["error"]
+    from fedforest.federation.mode import HORIZONTAL, Mode
+    from fedforest.federation.registry import REGISTRY
+    REGISTRY.register(Mode("plugin_mode", HORIZONTAL, "a mode of another package", "plugin_mode", (),
+                           "some_package.plugin_mode"))
+    try:
+        msg = job_message(mode="icdta4fl", table={"max_depth": 3})
+        msg["mode"], msg["settings"] = "plugin_mode", {k: v for k, v in msg["settings"].items()
+                                                       if k in JOB_INDEX}
+        answer, code = hostile(keys, str(machine), msg)
+        assert code == 2 and "comes from an installed package (some_package.plugin_mode)" in answer["error"]
+        # named in the party's allowed_modes, the request passes this check (and then fails to
+        # import the missing package, on the party, after accepting)
+        doc = load_toml(_party_file(str(machine / "party"), keys, 1, policy='allowed_modes = ["plugin_mode"]'))
+        policy = Policy(doc)
+        *_, cfg = _accept_job(json.dumps(msg).encode(), _party_local(doc, "p1.toml", policy), policy, "p1")
+        assert cfg.spec.name == "plugin_mode"
+    finally:
+        REGISTRY._modes.pop("plugin_mode")
