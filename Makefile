@@ -32,6 +32,7 @@ test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-installed
+	$(PY) experiments/bench_startup.py
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py --dense-rows 100000
 	$(PY) experiments/bench_fedxgbllr.py

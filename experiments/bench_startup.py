@@ -1,0 +1,172 @@
+"""First contact: what a new user and every rank pay before any real work.
+
+Run with ``make bench`` (or ``.venv/bin/python experiments/bench_startup.py``).
+Every figure is the median of ``--repeats`` runs (default 3), each in a new
+process, as a user meets it:
+
+* ``cold_compile_seconds_vertical``: ``fedforest warm-up`` (every kernel a
+  vertical job grows or predicts with, both split methods and tasks) in an
+  empty, temporary ``NUMBA_CACHE_DIR``;
+* ``cold_compile_seconds_all``: the same, then a tiny job of every horizontal
+  mode in the same process (their kernels compile on first use);
+* ``rank_startup_seconds``: ``fedforest warm-up`` with a warm cache: a new
+  interpreter until every vertical kernel is loaded from the cache (imports
+  plus cache load, a superset of what one rank of a job loads before its
+  first message);
+* ``version_seconds`` and ``help_seconds``: ``python -m fedforest --version``
+  and ``--help``;
+* ``demo_train_seconds`` (``train_seconds`` of the master's run summary) and
+  ``demo_wall_seconds`` (the four commands of ``make demo`` after set-up);
+* ``small_job_ratio_vs_single_process``: a 1,000-row, 100-tree, depth-6
+  federated forest (``mpiexec -n 3``, ``train_seconds``) over the same forest
+  trained by ``ForestClassifier`` in one process.
+
+Written to ``experiments/results/bench_startup.json``; a table with the
+targets is printed.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
+
+ROOT = provenance.ROOT
+VENV_BIN = os.path.dirname(sys.executable)
+OUT = os.path.join(ROOT, "experiments", "results", "bench_startup.json")
+TARGETS = {"cold_compile_seconds_vertical": 60, "cold_compile_seconds_all": 120, "rank_startup_seconds": 1.0,
+           "version_seconds": 0.3, "help_seconds": 0.3, "demo_train_seconds": 1.5, "demo_wall_seconds": 15,
+           "small_job_ratio_vs_single_process": 2.0}
+
+HORIZONTAL = """
+import numpy as np, pandas as pd, tempfile
+from fedforest.jobs import run_horizontal
+rng = np.random.default_rng(0)
+X = np.round(rng.normal(size=(240, 4)), 1); y = np.where(X[:, 0] - X[:, 2] > 0, "yes", "no")
+with tempfile.TemporaryDirectory() as d:
+    paths = []
+    for c in (1, 2):
+        rows = slice(c - 1, None, 2)
+        paths.append(f"{d}/c{c}.csv")
+        pd.DataFrame({f"f{j}": X[rows, j] for j in range(4)}).assign(y=y[rows]).to_csv(paths[-1], index=False)
+    small = {"icdta4fl": {}, "local": {}, "centralized": {}, "federated_id3": {},
+             "fedxgbllr": {"xgb_trees": 4, "rounds": 1, "local_epochs": 1},
+             "efdt": {"rounds": 2}, "fedga": {"generations": 2, "population_size": 4},
+             "fedga_local": {}, "fedga_central": {}, "ibm_tree": {}}
+    for mode, extra in small.items():
+        run_horizontal(paths, mode=mode, model_dir=f"{d}/{mode}", task="classification", label_column="y",
+                       random_state=0, quiet=True, progress=False, **extra)
+"""
+
+
+def timed(cmd, env=None, cwd=ROOT):
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=dict(os.environ, **(env or {})), capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return seconds, proc
+
+
+def cold(script_args):
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        return timed([sys.executable] + script_args, env={"NUMBA_CACHE_DIR": cache})[0]
+
+
+def cold_all():
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        env = {"NUMBA_CACHE_DIR": cache}
+        return (timed([sys.executable, "-m", "fedforest", "warm-up"], env=env)[0]
+                + timed([sys.executable, "-c", HORIZONTAL], env=env)[0])
+
+
+def rank_startup():
+    return timed([sys.executable, "-m", "fedforest", "warm-up"])[0]
+
+
+def mpi_train(job, n_ranks=3):
+    summary = job + ".summary.json"
+    cmd = [os.path.join(VENV_BIN, "mpiexec"), "-n", str(n_ranks), sys.executable, "-m", "fedforest", "train",
+           "--config", job, "--overwrite", "--summary-json", summary, "--quiet"]
+    wall, _ = timed(cmd)
+    with open(summary) as fh:
+        return json.load(fh)["train_seconds"], wall
+
+
+def demo(folder):
+    t0 = time.perf_counter()
+    timed([sys.executable, "-m", "fedforest", "demo-data", "--out", folder])
+    train_seconds, _ = mpi_train(os.path.join(folder, "job.toml"))
+    timed([os.path.join(VENV_BIN, "mpiexec"), "-n", "3", sys.executable, "-m", "fedforest", "predict",
+           "--config", os.path.join(folder, "job.toml"), "--data", os.path.join(folder, "test-party1.csv"),
+           os.path.join(folder, "test-party2.csv")])
+    timed([sys.executable, "-m", "fedforest", "demo-report", "--dir", folder])
+    return train_seconds, time.perf_counter() - t0
+
+
+def small_job(folder):
+    """(federated train_seconds, single-process fit seconds) of the same 1,000-row forest."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.datasets import make_classification
+    from fedforest import ForestClassifier
+    X, y = make_classification(1000, 10, random_state=0)
+    ids = np.arange(len(y))
+    pd.DataFrame({"id": ids, **{f"a{j}": X[:, j] for j in range(5)}, "y": y}).to_csv(f"{folder}/p1.csv",
+                                                                                    index=False)
+    pd.DataFrame({"id": ids, **{f"b{j}": X[:, 5 + j] for j in range(5)}}).to_csv(f"{folder}/p2.csv", index=False)
+    job = os.path.join(folder, "small.toml")
+    with open(job, "w") as fh:
+        fh.write('[job]\ntask = "classification"\ndata = ["p1.csv", "p2.csv"]\nlabel_column = "y"\n'
+                 'model_dir = "small-model"\nprogress = false\n\n[forest]\nn_estimators = 100\nmax_depth = 6\n'
+                 'random_state = 0\n')
+    federated, _ = mpi_train(job)
+    clf = ForestClassifier(n_estimators=2, max_depth=3, random_state=0).fit(X[:100], y[:100])  # kernels loaded
+    t0 = time.perf_counter()
+    clf = ForestClassifier(n_estimators=100, max_depth=6, random_state=0).fit(X, y)
+    return federated, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=OUT)
+    provenance.add_arguments(ap)
+    args = ap.parse_args()
+    prov = provenance.record(args)
+    runs = {k: [] for k in TARGETS}
+    extra = {"small_job_federated_train_seconds": [], "small_job_single_process_seconds": []}
+    for i in range(args.repeats):
+        print(f"run {i + 1} of {args.repeats}", flush=True)
+        runs["cold_compile_seconds_vertical"].append(cold(["-m", "fedforest", "warm-up"]))
+        runs["cold_compile_seconds_all"].append(cold_all())
+        timed([sys.executable, "-m", "fedforest", "warm-up"])          # the package's own cache, warm
+        runs["rank_startup_seconds"].append(rank_startup())
+        runs["version_seconds"].append(timed([sys.executable, "-m", "fedforest", "--version"])[0])
+        runs["help_seconds"].append(timed([sys.executable, "-m", "fedforest", "--help"])[0])
+        with tempfile.TemporaryDirectory() as d:
+            train, wall = demo(os.path.join(d, "demo"))
+            fed, single = small_job(d)
+        runs["demo_train_seconds"].append(train)
+        runs["demo_wall_seconds"].append(wall)
+        runs["small_job_ratio_vs_single_process"].append(fed / single)
+        extra["small_job_federated_train_seconds"].append(fed)
+        extra["small_job_single_process_seconds"].append(single)
+    result = {k: statistics.median(v) for k, v in {**runs, **extra}.items()}
+    doc = dict(result, runs={**runs, **extra}, targets=TARGETS, repeats=args.repeats,
+               met={k: result[k] <= t for k, t in TARGETS.items()}, **prov)
+    provenance.write_result(args.out, doc)
+    width = max(map(len, TARGETS))
+    print(f"\n{'metric':<{width}}  {'median':>9}  {'target':>7}  met?")
+    for k, t in TARGETS.items():
+        print(f"{k:<{width}}  {result[k]:9.3f}  {t:7g}  {'yes' if result[k] <= t else 'NO'}")
+    print(f"written to {os.path.relpath(args.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
