@@ -172,10 +172,11 @@ def _from_header(v, arrays, used, depth=0):
             key = _from_header(item[0], arrays, used, depth + 1)
             if not isinstance(key, (str, int, float, bool, bytes, tuple)) and key is not None:
                 raise WireError("malformed dict key")
-            try:
-                hash(key)
-            except TypeError:
-                raise WireError("malformed dict key") from None
+            if isinstance(key, tuple):      # the one key type that may hold something unhashable
+                try:
+                    hash(key)
+                except TypeError:
+                    raise WireError("malformed dict key") from None
             out[key] = _from_header(item[1], arrays, used, depth + 1)
         return out
     raise WireError(f"unknown value tag {tag!r}")
@@ -270,7 +271,8 @@ def decode(data):
             raise WireError("malformed array spec")
         dtype = _dtype(spec[0])
         shape = _shape(spec, dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
         if off + nbytes > len(data):
             raise WireError("truncated message body")
         if dtype.kind == "U" and nbytes:
@@ -279,7 +281,7 @@ def decode(data):
             if codes.max() > 0x10FFFF:  # numpy would build broken str objects from them
                 raise WireError("text array holds invalid characters")
         try:
-            arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=off).reshape(shape)
+            arr = np.frombuffer(data, dtype=dtype, count=count, offset=off).reshape(shape)
         except (ValueError, TypeError):
             raise WireError("malformed array") from None
         if not (arr.flags.writeable and arr.flags.aligned):

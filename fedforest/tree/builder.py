@@ -263,7 +263,7 @@ class SplitSettings:
         own.reveal_splits = bool(reveal_splits)
         check_fields(values, own.to_dict(), "'settings'", skip=("hist_cache_rows",))
         got = values["hist_cache_rows"]
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or not got >= own.hist_cache_rows:
+        if isinstance(got, bool) or not isinstance(got, int) or not got >= own.hist_cache_rows:
             raise bad_message(f"'settings' field 'hist_cache_rows' is {shown(got)}; this party's "
                               f"columns need at least {own.hist_cache_rows}")
         # a node never holds more rows than there are: larger values all keep nothing
@@ -409,13 +409,14 @@ class PartySplitter:
         if op not in (GROW, COMMIT):
             raise bad_message(f"unexpected batch message {op!r}")
         items = sorted(unpack_batch(msg).items())
-        for t, sub in items:
-            if (sub.get("op") == "finish") != (op == COMMIT):
-                raise bad_message(f"tree {t}: a {op!r} message holds a {sub.get('op')!r} message")
-        if op == COMMIT:
-            open_trees = sorted(set(self._states) - {t for t, _ in items})
-            if open_trees:
-                raise bad_message(f"the commit leaves trees {open_trees} unfinished")
+        if self.checked:
+            for t, sub in items:
+                if (sub.get("op") == "finish") != (op == COMMIT):
+                    raise bad_message(f"tree {t}: a {op!r} message holds a {sub.get('op')!r} message")
+            if op == COMMIT:
+                open_trees = sorted(set(self._states) - {t for t, _ in items})
+                if open_trees:
+                    raise bad_message(f"the commit leaves trees {open_trees} unfinished")
         n_threads = kernels.threads()
         if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
                 and msg["op"] != COMMIT and kernels.concurrent_launches_ok():
@@ -448,6 +449,17 @@ class PartySplitter:
         self._tree = None
         return state, reply
 
+    @classmethod
+    def _allowed_keys(cls, op):
+        """The keys a tree's ``op`` message may hold (built once per class and op)."""
+        cache = cls.__dict__.get("_keys_of_op")
+        if cache is None:
+            cache = {}
+            setattr(cls, "_keys_of_op", cache)
+        if op not in cache:
+            cache[op] = frozenset(cls.op_keys[op]) | frozenset(cls.begin_keys) | frozenset(cls.apply_keys) | {"op"}
+        return cache[op]
+
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
         op = msg.get("op")
@@ -465,7 +477,7 @@ class PartySplitter:
             return None
         if op not in self.op_keys:
             raise bad_message(f"unknown tree message {op!r}")
-        allowed = set(self.op_keys[op]) | set(self.begin_keys) | set(self.apply_keys) | {"op"}
+        allowed = self._allowed_keys(op)
         extra = sorted(str(k) for k in msg if k not in allowed)
         if extra:
             raise bad_message(f"a {op!r} message may not hold {', '.join(map(repr, extra))}")
@@ -532,7 +544,7 @@ class PartySplitter:
             raise bad_message(f"'split_nodes' splits nodes at depth {t['level']}; max_depth is "
                               f"{s.max_depth}")
         starts, ends = tree.bounds(nodes)
-        least = max(s.min_samples_split, 2 * s.min_samples_leaf)
+        least = s.min_samples_split          # at least 2 * min_samples_leaf (SplitSettings)
         if ((ends - starts) < least).any():
             raise bad_message(f"'split_nodes' names a node of fewer than {least} rows, which is "
                               "never split")
@@ -715,6 +727,8 @@ class LocalParties:
 
     def __init__(self, splitters):
         self.splitters = splitters
+        for sp in splitters:
+            sp.checked = False      # their grower is this process: nothing to check
         self.rounds = 0
 
     def exchange(self, msgs):

@@ -321,7 +321,7 @@ class EncryptedHistSplitter(PartySplitter):
         if node.shape != feat.shape:
             raise bad_message("'pair_node' and 'pair_feat' differ in length")
         if node.size:
-            if not np.isin(node, t["open"]).all():
+            if node[0] < t["open_ids"].start or node[-1] >= t["open_ids"].stop:   # node is sorted (below)
                 raise bad_message("'pair_node' names nodes that are not open leaves of the tree")
             if feat.min() < 0 or feat.max() >= self.n_features:
                 raise bad_message(f"'pair_feat' must name features of this party (0 to "
@@ -338,7 +338,7 @@ class EncryptedHistSplitter(PartySplitter):
         t = self._tree
         if t["partitioned"] is not None:
             raise bad_message("a second 'partition' for one level of the tree")
-        nodes = node_list(msg.get("nodes"), "'nodes'", t["open"])
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
         m = nodes.size
         arrays = {k: int_array(msg.get(k), repr(k)) for k in ("feature", "bin", "missing_left")}
         for k, a in arrays.items():

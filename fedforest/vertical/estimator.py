@@ -97,7 +97,6 @@ class _BaseForest(BaseEstimator):
         labels = PlainLabels(codes, is_clf, n_classes, sample_weight)
         settings = SplitSettings(params, X.shape[0], is_clf, n_classes, X.shape[1])
         splitter = PartySplitter(X, settings, labels)
-        splitter.checked = False        # its grower is this process: nothing to check
         grower = TreeGrower(LocalParties([splitter]), labels, params, settings, [X.shape[1]],
                             y_codes=codes if is_clf else None, classes=classes)
         seed = params.random_state if params.random_state is not None else \
