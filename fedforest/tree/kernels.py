@@ -120,7 +120,8 @@ def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
     for j in prange(n_nodes):
         acc = np.zeros(S)
         _accumulate(acc, rows, starts[j], ends[j], ycls, yw, is_clf)
-        stats[j, :] = acc
+        for k in range(S):      # element loops: a slice assignment compiles a shape check
+            stats[j, k] = acc[k]
         w[j] = _weight(acc, is_clf)
         imp[j] = impurity(acc, w[j], crit)
         count[j] = ends[j] - starts[j]
@@ -154,7 +155,7 @@ def _gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_clf, c
     return (w_node / w_total) * (imp_node - (wl / w_node) * il - (wr / w_node) * ir)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _side(v, S, is_clf, crit):
     """Weight of one side of a candidate and its share of :func:`_proxy`."""
     if is_clf:
@@ -179,7 +180,7 @@ def _side(v, S, is_clf, crit):
     return w, v[1] * v[1] / w
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _proxy(left, right, cnt_left, cnt_right, S, is_clf, crit, min_samples_leaf,
            min_weight_leaf):
     """A cheap score ordered as :func:`_gain` among the candidates of one node
@@ -462,9 +463,10 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
             _add_hist(hist, cnt, col, rows, starts[j], ends[j], ycls, yw, is_clf)
         slot = index[j, f]
         if slot >= 0:
-            kept_hist[slot] = hist
             for b in range(MISSING_BIN + 1):
                 kept_cnt[slot, b] = cnt[b]
+                for k in range(S):
+                    kept_hist[slot, b, k] = hist[b, k]
         g, b, ml = _scan_hist_fast(hist, cnt, n_bins[f], ends[j] - starts[j], w_node[j], imp_node[j],
                                    w_total, is_clf, S, crit, min_samples_leaf, min_weight_leaf,
                                    tot, left, right, lm, rm)
@@ -839,7 +841,9 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
                 is_dense[k] = 1
                 if n_dense == words.shape[0]:
                     grown = np.zeros((2 * n_dense, nw), dtype=np.uint64)
-                    grown[:n_dense] = words
+                    for d in range(n_dense):
+                        for w in range(nw):
+                            grown[d, w] = words[d, w]
                     words = grown
                 for i in range(s, e):
                     r = buf[i]
@@ -848,7 +852,8 @@ def partial_leaf_sets(X, children_left, children_right, feature, threshold, miss
             else:
                 if n_rows_out + c > rows.shape[0]:
                     grown_rows = np.empty(2 * (n_rows_out + c), dtype=np.uint32)
-                    grown_rows[:n_rows_out] = rows[:n_rows_out]
+                    for i in range(n_rows_out):
+                        grown_rows[i] = rows[i]
                     rows = grown_rows
                 for i in range(s, e):
                     rows[n_rows_out] = buf[i]
