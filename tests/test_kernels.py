@@ -1,4 +1,4 @@
-"""Numba kernels of fedforest.tree.kernels and quantile binning, checked against
+"""Numba kernels of fedforest.tree (criterion, splitter, partitioner, leaf sets, binning), checked against
 brute-force numpy/Python references written independently below."""
 import numpy as np
 import pytest
@@ -6,7 +6,8 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from fedforest import ForestClassifier
 from fedforest.tree import format as tree_format
-from fedforest.tree import kernels as K
+from fedforest.tree import binning, criterion, impurity, leaf_sets, partitioner, splitter
+from fedforest.tree import threads as numba_threads
 from fedforest.tree.binning import fit_bins, transform_bins
 
 MISSING = 255
@@ -87,10 +88,10 @@ def hist_matrix(rng, n, n_bins, miss_rate):
 
 
 def hist_search(Xb, n_bins, rows, starts, ends, fmask, *args):
-    """:func:`K.best_splits_hist` with every histogram built from the node's rows."""
+    """:func:`splitter.best_splits_hist` with every histogram built from the node's rows."""
     S = args[3]
-    return K.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *args,
-                              *K.no_subtraction(starts.shape[0], S))[:4]
+    return splitter.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *args,
+                              *splitter.no_subtraction(starts.shape[0], S))[:4]
 
 
 def hist_left(xb, b, ml):
@@ -178,17 +179,17 @@ def test_impurity(task, absent_class):
         stats = np.bincount(prob.y, weights=prob.w, minlength=prob.C).astype(float)
     else:
         stats = prob.yw.sum(axis=0)
-    got = K.impurity(stats, float(prob.w.sum()), prob.crit)
+    got = impurity.impurity(stats, float(prob.w.sum()), prob.crit)
     assert np.isfinite(got) and np.isclose(got, prob.impurity(idx), **TOL)
-    assert K.impurity(np.zeros(prob.S), 0.0, prob.crit) == 0.0
+    assert impurity.impurity(np.zeros(prob.S), 0.0, prob.crit) == 0.0
 
 
 def test_impurity_known_values():
-    assert np.isclose(K.impurity(np.array([1.0, 1.0]), 2.0, K.GINI), 0.5)
-    assert np.isclose(K.impurity(np.array([1.0, 1.0, 1.0, 1.0]), 4.0, K.ENTROPY), 2.0)
-    assert K.impurity(np.array([3.0, 0.0]), 3.0, K.ENTROPY) == 0.0
+    assert np.isclose(impurity.impurity(np.array([1.0, 1.0]), 2.0, impurity.GINI), 0.5)
+    assert np.isclose(impurity.impurity(np.array([1.0, 1.0, 1.0, 1.0]), 4.0, impurity.ENTROPY), 2.0)
+    assert impurity.impurity(np.array([3.0, 0.0]), 3.0, impurity.ENTROPY) == 0.0
     # y = (1, 3) with weights (1, 1): variance 1
-    assert np.isclose(K.impurity(np.array([2.0, 4.0, 10.0]), 2.0, K.SQUARED_ERROR), 1.0)
+    assert np.isclose(impurity.impurity(np.array([2.0, 4.0, 10.0]), 2.0, impurity.SQUARED_ERROR), 1.0)
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -196,7 +197,7 @@ def test_node_statistics(task):
     rng = np.random.default_rng([1, list(TASKS).index(task)])
     prob = Problem(rng, 90, task)
     rows, starts, ends = make_segments(rng, prob.w)
-    stats, w, imp, count = K.node_statistics(rows, starts, ends, *prob.kernel_args())
+    stats, w, imp, count = criterion.node_statistics(rows, starts, ends, *prob.kernel_args())
     assert stats.shape == (starts.size, prob.S)
     for j in range(starts.size):
         idx = rows[starts[j]:ends[j]]
@@ -260,16 +261,16 @@ def scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_c
         if n_miss == 0:
             if cr == 0:
                 break
-            g = K._gain(left, right, cl, cr, *args)
+            g = criterion.split_gain(left, right, cl, cr, *args)
             if g > best:
                 best, best_b, best_ml = g, b, int(cl > cr)
             continue
-        g = K._gain(left, right + hist[MISSING], cl, cr + n_miss, *args)
+        g = criterion.split_gain(left, right + hist[MISSING], cl, cr + n_miss, *args)
         if g > best:
             best, best_b, best_ml = g, (b if cr > 0 else nb - 1), 0
         if cr == 0:
             break
-        g = K._gain(left + hist[MISSING], right, cl + n_miss, cr, *args)
+        g = criterion.split_gain(left + hist[MISSING], right, cl + n_miss, cr, *args)
         if g > best:
             best, best_b, best_ml = g, b, 1
     return best, best_b, best_ml
@@ -305,9 +306,9 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
         n_node = int(cnt.sum())
         stats = hist[:nb].sum(axis=0) + hist[MISSING]
         w_node = float(stats.sum()) if is_clf else float(stats[0])
-        imp_node = K.impurity(stats, w_node, crit)
+        imp_node = impurity.impurity(stats, w_node, crit)
         w_total = w_node * 1.5
-        got = K._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+        got = splitter._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
                            msl, mwl, *scratch)
         ref = scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf,
                                     crit, msl, mwl)
@@ -338,7 +339,7 @@ def test_best_splits_exact_brute_force(task, msl, mwl):
     rows, starts, ends = make_segments(rng, prob.w)
     fmask = (rng.random((starts.size, X.shape[1])) < 0.7).astype(np.uint8)
     fmask[3] = 1
-    out = K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+    out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
                               prob.w_total, msl, mwl)
     n_checked = check_best_splits(
         out, prob, rows, starts, ends, fmask,
@@ -361,7 +362,7 @@ def _search(mode, x_cols, n_bins, prob, fmask):
                                  fmask, *prob.kernel_args(), prob.w_total, 1, 0.0)
     else:
         X = np.asfortranarray(np.column_stack(x_cols).astype(np.float64))
-        out = K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+        out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
                                   prob.w_total, 1, 0.0)
     return [o[0] for o in out]
 
@@ -458,8 +459,8 @@ def test_exact_root_split_matches_sklearn(criterion, n_classes, with_nan):
     sk_gain = t.impurity[0] - (wn[l] * t.impurity[l] + wn[r] * t.impurity[r]) / wn[0]
 
     rows = np.flatnonzero(counts).astype(np.int32)
-    crit = {"gini": K.GINI, "entropy": K.ENTROPY, "squared_error": K.SQUARED_ERROR}[criterion]
-    g, f, thr, ml = [o[0] for o in K.best_splits_exact(
+    crit = {"gini": impurity.GINI, "entropy": impurity.ENTROPY, "squared_error": impurity.SQUARED_ERROR}[criterion]
+    g, f, thr, ml = [o[0] for o in splitter.best_splits_exact(
         np.asfortranarray(X32.astype(np.float64)), rows, np.array([0]), np.array([rows.size]),
         np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, w.sum(), 1, 0.0)]
     assert sk_gain > 0 and np.isclose(g, sk_gain, rtol=1e-7, atol=1e-12)
@@ -477,7 +478,7 @@ def test_goes_left(thr, ml):
     x[:3] = 0.3                               # values equal to the threshold go left
     rows = rng.permutation(40).astype(np.int32)
     start, end = 7, 33
-    got = K.goes_left(x, rows, start, end, thr, ml)
+    got = partitioner.goes_left(x, rows, start, end, thr, ml)
     v = x[rows[start:end]]
     ref = [ml if np.isnan(a) else int(a <= thr) for a in v]
     assert got.dtype == np.uint8 and got.tolist() == ref
@@ -498,7 +499,7 @@ def test_apply_partition_is_stable_and_only_touches_listed_segments():
         seg = rows[bounds[k]:bounds[k + 1]]
         expected[bounds[k]:bounds[k + 1]] = np.concatenate((seg[b == 1], seg[b == 0]))
     got = rows.copy()
-    n_left = K.apply_partition(got, bounds[listed].astype(np.int64),
+    n_left = partitioner.apply_partition(got, bounds[listed].astype(np.int64),
                                bounds[np.array(listed) + 1].astype(np.int64),
                                np.concatenate(seg_bits))
     assert got.tolist() == expected.tolist()
@@ -626,7 +627,7 @@ def compact_to_words(is_dense, counts, rows, dense, nw):
 
 def leaf_bitmaps(X, pt, leaves, index_bytes=4):
     """``(set_of_leaf, words)`` of one partial tree via the compact kernel."""
-    set_of_leaf, is_dense, counts, rows, dense = K.partial_leaf_sets(
+    set_of_leaf, is_dense, counts, rows, dense = leaf_sets.partial_leaf_sets(
         X, pt["children_left"], pt["children_right"], pt["feature"], pt["threshold"],
         pt["missing_left"], leaves, index_bytes)
     return set_of_leaf, compact_to_words(is_dense, counts, rows, dense, (X.shape[0] + 63) // 64)
@@ -671,7 +672,7 @@ def word_rows(set_of_leaf_per_party, words):
 def intersect_words(n, set_id, words, n_leaves):
     """The intersection kernel on bitmap words only (every set a dense container)."""
     n_sets = words.shape[0]
-    return K.intersect_leaf_sets(n, set_id, np.ones(n_sets, dtype=np.uint8),
+    return leaf_sets.intersect_leaf_sets(n, set_id, np.ones(n_sets, dtype=np.uint8),
                                  np.zeros(n_sets, dtype=np.int64), np.zeros(n_sets, dtype=np.int64),
                                  np.empty(0, dtype=np.uint32), np.arange(n_sets, dtype=np.int64),
                                  words, n_leaves)
@@ -777,7 +778,7 @@ def test_bins_hold_values_between_consecutive_edges(max_bins):
     X = binning_matrix(300, max_bins)
     edges, n_bins = fit_bins(X, max_bins)
     codes = transform_bins(X, edges, n_bins)
-    assert edges.shape == (5, K.MAX_BINS) and codes.dtype == np.uint8 and codes.shape == X.shape
+    assert edges.shape == (5, binning.MAX_BINS) and codes.dtype == np.uint8 and codes.shape == X.shape
     for f in range(X.shape[1]):
         col = X[:, f]
         distinct = np.unique(col[~np.isnan(col)])
@@ -846,7 +847,7 @@ def test_compact_leaf_sets_hold_the_same_rows_in_the_smaller_container(index_byt
         args = (X[:, cols].copy(), pt["children_left"], pt["children_right"], pt["feature"],
                 pt["threshold"], pt["missing_left"], leaves)
         ref_sets, ref_words = leaf_bitmaps(args[0], pt, leaves, index_bytes=64)  # all dense
-        set_of_leaf, is_dense, counts, rows, dense = K.partial_leaf_sets(*args, index_bytes)
+        set_of_leaf, is_dense, counts, rows, dense = leaf_sets.partial_leaf_sets(*args, index_bytes)
         assert np.array_equal(set_of_leaf, ref_sets)
         ref_bits = unpack_words(ref_words, n_rows)
         assert counts.tolist() == ref_bits.sum(axis=1).tolist()
@@ -873,7 +874,7 @@ def test_intersection_of_compact_sets_recovers_apply(index_bytes, n_rows):
     per_party = []
     for cols in PARTY_SPLITS[3]:
         pt = partial_tree(tree, cols)
-        per_party.append([K.partial_leaf_sets(
+        per_party.append([leaf_sets.partial_leaf_sets(
             X[:, cols].copy(), pt["children_left"], pt["children_right"], pt["feature"],
             pt["threshold"], pt["missing_left"], leaves, index_bytes)])
     pos = leaf_positions(n_rows, per_party, 0, leaves.size)
@@ -898,14 +899,14 @@ def test_split_search_is_independent_of_the_thread_count(task):
     out = {}
     try:
         for threads in (1, 2):
-            K.set_threads(threads)
+            numba_threads.set_threads(threads)
             out[threads] = (
                 hist_search(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
                                    prob.w_total, 1, 0.0),
-                K.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
+                splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
                                     prob.w_total, 1, 0.0))
     finally:
-        K.set_threads(1)
+        numba_threads.set_threads(1)
     for a, b in zip(out[1], out[2]):
         for x, y in zip(a, b):
             assert np.array_equal(x, y, equal_nan=True)
@@ -921,8 +922,8 @@ def test_integer_bootstrap_counts_give_the_same_splits_as_float_weights():
                                   prob.S, prob.crit, float(counts.sum()), 1, 0.0)
     for x, y in zip(as_float, as_count):
         assert np.array_equal(x, y)
-    stats_f = K.node_statistics(rows, starts, ends, prob.ycls, prob.yw, True, prob.S, prob.crit)
-    stats_c = K.node_statistics(rows, starts, ends, prob.ycls, counts, True, prob.S, prob.crit)
+    stats_f = criterion.node_statistics(rows, starts, ends, prob.ycls, prob.yw, True, prob.S, prob.crit)
+    stats_c = criterion.node_statistics(rows, starts, ends, prob.ycls, counts, True, prob.S, prob.crit)
     for x, y in zip(stats_f, stats_c):
         assert np.array_equal(x, y)
 
@@ -940,7 +941,7 @@ def test_partition_on_bin_codes_matches_thresholds():
     bins = np.array([rng.integers(0, n_bins[f]) for f in feats], dtype=np.int32)
     bins[2] = n_bins[4] - 1                      # the last bin: every non-missing value left
     ml = np.array([1, 0, 0], dtype=np.uint8)
-    got = K.partition_bits(Xb, rows, starts, ends, feats, bins, ml, K.MISSING_BIN)
+    got = partitioner.partition_bits(Xb, rows, starts, ends, feats, bins, ml, binning.MISSING_BIN)
     ref = []
     for j in range(3):
         f, b = feats[j], bins[j]
@@ -976,8 +977,8 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     cut = inbag.size // 3
     rows0 = inbag.copy()
     starts0, ends0 = np.array([0, cut]), np.array([cut, inbag.size])
-    none = K.no_subtraction(2, prob.S)
-    out0 = K.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
+    none = splitter.no_subtraction(2, prob.S)
+    out0 = splitter.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
                               *args, *none[:-1], np.ones(2, np.uint8))
     index, hist, cnt = out0[4:]
     assert hist.shape[0] == 2 * n_feat and (index >= 0).all()
@@ -1004,7 +1005,7 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     fmask1 = (rng.random((4, n_feat)) < 0.7).astype(np.uint8)
     fmask1[:, 0] = 1
     sub = (starts1[sibling], ends1[sibling], parent_slot, index, hist, cnt, np.zeros(4, np.uint8))
-    got = K.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args, *sub)[:4]
+    got = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args, *sub)[:4]
     want = hist_search(Xb, n_bins, rows1, starts1, ends1, fmask1, *args)
     for g, w in zip(got[1:], want[1:]):
         assert np.array_equal(g, w)
@@ -1014,7 +1015,7 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
         np.testing.assert_allclose(got[0], want[0], **TOL)
     assert np.isfinite(got[0][larger]).all()
     # the larger children's histograms do come from the parents': spoiled parents change them
-    spoiled = K.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args,
+    spoiled = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args,
                                  *sub[:4], hist * 0.5, cnt, sub[6])[0]
     assert not np.array_equal(spoiled[larger], want[0][larger])
     assert np.array_equal(spoiled[~larger], want[0][~larger])

@@ -3,8 +3,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+from numba import njit, prange
 
-from .kernels import MAX_BINS, bin_codes
+MISSING_BIN = 255          # histogram code of a missing (NaN) value
+MAX_BINS = 255             # non-missing bins available per feature
 
 
 def column_thresholds(col, max_bins):
@@ -58,5 +60,27 @@ def transform_bins(X, edges, n_bins):
     lands in bin ``b`` with ``edges[b-1] < x <= edges[b]``."""
     X = np.asarray(X, dtype=np.float64)
     out = np.empty(X.shape, dtype=np.uint8, order="F")
-    bin_codes(X, edges, np.asarray(n_bins, dtype=np.int32), out)
+    fill_bin_codes(X, edges, np.asarray(n_bins, dtype=np.int32), out)
     return out
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def fill_bin_codes(X, edges, n_bins, out):
+    """Bin code of every value into ``out`` (uint8): the number of the
+    feature's edges below the value (``MISSING_BIN`` for NaN), rows in parallel."""
+    n, n_feat = X.shape
+    for i in prange(n):
+        for f in range(n_feat):
+            v = X[i, f]
+            if np.isnan(v):
+                out[i, f] = MISSING_BIN
+                continue
+            lo = 0
+            hi = n_bins[f] - 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if edges[f, mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i, f] = lo

@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..transport.base import ProtocolError
-from . import kernels
+from . import criterion, partitioner, splitter
+from . import threads as numba_threads
 from .format import LEAF, NO_CHILD, NOT_OWNED
-from .binning import fit_bins, transform_bins
+from .binning import MISSING_BIN, fit_bins, transform_bins
 from .importance import node_shares
 from .labels import PlainLabels, class_weight_vector
 from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
@@ -274,7 +275,7 @@ class SplitSettings:
 def cache_rows(max_features, n_features, n_stats):
     """The rows from which a node keeps its histograms (see :class:`SplitSettings`)."""
     k = resolve_max_features(max_features, max(int(n_features), 1))
-    per_node = k * (kernels.MISSING_BIN + 1) * (8 * n_stats + 4)
+    per_node = k * (MISSING_BIN + 1) * (8 * n_stats + 4)
     return -(-per_node // HIST_CACHE_BYTES_PER_ROW)
 
 
@@ -323,7 +324,7 @@ class Nodes:
         """Partition the listed nodes (ascending ids) by their concatenated bits;
         allocates (left, right) child ids in node order and returns them."""
         starts, ends = self.bounds(nodes)
-        n_left = kernels.apply_partition(self.rows, starts, ends, bits)
+        n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
         m = nodes.shape[0]
         self._grow(2 * m)
         lefts = np.arange(self.n, self.n + 2 * m, 2, dtype=np.int32)
@@ -417,10 +418,10 @@ class PartySplitter:
                 open_trees = sorted(set(self._states) - {t for t, _ in items})
                 if open_trees:
                     raise bad_message(f"the commit leaves trees {open_trees} unfinished")
-        n_threads = kernels.threads()
+        n_threads = numba_threads.threads()
         if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
-                and msg["op"] != COMMIT and kernels.concurrent_launches_ok():
-            with ThreadPoolExecutor(n_threads, initializer=kernels.set_threads,
+                and msg["op"] != COMMIT and numba_threads.concurrent_launches_ok():
+            with ThreadPoolExecutor(n_threads, initializer=numba_threads.set_threads,
                                     initargs=(1,)) as pool:
                 done = list(pool.map(self._handle_tree, items))
         else:
@@ -632,7 +633,7 @@ class PartySplitter:
         c = tree.col
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
-            gain, feat, b, ml, index, hist, cnt = kernels.best_splits_hist(self.Xb, self.n_bins,
+            gain, feat, b, ml, index, hist, cnt = splitter.best_splits_hist(self.Xb, self.n_bins,
                                                                            *args, *sub)
             if t["subtract"]:
                 kept = sub[-1].astype(bool)
@@ -640,19 +641,19 @@ class PartySplitter:
             thr = self.bin_threshold(feat, b)
             c["cand_bin"][nodes] = b
         else:
-            gain, feat, thr, ml = kernels.best_splits_exact(self.X, *args)
+            gain, feat, thr, ml = splitter.best_splits_exact(self.X, *args)
         c["cand_feature"][nodes] = feat
         c["cand_threshold"][nodes] = thr
         c["cand_missing_left"][nodes] = ml
         return {"gain": gain}
 
     def _subtraction(self, nodes, starts, ends):
-        """The histogram subtraction arguments of :func:`kernels.best_splits_hist`:
+        """The histogram subtraction arguments of :func:`splitter.best_splits_hist`:
         a node whose parent kept its histograms and whose sibling has fewer rows
         (the lower id on a tie) derives them as parent minus sibling; nodes of
         at least ``hist_cache_rows`` rows keep theirs for the next level."""
         t = self._tree
-        none = kernels.no_subtraction(nodes.shape[0], self.labels.n_stats)
+        none = splitter.no_subtraction(nodes.shape[0], self.labels.n_stats)
         if not t["subtract"]:
             return none
         keep = ((ends - starts) >= self.settings.hist_cache_rows).astype(np.uint8)
@@ -688,10 +689,10 @@ class PartySplitter:
         ml = c["cand_missing_left"][nodes]
         starts, ends = tree.bounds(nodes)
         if self.Xb is not None:
-            bits = kernels.partition_bits(self.Xb, tree.rows, starts, ends, feat.astype(np.int64),
-                                          c["cand_bin"][nodes], ml, kernels.MISSING_BIN)
+            bits = partitioner.partition_bits(self.Xb, tree.rows, starts, ends, feat.astype(np.int64),
+                                          c["cand_bin"][nodes], ml, MISSING_BIN)
         else:
-            bits = kernels.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml,
+            bits = partitioner.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml,
                                           np.nan)
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
@@ -827,11 +828,11 @@ class TreeGrower:
 
         # many small per-tree steps run faster as tree blocks on threads running
         # single-threaded kernels (they release the GIL) than as parallel launches
-        threads = kernels.threads()
+        threads = numba_threads.threads()
         pool = None
         if self.parallel_steps and len(runs) >= 2 * threads and threads > 1 \
-                and kernels.concurrent_launches_ok():
-            pool = ThreadPoolExecutor(threads, initializer=kernels.set_threads, initargs=(1,))
+                and numba_threads.concurrent_launches_ok():
+            pool = ThreadPoolExecutor(threads, initializer=numba_threads.set_threads, initargs=(1,))
 
         def advance_all(items):
             if pool is not None:
@@ -839,12 +840,12 @@ class TreeGrower:
                     pass
                 return
             # without a pool, many trees' small steps still run best on one kernel thread each
-            kernels.set_threads(1 if len(runs) >= 2 * threads else threads)
+            numba_threads.set_threads(1 if len(runs) >= 2 * threads else threads)
             try:
                 for item in items:
                     advance(*item)
             finally:
-                kernels.set_threads(threads)
+                numba_threads.set_threads(threads)
 
         try:
             self._grow_rounds(runs, asks, advance_all, n_parties)
@@ -989,7 +990,7 @@ class TreeGrower:
 
     def _record_stats(self, tree, nodes):
         """Label statistics of new nodes from the labels held here."""
-        stats, w, imp, _ = kernels.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
+        stats, w, imp, _ = criterion.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
                                              self.s.is_classification, self.labels.n_stats,
                                              self.s.crit)
         self._set_stats(tree, nodes, stats, w, imp)

@@ -1,7 +1,7 @@
 """Label statistics: the seam between label privacy modes and split search.
 
 The split kernels only see per-row statistics ``(ycls, yw)`` produced by a
-label-statistics object for each tree (see :mod:`fedforest.tree.kernels`).
+label-statistics object for each tree (see :mod:`fedforest.tree.criterion`).
 :class:`PlainLabels` computes them from labels held in the clear; a private
 mode replaces it by an object with the same ``tree_stats`` method whose
 statistics are encrypted, together with a split finder that evaluates

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 
 from . import format as tree_format
-from . import kernels
+from . import leaf_sets, partitioner
 from ..errors import InputError
 
 
@@ -31,7 +31,7 @@ def warm_up():
         msg = pack_leaf_sets(party_leaf_sets(Xn, [tree], "hist"))
         leaf_positions(n, [unpack_leaf_sets(msg, [tree], n)], 0, 2)
     tree_format.apply(tree, prepare_X(X, "hist"))
-    kernels.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
+    partitioner.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
 
 
 def leaves_of(tree):
@@ -49,13 +49,13 @@ def mean_leaf_values(trees, X, split_method):
 
 def party_leaf_sets(X_local, partial_trees, split_method):
     """One party's Algorithm 3 over every tree, in the compact form of
-    :func:`fedforest.tree.kernels.partial_leaf_sets` (row indices take 2 bytes
+    :func:`fedforest.tree.leaf_sets.partial_leaf_sets` (row indices take 2 bytes
     when there are at most 65,536 rows, else 4)."""
     X = prepare_X(X_local, split_method)
     index_bytes = 2 if X.shape[0] <= 65536 else 4
 
     def one(t):
-        return kernels.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
+        return leaf_sets.partial_leaf_sets(X, t["children_left"], t["children_right"], t["feature"],
                                          t["threshold"], t["missing_left"], leaves_of(t), index_bytes)
     return in_threads(one, partial_trees)
 
@@ -125,7 +125,7 @@ def leaf_positions(n_rows, leaf_sets_by_party, tree_index, n_leaves):
     dense_row = (np.cumsum(is_dense, dtype=np.int64) - 1)
     rows = np.concatenate([q[3] for q in parts]) if parts else np.empty(0, np.uint32)
     dense = np.concatenate([q[4] for q in parts]) if parts else np.empty((0, nw), np.uint64)
-    pos = kernels.intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row,
+    pos = leaf_sets.intersect_leaf_sets(n_rows, set_id, is_dense, counts, row_start, rows, dense_row,
                                 dense.reshape(-1, nw), n_leaves)
     if n_rows and pos.min() < 0:
         bad = int(np.count_nonzero(pos < 0))

@@ -31,12 +31,13 @@ import numpy as np
 
 from ..crypto import paillier as P
 from ..errors import InputError
-from ..tree import kernels
+from ..tree import criterion, splitter
+from ..tree.binning import MISSING_BIN
 from ..tree.builder import (EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message,
                             check_fields, int_array, node_list, shown)
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
-N_SLOTS_BIN = kernels.MISSING_BIN + 1
+N_SLOTS_BIN = MISSING_BIN + 1
 
 
 class ProtocolIntegrityError(RuntimeError):
@@ -380,8 +381,8 @@ class EncryptedHistSplitter(PartySplitter):
             nb = int(self.n_bins[f])
             cnt = np.bincount(b, minlength=N_SLOTS_BIN)
             wcnt = np.bincount(b, weights=counts[rows], minlength=N_SLOTS_BIN)
-            cnt_parts.append(np.append(cnt[:nb], cnt[kernels.MISSING_BIN]))
-            wcnt_parts.append(np.append(wcnt[:nb], wcnt[kernels.MISSING_BIN]))
+            cnt_parts.append(np.append(cnt[:nb], cnt[MISSING_BIN]))
+            wcnt_parts.append(np.append(wcnt[:nb], wcnt[MISSING_BIN]))
             sel = b != self.skip[f]
             rs = rows[sel]
             order = np.argsort(b[sel], kind="stable")
@@ -507,7 +508,7 @@ class PaillierGrower(TreeGrower):
                                          "bootstrap weights; the ciphertexts were altered or made "
                                          "under another key")
         stats = self.spec.to_float(ints)
-        w, imp = kernels.stats_weight_impurity(stats, self.s.is_classification, self.s.crit)
+        w, imp = criterion.stats_weight_impurity(stats, self.s.is_classification, self.s.crit)
         self._set_stats(tree, children, stats, w, imp)
         node_ints = dict(zip(children.tolist(), ints))
         if not cand.size:
@@ -546,8 +547,8 @@ class PaillierGrower(TreeGrower):
             cnt = np.zeros(N_SLOTS_BIN, dtype=np.int64)
             wcnt = np.zeros(N_SLOTS_BIN, dtype=np.int64)
             k = int(nb[i])
-            cnt[:k], cnt[kernels.MISSING_BIN] = cnt_all[seg[i]:seg[i] + k], cnt_all[seg[i] + k]
-            wcnt[:k], wcnt[kernels.MISSING_BIN] = wcnt_all[seg[i]:seg[i] + k], wcnt_all[seg[i] + k]
+            cnt[:k], cnt[MISSING_BIN] = cnt_all[seg[i]:seg[i] + k], cnt_all[seg[i] + k]
+            wcnt[:k], wcnt[MISSING_BIN] = wcnt_all[seg[i]:seg[i] + k], wcnt_all[seg[i] + k]
             inc = np.flatnonzero((cnt > 0) & (np.arange(N_SLOTS_BIN) != skip[f]))
             layout.append((cnt, wcnt, inc))
         n_values = sum(inc.size for _, _, inc in layout)
@@ -582,7 +583,7 @@ class PaillierGrower(TreeGrower):
         pn = np.array([i for i, _ in pairs], dtype=np.int32)
         pf = np.array([f for _, f in pairs], dtype=np.int32)
         c = tree.col
-        gain, feat, b, ml = kernels.best_splits_from_hists(
+        gain, feat, b, ml = splitter.best_splits_from_hists(
             hists, cnts, pn, pf, n_bins[pf].astype(np.int32), c["stats"][nodes], c["count"][nodes],
             self.s.is_classification, self.labels.n_stats, self.s.crit, float(self._counts.sum()),
             self.s.min_samples_leaf, self.s.min_weight_fraction_leaf * float(self._counts.sum()))

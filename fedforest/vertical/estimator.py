@@ -14,7 +14,7 @@ from sklearn.utils.validation import validate_data
 from ..data.validation import CLASSIFICATION, REGRESSION, check_features, encode_labels
 from ..errors import InputError
 from ..constraints import Interval, check
-from ..tree.kernels import set_threads
+from ..tree.threads import set_threads
 from ..tree.params import ForestParams, resolve_n_jobs, validate
 from ..tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
 from ..tree.labels import PlainLabels

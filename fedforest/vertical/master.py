@@ -13,7 +13,8 @@ from ..crypto import paillier
 from ..data.alignment import master_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
-from ..tree import builder, kernels, predict
+from ..tree import builder, predict
+from ..tree import threads as numba_threads
 from ..tree.builder import SplitSettings, TreeGrower, tree_seeds
 from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
@@ -92,7 +93,7 @@ def master_train(comm, cfg):
     }
     if start == 0:
         model_files.clear(my_dir)
-    n_jobs = kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
+    n_jobs = numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(params.split_method, is_clf)
     seeds = tree_seeds(random_state, params.n_estimators)
     batch = builder.resolve_tree_batch(cfg.tree_batch, params.n_estimators, cfg.batch_memory_mb,
@@ -235,7 +236,7 @@ def master_predict(comm, cfg):
             log(cfg, f"party {r}: {infos[r]['n_unseen']} values of text columns were not seen in "
                       "training and are treated as missing")
     n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
-    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
+    numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
     comm.exchange({r: {"op": protocol.READY} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
@@ -302,7 +303,7 @@ def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None):
     values = np.zeros((n_rows, width))
     bar = progress_bar(cfg, total=len(trees), desc="combining leaf sets", unit="tree")
     # intersections in parallel blocks of trees, sums in tree order
-    block = 4 * max(1, kernels.numba.get_num_threads())
+    block = 4 * max(1, numba_threads.threads())
     for b0 in range(0, len(trees), block):
         ids = range(b0, min(b0 + block, len(trees)))
         found = predict.in_threads(lambda i: leaf_positions(n_rows, per_party, i, leaf_lists[i].size), ids)

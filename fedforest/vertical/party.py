@@ -18,7 +18,8 @@ from ..crypto import paillier
 from ..data.alignment import party_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
-from ..tree import builder, kernels, predict
+from ..tree import builder, partitioner, predict
+from ..tree import threads as numba_threads
 from ..tree.builder import (PartySplitter, SplitSettings, bad_message, check_fields, index_array, int_array,
                             int_value, shown)
 from ..tree.labels import PlainLabels
@@ -115,7 +116,7 @@ def party_train(comm, cfg):
     batch = builder.resolve_tree_batch(
         cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
         builder.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
-    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
+    numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": job_id,
@@ -341,7 +342,7 @@ def party_predict(comm, cfg):
     X = table_X[positions]
     ids = table_ids[positions]
     method = manifest["split_method"]
-    kernels.set_threads(resolve_n_jobs(cfg.n_jobs))
+    numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
     while True:
         msg = comm.recv(MASTER)
@@ -360,7 +361,7 @@ def party_predict(comm, cfg):
                 t, node = _own_split(trees, m.get("tree"), m.get("node"))
                 f = int(t["feature"][node])
                 rows = index_array(m.get("rows"), "'rows'", X.shape[0]).astype(np.int32)
-                bits = kernels.goes_left(Xp[:, f], rows, 0, rows.size,
+                bits = partitioner.goes_left(Xp[:, f], rows, 0, rows.size,
                                    float(t["threshold"][node]), int(t["missing_left"][node]))
                 comm.send(MASTER, {"bits": np.packbits(bits)})
         elif op == protocol.PATH:

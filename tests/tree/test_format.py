@@ -14,7 +14,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from fedforest import ForestClassifier, ForestRegressor
 from fedforest.errors import InputError
 from fedforest.tree import format as F
-from fedforest.tree import id3, impurity, kernels, rules
+from fedforest.tree import criterion, id3, impurity, rules
 from fedforest.tree.predict import mean_leaf_values, prepare_X
 
 
@@ -670,8 +670,8 @@ def test_impurity_known_values_and_names():
     assert impurity.entropy([1, 1, 1, 1]) == 2.0 and impurity.entropy([3, 0]) == 0.0
     assert impurity.entropy([0, 0]) == 0.0 and impurity.gini([0, 0, 0]) == 0.0
     assert impurity.gini([1, 1]) == 0.5
-    assert kernels.impurity is impurity.impurity
-    assert (kernels.GINI, kernels.ENTROPY, kernels.SQUARED_ERROR) == (0, 1, 2)
+    assert criterion.impurity is impurity.impurity
+    assert (impurity.GINI, impurity.ENTROPY, impurity.SQUARED_ERROR) == (0, 1, 2)
 
 
 # ---------------------------------------------------------------------------

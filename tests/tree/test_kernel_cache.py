@@ -12,7 +12,9 @@ import importlib, json, numba
 from fedforest.cli import main
 main(["warm-up"])
 misses = {}
-for name in ("fedforest.tree.kernels", "fedforest.tree.impurity", "fedforest.tree.format"):
+for name in ("fedforest.tree.criterion", "fedforest.tree.splitter", "fedforest.tree.partitioner",
+             "fedforest.tree.leaf_sets", "fedforest.tree.binning", "fedforest.tree.threads",
+             "fedforest.tree.impurity", "fedforest.tree.format"):
     mod = importlib.import_module(name)
     for attr, obj in vars(mod).items():
         if isinstance(obj, numba.core.registry.CPUDispatcher) and obj.stats.cache_misses:

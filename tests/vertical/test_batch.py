@@ -109,14 +109,14 @@ def test_thread_count_does_not_change_the_forest(tmp_path):
 def test_without_concurrent_kernel_launches_trees_run_in_turn(monkeypatch):
     """Where numba's threading layer cannot take launches from several threads
     (its workqueue fallback), no tree blocks run on threads: same forest."""
-    from fedforest.tree import kernels
-    assert kernels.concurrent_launches_ok() in (True, False)
+    from fedforest.tree import threads as numba_threads
+    assert numba_threads.concurrent_launches_ok() in (True, False)
     X, y = _data("classification", n=600, seed=8)
     ref = ForestClassifier(n_estimators=6, random_state=4, n_jobs=2).fit(X, y)
     pools = []
     real_pool = builder.ThreadPoolExecutor
     monkeypatch.setattr(builder, "ThreadPoolExecutor", lambda *a, **k: pools.append(1) or real_pool(*a, **k))
-    monkeypatch.setattr(kernels, "concurrent_launches_ok", lambda: False)
+    monkeypatch.setattr(numba_threads, "concurrent_launches_ok", lambda: False)
     got = ForestClassifier(n_estimators=6, random_state=4, n_jobs=2).fit(X, y)
     assert not pools
     assert_same_trees(got.estimators_, ref.estimators_)

@@ -1,0 +1,84 @@
+"""Partitioning: which rows of a node go left, and the stable in-place
+partition of every node segment of a level (conventions as in :mod:`.criterion`)."""
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True)
+def goes_left(x, rows, start, end, thr, missing_left):
+    """1 for each row of a node segment that goes to the left child, else 0."""
+    out = np.empty(end - start, dtype=np.uint8)
+    for i in range(start, end):
+        v = x[rows[i]]
+        if np.isnan(v):
+            out[i - start] = missing_left
+        else:
+            out[i - start] = 1 if v <= thr else 0
+    return out
+
+
+@njit(cache=True)
+def _segment_offsets(starts, ends):
+    off = np.empty(starts.shape[0] + 1, dtype=np.int64)
+    off[0] = 0
+    for j in range(starts.shape[0]):
+        off[j + 1] = off[j] + ends[j] - starts[j]
+    return off
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code):
+    """Left (1) / right (0) bit of every row of several node segments, each
+    split on its own column, concatenated in segment order.  A value is
+    missing when it is NaN or equals ``missing_code``: on bin codes (``X``
+    uint8, ``thresholds`` the split bins, ``missing_code = MISSING_BIN``) a row
+    goes left when its bin is at most the split's bin, the same rows as
+    ``x <= threshold`` of that bin's upper edge; on raw values pass NaN.  (No
+    default: numba would key its cache on the omitted NaN, which never equals
+    itself, so every process would compile the kernel again.)"""
+    off = _segment_offsets(starts, ends)
+    out = np.empty(off[-1], dtype=np.uint8)
+    for j in prange(starts.shape[0]):
+        f = features[j]
+        thr = thresholds[j]
+        ml = missing_left[j]
+        o = off[j]
+        for i in range(starts[j], ends[j]):
+            v = X[rows[i], f]
+            if np.isnan(v) or v == missing_code:
+                out[o] = ml
+            else:
+                out[o] = 1 if v <= thr else 0
+            o += 1
+    return out
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def apply_partition(rows, starts, ends, bits):
+    """Stable in-place partition of each node segment by its left/right bits.
+
+    ``bits`` is the concatenation, over the listed segments, of one uint8 per
+    row (1 = left).  Returns the number of left rows of each segment.
+    """
+    n_seg = starts.shape[0]
+    n_left = np.zeros(n_seg, dtype=np.int64)
+    off = _segment_offsets(starts, ends)
+    for j in prange(n_seg):
+        s = starts[j]
+        e = ends[j]
+        o = off[j] - s
+        # branch-free: every row is written to both buffers, only one cursor moves
+        right = np.empty(e - s + 1, dtype=rows.dtype)
+        nl = 0
+        nr = 0
+        for i in range(s, e):
+            r = rows[i]
+            b = bits[o + i] == 1
+            rows[s + nl] = r      # never ahead of the reading position i
+            right[nr] = r
+            nl += b
+            nr += 1 - b
+        for i in range(nr):
+            rows[s + nl + i] = right[i]
+        n_left[j] = nl
+    return n_left
