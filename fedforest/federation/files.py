@@ -25,6 +25,48 @@ def atomic_write(path, write):
         raise
 
 
+def atomic_write_many(items, threads=8):
+    """:func:`atomic_write` of several files at once (``items``: ``(path,
+    write)`` pairs): every file is written to a temporary name, the files are
+    synced concurrently (file systems commit concurrent syncs together), then
+    renamed, and each folder is synced once.  A file is either absent or
+    complete at its path; on an error no temporary file stays behind."""
+    from concurrent.futures import ThreadPoolExecutor
+    staged = []
+    try:
+        for path, write in items:
+            folder = os.path.dirname(path)
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+        if len(staged) > 1:
+            with ThreadPoolExecutor(min(threads, len(staged))) as pool:
+                list(pool.map(_sync_file, [tmp for tmp, _ in staged]))
+        elif staged:
+            _sync_file(staged[0][0])
+        while staged:
+            tmp, path = staged[0]
+            os.replace(tmp, path)
+            staged.pop(0)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    for folder in sorted({os.path.dirname(path) for path, _ in items}):
+        _sync_dir(folder)
+
+
+def _sync_file(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _sync_dir(folder):
     """Make a rename durable (where the platform allows syncing a folder)."""
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..version import __version__
 from ..errors import InputError
-from ..federation.files import atomic_write
+from ..federation.files import atomic_write, atomic_write_many
 
 FORMAT = "fedforest-vertical"
 FORMAT_VERSION = 1
@@ -37,9 +37,18 @@ def write_manifest(folder, manifest):
     atomic_write(os.path.join(folder, MANIFEST), lambda fh: fh.write(data))
 
 
+def _tree_path(folder, index):
+    return os.path.join(folder, "trees", f"tree-{index:05d}.npz")
+
+
 def write_tree(folder, index, arrays):
-    path = os.path.join(folder, "trees", f"tree-{index:05d}.npz")
-    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    atomic_write(_tree_path(folder, index), lambda fh: np.savez(fh, **arrays))
+
+
+def write_trees(folder, trees):
+    """Several trees (``(index, arrays)`` pairs) at once, each file atomic."""
+    atomic_write_many([(_tree_path(folder, index), lambda fh, a=arrays: np.savez(fh, **a))
+                       for index, arrays in trees])
 
 
 def read_manifest(folder, what="model"):
@@ -65,7 +74,7 @@ def read_trees(folder, n_trees, what="model", n_columns=None, max_depth=None):
     any kernel sees it."""
     trees = []
     for i in range(n_trees):
-        path = os.path.join(folder, "trees", f"tree-{i:05d}.npz")
+        path = _tree_path(folder, i)
         try:
             with np.load(path, allow_pickle=False) as z:
                 trees.append({k: z[k] for k in z.files})

@@ -152,11 +152,12 @@ def party_train(comm, cfg):
         reply = splitter.handle_batch(msg)
         if op == builder.COMMIT:
             # the batch's trees are on disk before the master counts them as done
-            for index, arrays in zip(splitter.tree_ids, splitter.trees):
-                if crash_after is not None and t >= crash_after:
-                    break
-                model_files.write_tree(folder, index, arrays)
-                t = index + 1
+            done = list(zip(splitter.tree_ids, splitter.trees))
+            if crash_after is not None:
+                done = done[:max(0, crash_after - t)]
+            model_files.write_trees(folder, done)
+            if done:
+                t = done[-1][0] + 1
             if crash_after is not None and t >= crash_after:
                 failing = f"injected failure after {t} trees (FEDFOREST_FAULT_CRASH)"
             splitter.trees.clear()
