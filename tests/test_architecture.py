@@ -10,11 +10,12 @@ third-party packages):
   ``fedforest.logs``.  Imports: core.
 * federation: ``fedforest.federation`` (mode contract, registry, config, model files,
   metrics, rounds/aggregation).  Imports: core, federation.
-* horizontal common: ``fedforest.horizontal`` (its ``__init__``) and
-  ``fedforest.horizontal.common``.  Imports: core, federation, horizontal common.
+* horizontal common: ``fedforest.horizontal`` (its ``__init__``),
+  ``fedforest.horizontal.common`` and ``fedforest.horizontal.declare`` (the declarations
+  the horizontal modes share).  Imports: core, federation, horizontal common.
 * algorithms: ``fedforest.vertical`` and every module or package directly under
-  ``fedforest/horizontal/`` other than ``common`` and ``__init__``.  Imports: core,
-  federation, horizontal common (horizontal algorithms only) and the algorithm's own
+  ``fedforest/horizontal/`` other than ``common``, ``declare`` and ``__init__``.  Imports:
+  core, federation, horizontal common (horizontal algorithms only) and the algorithm's own
   modules.  An algorithm never imports another algorithm.
 * application: ``fedforest`` (``__init__``), ``fedforest.__main__``, ``fedforest.cli``,
   ``fedforest.jobs``, ``fedforest.demo``.  Imports: anything.
@@ -24,6 +25,14 @@ Further rules: a module under ``fedforest/`` that fits no layer is an error; onl
 (underscore) name or private submodule from another module; and an import of a
 ``fedforest`` module that does not exist is reported.
 
+Declarations are cheap: importing the command line (``fedforest.__main__``,
+``fedforest.cli``), the registry or a mode declaration it lists (``BUILTIN``) loads
+only the standard library and ``fedforest`` modules.  Only imports that run when a
+module is loaded count (not those inside functions, nor fallbacks in ``except``
+handlers); they are followed through the package's modules and their parent packages.
+Two tests run the real thing in a fresh interpreter: loading every built-in mode, and
+``--help`` of the command line, leave numpy, numba, pandas and the like unimported.
+
 Relative imports are resolved to absolute names.  ``from pkg import name`` counts as an
 import of ``pkg.name`` when ``pkg/name.py`` or ``pkg/name/`` exists, else of ``pkg``.
 """
@@ -31,8 +40,12 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "fedforest"
@@ -46,8 +59,12 @@ APPLICATION = "application"
 CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs")
 APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
 HORIZONTAL = f"{PACKAGE}.horizontal"
-HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common")
+HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common", f"{HORIZONTAL}.declare")
 MPI_MODULE = f"{PACKAGE}.transport.mpi"
+REGISTRY_MODULE = f"{PACKAGE}.federation.registry"
+COMMAND_LINE = (f"{PACKAGE}.__main__", f"{PACKAGE}.cli")
+# what a cheap import must not load (checked in a fresh interpreter)
+HEAVY = ("numpy", "numba", "llvmlite", "pandas", "pyarrow", "scipy", "sklearn")
 
 
 @dataclass(frozen=True)
@@ -90,7 +107,7 @@ def layer_of(name: str) -> Optional[Layer]:
         return Layer(CORE)
     if _within(name, f"{PACKAGE}.federation"):
         return Layer(FEDERATION)
-    if name == HORIZONTAL or _within(name, f"{HORIZONTAL}.common"):
+    if name == HORIZONTAL or any(_within(name, r) for r in HORIZONTAL_COMMON_ROOTS[1:]):
         return Layer(HORIZONTAL_COMMON)
     if _within(name, f"{PACKAGE}.vertical"):
         return Layer(ALGORITHM, f"{PACKAGE}.vertical")
@@ -137,14 +154,41 @@ def _resolve_relative(module: Module, level: int, target: Optional[str]) -> str:
     return ".".join(base + ([target] if target else []))
 
 
-def imports_of(module: Module, existing: Set[str]) -> Iterable[Tuple[int, str, Optional[str]]]:
-    """Yield ``(line, imported module, private name or None)`` for every import in ``module``.
+def _version_test(node: ast.AST) -> Optional[bool]:
+    """The value of ``if sys.version_info <op> (...)`` on this interpreter, else None."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and ast.unparse(node.test.left) == "sys.version_info"):
+        return None
+    return bool(eval(compile(ast.Expression(node.test), "<test>", "eval"), {"sys": sys}))
+
+
+def _load_time_nodes(tree: ast.AST) -> Iterable[ast.AST]:
+    """The nodes that run when a module is loaded on this interpreter: not inside a
+    function (or lambda) body, an ``except`` handler (an import fallback) or the branch
+    of a ``sys.version_info`` test that this interpreter does not take."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        taken = _version_test(node)
+        if taken is not None:
+            stack.extend(node.body if taken else node.orelse)
+            continue
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                               ast.ExceptHandler)))
+
+
+def imports_of(module: Module, existing: Set[str],
+               load_time: bool = False) -> Iterable[Tuple[int, str, Optional[str]]]:
+    """Yield ``(line, imported module, private name or None)`` for every import in ``module``
+    (with ``load_time``, only those that run when the module is loaded).
 
     ``existing`` is the set of module and package names of the package; it decides whether
     ``from pkg import name`` imports the submodule ``pkg.name`` or a name from ``pkg``.
     """
     tree = ast.parse(module.source, filename=module.path)
-    for node in ast.walk(tree):
+    for node in (_load_time_nodes(tree) if load_time else ast.walk(tree)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name, None
@@ -208,6 +252,49 @@ def check_modules(modules: List[Module]) -> List[Violation]:
     return sorted(set(violations), key=lambda v: (v.path, v.line, v.rule, v.message))
 
 
+def builtin_declarations(modules: List[Module]) -> List[str]:
+    """The registry's ``BUILTIN`` tuple: the modules that declare the built-in modes."""
+    registry = next(m for m in modules if m.name == REGISTRY_MODULE)
+    for node in ast.parse(registry.source, filename=registry.path).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BUILTIN"
+                                                for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{registry.path} has no BUILTIN tuple")
+
+
+def check_cheap_imports(modules: List[Module], roots: Iterable[str]) -> List[Violation]:
+    """Rule ``cheap``: importing any of ``roots`` loads only the standard library and
+    ``fedforest`` modules (followed through their load-time imports and parent packages)."""
+    existing = known_names(modules)
+    by_name = {m.name: m for m in modules}
+    violations = []
+    via = {}                      # module -> the root whose import loads it
+    todo = []
+
+    def reach(name, root):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):   # a module's parent packages load first
+            n = ".".join(parts[:i])
+            if n in by_name and n not in via:
+                via[n] = root
+                todo.append(n)
+
+    for root in roots:
+        reach(root, root)
+    while todo:
+        module = by_name[todo.pop()]
+        for line, target, _ in imports_of(module, existing, load_time=True):
+            if _within(target, PACKAGE):
+                reach(target, via[module.name])
+            elif target.split(".")[0] not in sys.stdlib_module_names:
+                violations.append(Violation(
+                    module.path, line, "cheap",
+                    f"{module.name} imports {target} when it is loaded (importing {via[module.name]} "
+                    "loads it); a declaration imports only the standard library and fedforest's "
+                    "cheap modules: import it inside a function or in the implementation module"))
+    return sorted(set(violations), key=lambda v: (v.path, v.line, v.rule, v.message))
+
+
 def package_modules(root: str = ROOT, package: str = PACKAGE) -> List[Module]:
     """Every ``.py`` file under ``root/package`` as a Module (nothing is imported)."""
     modules = []
@@ -265,11 +352,16 @@ FAKE_BASE = {
     "fedforest/data/io.py": "from ..errors import InputError\n",
     "fedforest/federation/__init__.py": "from .registry import REGISTRY\n",
     "fedforest/federation/registry.py": "from ..tree import kernels\nfrom ..data.io import read\n",
+    "fedforest/federation/mode.py": "from dataclasses import dataclass\nfrom ..errors import InputError\n",
     "fedforest/horizontal/__init__.py": "from .common import Client\n",
-    "fedforest/horizontal/common.py": "from ..federation import registry\nfrom ..tree import rules\n",
-    "fedforest/horizontal/baselines.py": (
-        "from . import common\nfrom fedforest.horizontal import Client\n"
-        "from ..federation.registry import REGISTRY\n"),
+    "fedforest/horizontal/common.py": (
+        "from ..federation import registry\nfrom ..tree import rules\nfrom .declare import tree_params\n"),
+    "fedforest/horizontal/declare.py": "from ..constraints import Interval\nfrom ..federation.mode import Param\n",
+    "fedforest/horizontal/baselines/__init__.py": (
+        "from ..declare import tree_params\nfrom ...federation.mode import Mode\n"),
+    "fedforest/horizontal/baselines/roles.py": (
+        "from .. import common\nfrom fedforest.horizontal import Client\n"
+        "from ...federation.registry import REGISTRY\nfrom . import PARAMS\n"),
     "fedforest/horizontal/fedxgbllr/__init__.py": "from .roles import run\n",
     "fedforest/horizontal/fedxgbllr/roles.py": (
         "from . import cnn\nfrom ..common import Client\nfrom ...tree.kernels import njit\n"),
@@ -303,6 +395,8 @@ def test_architecture_checker_reports_each_kind_of_violation():
          ("fedforest/federation/fake.py", 1, "layer")),
         ({"fedforest/horizontal/common.py": "def f():\n    from .baselines import run\n"},
          ("fedforest/horizontal/common.py", 2, "layer")),
+        ({"fedforest/horizontal/declare.py": "from .baselines import roles\n"},
+         ("fedforest/horizontal/declare.py", 1, "layer")),
         # an algorithm importing another algorithm: ``from pkg import submodule`` form,
         # inside a function, from a sub-package, and the vertical one importing horizontal
         ({"fedforest/horizontal/fedga.py": "from fedforest.horizontal import baselines\n"},
@@ -311,6 +405,8 @@ def test_architecture_checker_reports_each_kind_of_violation():
          ("fedforest/horizontal/efdt.py", 2, "layer")),
         ({"fedforest/horizontal/fedxgbllr/cnn.py": "from .. import baselines\n"},
          ("fedforest/horizontal/fedxgbllr/cnn.py", 1, "layer")),
+        ({"fedforest/horizontal/fedxgbllr/roles.py": "from ..baselines import PARAMS\n"},
+         ("fedforest/horizontal/fedxgbllr/roles.py", 1, "layer")),
         ({"fedforest/vertical/party.py": "from ..horizontal import common\n"},
          ("fedforest/vertical/party.py", 1, "layer")),
         # private names and private submodules of another module
@@ -348,10 +444,14 @@ def test_architecture_checker_resolves_imports():
         return [t for _, t, _ in imports_of(Module(name, "x.py", source, is_package), existing)]
 
     # ``from pkg import name``: the submodule if it exists, else the package
-    assert targets("fedforest.horizontal.baselines", "from . import common") == \
+    assert targets("fedforest.horizontal.baselines.roles", "from .. import common") == \
         ["fedforest.horizontal.common"]
-    assert targets("fedforest.horizontal.baselines", "from fedforest.horizontal import Client") == \
+    assert targets("fedforest.horizontal.baselines.roles", "from fedforest.horizontal import Client") == \
         ["fedforest.horizontal"]
+    assert targets("fedforest.horizontal.baselines.roles", "from . import PARAMS") == \
+        ["fedforest.horizontal.baselines"]
+    assert targets("fedforest.horizontal.baselines", "from . import roles", is_package=True) == \
+        ["fedforest.horizontal.baselines.roles"]
     # relative imports from a module, a package __init__ and a nested package
     assert targets("fedforest.tree.kernels", "from ..data import io") == ["fedforest.data.io"]
     assert targets("fedforest.vertical", "from .master import train", is_package=True) == \
@@ -365,5 +465,72 @@ def test_architecture_checker_resolves_imports():
     assert layer_of("fedforest.horizontal.fedxgbllr.cnn") == \
         Layer(ALGORITHM, "fedforest.horizontal.fedxgbllr")
     assert layer_of("fedforest.horizontal") == Layer(HORIZONTAL_COMMON)
+    assert layer_of("fedforest.horizontal.declare") == Layer(HORIZONTAL_COMMON)
+    assert layer_of("fedforest.horizontal.baselines.roles") == \
+        Layer(ALGORITHM, "fedforest.horizontal.baselines")
     assert layer_of("fedforest.helpers") is None
     assert "fedforest.horizontal.fedxgbllr.cnn" in by_name
+
+
+# ---------------------------------------------------------------------------
+# Cheap declarations
+# ---------------------------------------------------------------------------
+def test_declarations_and_the_command_line_import_only_cheap_modules():
+    modules = package_modules()
+    declarations = builtin_declarations(modules)
+    assert len(declarations) >= 7, declarations
+    violations = check_cheap_imports(modules, [REGISTRY_MODULE, *COMMAND_LINE, *declarations])
+    assert not violations, (f"{len(violations)} import(s) that make declarations slow:\n"
+                            + "\n".join(str(v) for v in violations))
+
+
+def test_cheap_import_checker_follows_load_time_imports():
+    def found(extra):
+        return {(v.path, v.line, v.rule)
+                for v in check_cheap_imports(_fake({**FAKE_BASE, **extra}), ["fedforest.horizontal.baselines"])}
+
+    assert found({}) == set()
+    declaration = "fedforest/horizontal/baselines/__init__.py"
+    # directly, through a fedforest module, through a parent package, in a class body
+    assert found({declaration: "import os\nimport numpy as np\n"}) == {(declaration, 2, "cheap")}
+    assert found({"fedforest/horizontal/declare.py": "from ..transport import base\n"}) == \
+        {("fedforest/transport/base.py", 1, "cheap")}
+    assert found({"fedforest/horizontal/__init__.py": "from pandas import DataFrame\n"}) == \
+        {("fedforest/horizontal/__init__.py", 1, "cheap")}
+    assert found({declaration: "class A:\n    import numba\n"}) == {(declaration, 2, "cheap")}
+    # not at load time: inside a function, a fallback in an except handler; the implementation
+    assert found({declaration: "def f():\n    import numpy\n"}) == set()
+    assert found({declaration: "try:\n    import tomllib\nexcept ImportError:\n    import tomli\n"}) == set()
+    assert found({declaration: "import sys\nif sys.version_info >= (3,):\n    import tomllib\n"
+                               "else:\n    import tomli\n"}) == set()
+    assert found({declaration: "import sys\nif sys.version_info < (3,):\n    import tomllib\n"
+                               "else:\n    import tomli\n"}) == {(declaration, 5, "cheap")}
+    assert found({"fedforest/horizontal/baselines/roles.py": "import numpy\n"}) == set()
+
+
+def _fresh_python(*args):
+    """Run a fresh interpreter in the project root; its stdout and stderr."""
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout, out.stderr
+
+
+def test_loading_every_builtin_mode_imports_no_heavy_package():
+    stdout, _ = _fresh_python("-c", (
+        "import sys\n"
+        "from fedforest.federation.registry import REGISTRY\n"
+        "modes = REGISTRY.modes()\n"
+        f"print(len(modes), *[m for m in {HEAVY!r} if m in sys.modules])\n"))
+    n_modes, *loaded = stdout.split()
+    assert int(n_modes) >= 7
+    assert loaded == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["predict", "--help"], ["modes"],
+                                  ["evaluate", "--help"]])
+def test_light_commands_import_no_heavy_package(argv):
+    _, stderr = _fresh_python("-X", "importtime", "-m", PACKAGE, *argv)
+    imported = {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
+                if line.startswith("import time:") and line.count("|") == 2}
+    assert f"{PACKAGE}.cli" in imported
+    assert sorted(m for m in imported if m.split(".")[0] in HEAVY) == []

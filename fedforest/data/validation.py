@@ -2,9 +2,7 @@
 import numpy as np
 
 from ..errors import InputError
-
-CLASSIFICATION = "classification"
-REGRESSION = "regression"
+from .tasks import CLASSIFICATION, REGRESSION  # noqa: F401  (CLASSIFICATION: re-exported)
 
 
 def check_features(X, what="X"):

@@ -18,7 +18,7 @@ import os
 import sys
 
 from ..constraints import Interval, Options, Paths, check
-from ..data.validation import CLASSIFICATION, REGRESSION
+from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
 from .mode import HORIZONTAL, Param
 from .registry import REGISTRY

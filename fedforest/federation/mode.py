@@ -19,7 +19,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from ..constraints import Paths, describe
-from ..data.validation import CLASSIFICATION, REGRESSION
+from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
 
 VERTICAL = "vertical"

@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 from ..version import __version__
-from ..constraints import MAX_DEPTH, Interval, Options
 from ..data.io import read_table
 from ..errors import InputError
 from ..logs import status
@@ -36,12 +35,12 @@ from ..federation import protocol
 from ..federation.aggregate import client_metrics
 from ..federation.files import atomic_write, replaced_folder, write_summary
 from ..federation.metrics import class_scores
-from ..federation.mode import Param
 from ..federation.registry import get_mode
 from ..federation.rounds import Done, serve
 from ..tree import format as tree_format
 from ..tree.id3 import fit_id3
 from ..tree.rules import CATEGORICAL, NUMERIC
+from .declare import CART_DEFAULT_DEPTH, tree_params  # noqa: F401  (tree_params: re-exported)
 
 SERVER = 0
 FORMAT = "fedforest-horizontal"
@@ -50,7 +49,6 @@ READABLE_VERSIONS = (1, 2)
 MISSING = "NA"               # the category of a missing value (ID3)
 MAX_CATEGORIES = 64          # distinct values a column may have in an ID3 job
 MIXED = "mixed"              # numeric columns as floats, text columns as codes: what every non-ID3 type does
-CART_DEFAULT_DEPTH = 5
 
 TRAIN_LOCAL = "train_local"  # server -> client: fit your own tree, send it
 
@@ -513,20 +511,6 @@ def message_encoding(op, d, tree_type, task, max_categories=None):
 # ---------------------------------------------------------------------------
 # The client-tree job of the tree modes (ICDTA4FL, its baselines, Federated-ID3)
 # ---------------------------------------------------------------------------
-def tree_params(tree_types=("cart", "id3"), default_type="cart"):
-    """The settings of a client-tree mode."""
-    return (
-        Param("tree_type", default_type, (Options(*tree_types),),
-              "'cart' (numeric columns, scikit-learn's CART) or 'id3' (categorical columns)"
-              if len(tree_types) > 1 else f"{tree_types[0]!r} (the only kind this mode grows)", text=True),
-        Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)),
-              f"depth of the trees (None: {CART_DEFAULT_DEPTH} for CART, half the columns for ID3)"),
-        Param("criterion", None, (None, Options("gini", "entropy")),
-              "split quality of CART client trees (None: 'gini')", text=True),
-        Param("random_state", None, (None, Interval(int, 0)), "seed of the client trees"),
-    )
-
-
 def tree_depth(cfg, enc):
     if cfg.max_depth is not None:
         return int(cfg.max_depth)

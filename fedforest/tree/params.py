@@ -6,7 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields, asdict
 
-from ..data.validation import CLASSIFICATION, REGRESSION
+from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
 from ..errors import InputError
 

@@ -28,7 +28,7 @@ def test_tables_are_unique_and_owners_found():
 def test_register_refuses_duplicates_and_unknown_modes():
     reg = Registry()
     extra = Mode(name="demo_mode", family=HORIZONTAL, table="demo_mode", summary="x",
-                 params=(Param("k", 1, (int,), "a key"),), impl="fedforest.horizontal.baselines")
+                 params=(Param("k", 1, (int,), "a key"),), impl="fedforest.horizontal.baselines.roles")
     reg.register(extra)
     assert reg.get("demo_mode") is extra
     with pytest.raises(ValueError, match="declared twice"):

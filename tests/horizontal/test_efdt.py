@@ -12,7 +12,7 @@ from _util import mpirun
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
 from fedforest.horizontal.common import load_model
-from fedforest.horizontal.efdt import chunks, encode_rows, load_state
+from fedforest.horizontal.efdt.roles import chunks, encode_rows, load_state
 from fedforest.jobs import run_horizontal
 from fedforest.tree import hoeffding as ht
 

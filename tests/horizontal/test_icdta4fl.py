@@ -11,7 +11,7 @@ from sklearn.datasets import make_classification
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
 from fedforest.horizontal.common import load_model
-from fedforest.horizontal.icdta4fl import filter_trees, split_rows
+from fedforest.horizontal.icdta4fl.roles import filter_trees, split_rows
 from fedforest.jobs import run_horizontal
 from fedforest.tree.id3 import fit_id3
 
@@ -155,6 +155,14 @@ def test_two_clients_aggregate_both_trees_by_default():
     assert filter_trees(scores, "mean", min_trees=2).tolist() == [0, 1]  # the default
     from fedforest.horizontal.icdta4fl import PARAMS
     assert {p.name: p.default for p in PARAMS}["filter_min_trees"] == 2
+
+
+def test_declared_merge_choices_are_those_of_the_rule_merge():
+    """The declaration lists the choices of tree.rules.aggregate without importing it (numpy)."""
+    from fedforest.horizontal import icdta4fl
+    from fedforest.tree import rules
+    assert icdta4fl.BOUNDS == rules.BOUNDS
+    assert icdta4fl.OVER_MAX_RULES == rules.OVER_MAX_RULES
 
 
 def test_class_absent_on_a_client(tmp_path):

@@ -389,7 +389,7 @@ def test_tree_edit_distance_against_apted():
 
 
 def test_base_choice_of_syn_sem_ind():
-    from fedforest.horizontal.efdt import aggregate, sem_base, syn_base
+    from fedforest.horizontal.efdt.roles import aggregate, sem_base, syn_base
 
     a = _hand_tree((0, [None, None]))
     b = _hand_tree((0, [(1, [None, None]), None]))

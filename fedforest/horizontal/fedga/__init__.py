@@ -19,7 +19,7 @@ See docs/fedga.md.
 import numbers
 
 from ...constraints import Interval
-from ...data.validation import CLASSIFICATION
+from ...data.tasks import CLASSIFICATION
 from ...errors import InputError
 from ...federation.mode import HORIZONTAL, Mode, Param
 

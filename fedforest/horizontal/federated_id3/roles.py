@@ -1,25 +1,19 @@
-"""Federated-ID3 (Truex et al., without differential privacy), horizontal mode ``federated_id3``.
+"""Federated-ID3's roles (mode ``federated_id3``; see the package docstring).
 
-The server grows one ID3 tree level by level.  Each round it sends the splits
-made at the last level and asks every client for the class counts of its rows
-per open node and per (node, feature, category); it sums the counts, takes
-the unused feature of highest information gain at each node (one child per
-category with rows) and stops a node when it is pure, at ``max_depth``, when
-no feature is left or no gain is positive.  One round per level.
+The server's level-by-level growth (:func:`information_gains` on the summed
+counts) and the client's side: :class:`Growth` checks each ``counts``
+message against the tree grown so far, :func:`client_counts` routes the rows
+and counts their classes.
 """
 import numpy as np
 
-from ..data.validation import CLASSIFICATION
-from ..federation.mode import HORIZONTAL, Mode
-from ..federation.rounds import ask
-from ..tree.id3 import Builder
-from ..tree.impurity import entropy
-from .common import bad_message, field_of, run_tree_client, run_tree_server, tree_params, whole_number
-from .common import explain, predict_proba  # noqa: F401  (the mode's local roles)
+from ...federation.rounds import ask
+from ...tree.id3 import Builder
+from ...tree.impurity import entropy
+from ..common import bad_message, field_of, run_tree_client, run_tree_server, whole_number
+from ..common import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 COUNTS = "counts"            # server -> client: route rows through the last splits, send class counts
-
-PARAMS = tree_params(tree_types=("id3",), default_type="id3")
 
 
 def information_gains(cls, tables):
@@ -168,11 +162,3 @@ def client_train(comm, cfg):
                                         state["node_of_row"], msg)}
 
     return run_tree_client(comm, cfg, {COUNTS: counts})
-
-
-MODE = Mode(
-    name="federated_id3", family=HORIZONTAL, table="federated_id3",
-    summary="Federated-ID3: the server grows one ID3 tree level by level from the clients' class counts",
-    params=PARAMS, impl=__name__, tasks=(CLASSIFICATION,),
-    roles=("server_train", "client_train", "predict_proba", "explain"))
-MODES = (MODE,)

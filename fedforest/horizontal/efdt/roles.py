@@ -1,88 +1,32 @@
-"""Federated streaming trees: Extremely Fast Decision Trees on the clients,
-aggregated by the server each round (horizontal mode ``efdt``).
-
-Each client reads its rows file as a stream (row order, or shuffled with the
-job's seed) cut into ``rounds`` chunks.  Each round every client predicts its
-next chunk with its current tree (prequential accuracy), learns it, and sends
-its tree with its statistics; the server merges the statistics along
-matching paths into a base tree and sends the result back:
-
-* ``syn``: the base is the tree with the smallest total tree edit distance
-  to the other trees; every client continues from the merged base;
-* ``sem``: the base is the tree whose predictions on the server's proxy rows
-  (``proxy_data``) disagree least with the other trees'; likewise;
-* ``ind``: every client's own tree is its base (one merged tree per client);
-* ``local``: no aggregation (each client's own stream only);
-* ``centralized``: the clients send their chunks' rows to the server, which
-  learns one tree on the pooled stream (a baseline that moves every row).
-
-``merge = "delta"`` adds the other trees' statistics gathered since the last
-broadcast (matched paths then hold the pooled stream's counts); ``"total"``
-adds their totals, the literal reading of the paper's aggregation, which
-counts older rows again every round.  Numeric columns are binned over edges
-the server agrees once from the clients' quantile sketches.  See docs/efdt.md.
+"""The roles of the federated streaming trees (mode ``efdt``; see the package
+docstring and docs/efdt.md): the set-up (columns, classes, categories and bin
+edges agreed from the clients' descriptions), the aggregation of the clients'
+trees (pure functions), the server and client rounds, model files, local
+prediction and explanation.
 """
-import numbers
 import os
 import time
 
 import numpy as np
 import pandas as pd
 
-from ..constraints import MAX_DEPTH, Interval, Options
-from ..data.io import read_table
-from ..data.validation import CLASSIFICATION
-from ..errors import InputError
-from ..federation import protocol
-from ..federation.aggregate import client_metrics
-from ..federation.files import atomic_write, replaced_folder, write_summary
-from ..federation.metrics import class_scores
-from ..federation.mode import HORIZONTAL, Mode, Param
-from ..federation.rounds import Done, ask, serve
-from ..tree import format as tree_format
-from ..tree import hoeffding as ht
-from .common import (MISSING, SERVER, ClientTable, Encoding, bad_message, check_categories, check_clients,
-                     check_model_folder, check_world, client_dir, client_what, field_of, job_seed, job_seed_of, log,
-                     message_encoding, number_array, same_setting, same_settings, save_model, server_dir, text_of,
-                     whole_number)
+from ...data.io import read_table
+from ...errors import InputError
+from ...federation import protocol
+from ...federation.aggregate import client_metrics
+from ...federation.files import atomic_write, replaced_folder, write_summary
+from ...federation.metrics import class_scores
+from ...federation.rounds import Done, ask, serve
+from ...tree import format as tree_format
+from ...tree import hoeffding as ht
+from ..common import (MISSING, SERVER, ClientTable, Encoding, bad_message, check_categories, check_clients,
+                      check_model_folder, check_world, client_dir, client_what, field_of, job_seed, job_seed_of,
+                      log, message_encoding, number_array, same_setting, same_settings, save_model, server_dir,
+                      text_of, whole_number)
 
 LEARN = "learn_chunk"        # server -> client: (adopt this tree,) predict then learn your next chunk
 SEND_CHUNK = "send_chunk"    # server -> client (centralized): send your next chunk's rows
-STRATEGIES = ("syn", "sem", "ind", "local", "centralized")
 STATE_FILE = "efdt_state.npz"
-
-PARAMS = (
-    Param("strategy", "syn", (Options(*STRATEGIES),),
-          "'syn' (base tree: least tree edit distance), 'sem' (least disagreement on proxy_data), 'ind' "
-          "(one merged tree per client), or the baselines 'local' and 'centralized'", text=True),
-    Param("merge", "delta", (Options("delta", "total"),),
-          "statistics merged from the other trees: those gathered since the last broadcast ('delta') or "
-          "their totals ('total', the paper's literal aggregation)", text=True),
-    Param("rounds", 200, (Interval(int, 1, 100_000),), "communication rounds; each client's stream is cut into as many chunks"),
-    Param("grace_period", 200, (Interval(int, 1),), "rows a leaf sees between split attempts"),
-    Param("delta", 1e-7, (Interval(numbers.Real, 0, 1, closed="neither"),),
-          "1 - confidence of the Hoeffding bound"),
-    Param("tau", 0.05, (Interval(numbers.Real, 0, 1),), "tie threshold of the Hoeffding bound"),
-    Param("min_samples_reevaluate", 20, (Interval(int, 1),),
-          "rows an inner node sees between re-evaluations of its split"),
-    Param("split_criterion", "info_gain", (Options("info_gain", "gini"),), "split merit", text=True),
-    Param("leaf_prediction", "nba", (Options("mc", "nb", "nba"),),
-          "'mc' (majority class), 'nb' (naive Bayes) or 'nba' (the better of the two at each leaf)", text=True),
-    Param("binary_split", False, (bool,),
-          "categorical splits as 'value vs the rest' instead of one branch per value (numeric splits are "
-          "always binary)"),
-    Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)), "depth limit of the trees (None: no limit)"),
-    Param("n_bins", 32, (Interval(int, 2, 1024),), "bins of a numeric column (edges agreed once per job)"),
-    Param("shuffle", False, (bool,), "shuffle each client's rows (seed: random_state + rank) before streaming"),
-    Param("random_state", None, (None, Interval(int, 0)),
-          "seed of the shuffles (None: a fresh seed, recorded in the summary)"),
-    Param("proxy_data", None, (None, str), "rows file held by the server ('sem': the proxy set)", path=True),
-)
-
-
-def _check(cfg):
-    if cfg.strategy == "sem" and not cfg.proxy_data:
-        raise InputError("proxy_data", "must name the server's proxy rows file when strategy is 'sem', got None")
 
 
 # ---------------------------------------------------------------------------
@@ -566,12 +510,3 @@ def explain(doc, X=None, raw=None, row=None):
             lines.append(f"row {row} has a value of {f!r} ({text_of(raw[f])}) with no branch at an inner "
                          f"node; it takes that node's class {enc.classes[int(np.argmax(st['counts'][node]))]}")
     return "\n".join(lines)
-
-
-MODE = Mode(
-    name="efdt", family=HORIZONTAL, table="efdt",
-    summary="federated streaming trees: EFDT clients, statistics merged along matching paths (Syn/Sem/Ind), "
-            "with local and centralized streaming baselines",
-    params=PARAMS, impl=__name__, tasks=(CLASSIFICATION,), check=_check,
-    roles=("server_train", "client_train", "predict_proba", "explain"))
-MODES = (MODE,)

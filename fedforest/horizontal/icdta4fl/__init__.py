@@ -1,0 +1,68 @@
+"""ICDTA4FL: rule aggregation of the clients' trees into one global tree (horizontal mode ``icdta4fl``).
+
+Each client trains a local tree (CART with scikit-learn, or ID3) and sends
+it; the server sends all trees to every client, which evaluates the other
+clients' trees on its rows (accuracy, macro-F1); the server drops trees whose
+mean score over the other clients does not reach the filter (mean of the
+scores by default, median or a percentile), turns the kept trees into rules,
+merges the rule sets by Cartesian product and grows the global tree from the
+merged rules (see docs/horizontal.md for the choices where the method's text
+and its published code differ: ``merge_bounds``, ``rule_weight``).  The final tree and the merged rules go back to every client,
+which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
+
+This module declares the mode; the implementation is in :mod:`.roles`
+(imported when the mode runs).
+"""
+import numbers
+
+from ...constraints import MAX_DEPTH, Interval, Options
+from ...data.tasks import CLASSIFICATION
+from ...federation.mode import HORIZONTAL, Mode, Param
+from ..declare import tree_params
+
+FILTERS = ("mean", "median", "percentile", "none")
+RULE_WEIGHTS = ("mass", "none")
+# the choices of fedforest.tree.rules.aggregate (its BOUNDS and OVER_MAX_RULES), which imports numpy
+BOUNDS = ("loose", "intersect")
+OVER_MAX_RULES = ("drop_sets", "coarsen")
+
+PARAMS = tree_params() + (
+    Param("filter", "mean", (Options(*FILTERS),),
+          "tree filter: keep trees whose mean score on the other clients reaches the mean, median or a "
+          "percentile of all trees' scores, or keep every tree ('none')", text=True),
+    Param("filter_min_trees", 2, (Interval(int, 1),),
+          "the filter keeps at least this many trees, the best scored (1: the method's text; with "
+          "two clients its mean filter then keeps one tree and nothing is aggregated)"),
+    Param("filter_percentile", 75.0, (Interval(numbers.Real, 0, 100),),
+          "percentile of the 'percentile' filter"),
+    Param("filter_metric", "accuracy", (Options("accuracy", "f1"),),
+          "score the filter compares: 'accuracy' or 'f1' (macro)", text=True),
+    Param("validation_fraction", 0.0, (Interval(numbers.Real, 0, 1, closed="left"),),
+          "share of each client's rows held out of its tree to score the other clients' trees "
+          "(0: trees are fitted on all rows and score the others on all rows)"),
+    Param("merge_bounds", "intersect", (Options(*BOUNDS),),
+          "CART rules bounding one feature on the same side: keep the more restrictive bound "
+          "('intersect': the exact conjunction) or the less restrictive ('loose', the method's text)",
+          text=True),
+    Param("rule_weight", "mass", (Options(*RULE_WEIGHTS),),
+          "CART global tree: weigh each merged rule by its estimated share of rows ('mass': the product "
+          "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
+          "('none', the method's text)", text=True),
+    Param("max_rules", 10000, (Interval(int, 1, 1_000_000),),
+          "cap on merged rules at each merge step (see over_max_rules)"),
+    Param("over_max_rules", "drop_sets", (Options(*OVER_MAX_RULES),),
+          "when merging the next tree's rules would exceed max_rules: 'drop_sets' leaves that tree and "
+          "the lower scored ones out (trees merge best score first); 'coarsen' merges it but leaves the "
+          "rules of least estimated mass unrefined", text=True),
+    Param("global_max_depth", None, (None, Interval(int, 1, MAX_DEPTH)),
+          "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
+          "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
+    Param("global_max_nodes", 2000, (Interval(int, 1, 1_000_000),), "node budget of the global tree (CART: grown best first; ID3: breadth first)"),
+)
+
+MODE = Mode(
+    name="icdta4fl", family=HORIZONTAL, table="icdta4fl",
+    summary="ICDTA4FL: client trees filtered by cross-evaluation, merged as rules into one global tree",
+    params=PARAMS, impl="fedforest.horizontal.icdta4fl.roles", tasks=(CLASSIFICATION,),
+    roles=("server_train", "client_train", "predict_proba", "explain"))
+MODES = (MODE,)
