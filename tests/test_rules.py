@@ -12,6 +12,7 @@ from fedforest.tree.rules import (
     Rule,
     aggregate,
     compatible,
+    leaf_rules,
     merge,
     rules_from_tree,
 )
@@ -210,7 +211,7 @@ def _client_rule_sets(seed, n_clients=3, n=1800):
     X, y = _xor_boxes(seed, n)
     trees = [F.from_sklearn(DecisionTreeClassifier(max_depth=5, random_state=k).fit(X[p], y[p]), 2)
              for k, p in enumerate(np.array_split(np.arange(n), n_clients))]
-    return trees, [list(F.leaf_rules(t, NUMERIC).values()) for t in trees]
+    return trees, [list(leaf_rules(t, NUMERIC).values()) for t in trees]
 
 
 def test_intersect_keeps_the_more_restrictive_bound_figure_2():

@@ -39,7 +39,7 @@ from ..federation.registry import get_mode
 from ..federation.rounds import Done, serve
 from ..tree import format as tree_format
 from ..tree.id3 import fit_id3
-from ..tree.rules import CATEGORICAL, NUMERIC
+from ..tree.rules import CATEGORICAL, NUMERIC, leaf_rules
 from .declare import CART_DEFAULT_DEPTH, tree_params  # noqa: F401  (tree_params: re-exported)
 
 SERVER = 0
@@ -703,7 +703,7 @@ def explain(doc, X=None, raw=None, row=None):
     ``raw``), the rule that decided it (the tree modes' ``explain`` role)."""
     enc = doc["encoding"]
     kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
-    rules = tree_format.leaf_rules(doc["tree"], kind)
+    rules = leaf_rules(doc["tree"], kind)
     lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):"]
     order = sorted(rules)
     for k, n in enumerate(order, start=1):

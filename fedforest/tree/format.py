@@ -39,7 +39,6 @@ a node, float64), ``n_rules`` (int64), ``owner``, ``impurity`` or
 Category codes are read from the same float64 matrix ``X`` as numeric
 values, so a model may mix both kinds of column.
 """
-import math
 
 import numpy as np
 from numba import njit
@@ -258,59 +257,6 @@ def from_sklearn(estimator, n_classes):
 # ---------------------------------------------------------------------------
 # Rules
 # ---------------------------------------------------------------------------
-def leaf_rules(tree, kind):
-    """One :class:`~fedforest.tree.rules.Rule` per leaf, ``{leaf node: rule}`` in
-    increasing node order: the conditions on the path from the root and the
-    leaf's ``value`` row (class fractions in a classification tree).
-
-    ``kind`` is ``rules.NUMERIC`` for a binary tree (per feature an interval
-    ``lo < x <= hi``; a row with a missing value in a tested feature satisfies
-    no rule) or ``rules.CATEGORICAL`` for a multiway tree (per feature a
-    category code).  ``support`` is the leaf's ``support`` array, else its
-    ``n_node_samples``, else 0.  A row of a multiway tree whose category has
-    no branch stops at an inner node: no rule covers it.  A leaf below two
-    different codes of one feature is never reached and gets no rule (ID3
-    tests a feature once per path); a child listed under several codes of one
-    node is visited once, under its first code."""
-    from .rules import CATEGORICAL, NUMERIC, Rule
-
-    if kind not in (NUMERIC, CATEGORICAL):
-        raise ValueError(f"kind must be {NUMERIC!r} or {CATEGORICAL!r}, got {kind!r}")
-    feature, left, right, threshold, _, start, count, cval, cnode = walk_arrays(tree)
-    value = np.asarray(tree["value"], dtype=np.float64)
-    support = tree.get("support", tree.get("n_node_samples"))
-    has_multi = count.shape[0] > 0
-    out = {}
-    stack = [(0, {})]
-    while stack:
-        node, cond = stack.pop()
-        f = int(feature[node])
-        is_multi = has_multi and count[node] > 0
-        if f == NOT_OWNED and (left[node] >= 0 or is_multi):
-            raise ValueError(f"node {node} is a split held by another party: its rules are unknown")
-        if is_multi:
-            if kind != CATEGORICAL:
-                raise ValueError(f"node {node} is a multiway split in a tree read as {kind}")
-            s = int(start[node])
-            branches, seen = [], set()
-            for k in range(s, s + int(count[node])):
-                code, child = int(cval[k]), int(cnode[k])
-                if cond.get(f, code) != code or child in seen:   # never reached, or reached already
-                    continue
-                seen.add(child)          # a child under several codes (EFDT's "value vs the rest"): once
-                branches.append((child, {**cond, f: code}))
-            stack.extend(reversed(branches))
-            continue
-        if left[node] >= 0:
-            if kind != NUMERIC:
-                raise ValueError(f"node {node} is a binary split in a tree read as {kind}")
-            t = float(threshold[node])
-            lo, hi = cond.get(f, (-math.inf, math.inf))
-            stack.append((int(right[node]), {**cond, f: (max(lo, t), hi)}))
-            stack.append((int(left[node]), {**cond, f: (lo, min(hi, t))}))
-            continue
-        out[node] = Rule(cond, value[node].copy(), float(support[node]) if support is not None else 0.0, kind)
-    return {n: out[n] for n in sorted(out)}
 
 
 # ---------------------------------------------------------------------------

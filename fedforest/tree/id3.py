@@ -18,7 +18,7 @@ import numpy as np
 
 from . import format as tree_format
 from .impurity import entropy
-from .rules import CATEGORICAL, RuleArrays, feature_count
+from .rules import CATEGORICAL, RuleArrays, feature_count, leaf_rules
 
 
 class Builder:
@@ -101,7 +101,7 @@ def fit_id3(X, y, n_values, n_classes, max_depth=None, min_samples_split=2):
 def rules_from_id3(tree):
     """One categorical rule per leaf, in node order (see
     :func:`fedforest.tree.format.leaf_rules`)."""
-    return list(tree_format.leaf_rules(tree, CATEGORICAL).values())
+    return list(leaf_rules(tree, CATEGORICAL).values())
 
 
 def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):

@@ -7,7 +7,7 @@ conditions and the leaf's class distribution.  Two kinds of condition exist:
   (``-inf``/``inf`` when one side is open);
 * categorical (multiway ID3 trees): per feature an equality ``x == value``.
 
-The rules of a tree are read by :func:`fedforest.tree.format.leaf_rules`.
+The rules of a tree are read by :func:`leaf_rules`.
 
 Merging two rules (ICDTA4FL) keeps the conjunction of their conditions and
 sums their class distributions.  Rules contradict each other when some
@@ -34,9 +34,8 @@ import numpy as np
 
 from . import format as tree_format
 from .impurity import entropy
+from .rule_kinds import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES  # noqa: F401  (part of this module's names)
 
-NUMERIC = "numeric"
-CATEGORICAL = "categorical"
 
 
 @dataclass
@@ -74,17 +73,70 @@ class Rule:
         return joiner.join(parts) or empty
 
 
+def leaf_rules(tree, kind):
+    """One :class:`Rule` per leaf, ``{leaf node: rule}`` in
+    increasing node order: the conditions on the path from the root and the
+    leaf's ``value`` row (class fractions in a classification tree).
+
+    ``kind`` is ``rules.NUMERIC`` for a binary tree (per feature an interval
+    ``lo < x <= hi``; a row with a missing value in a tested feature satisfies
+    no rule) or ``rules.CATEGORICAL`` for a multiway tree (per feature a
+    category code).  ``support`` is the leaf's ``support`` array, else its
+    ``n_node_samples``, else 0.  A row of a multiway tree whose category has
+    no branch stops at an inner node: no rule covers it.  A leaf below two
+    different codes of one feature is never reached and gets no rule (ID3
+    tests a feature once per path); a child listed under several codes of one
+    node is visited once, under its first code."""
+    if kind not in (NUMERIC, CATEGORICAL):
+        raise ValueError(f"kind must be {NUMERIC!r} or {CATEGORICAL!r}, got {kind!r}")
+    feature, left, right, threshold, _, start, count, cval, cnode = tree_format.walk_arrays(tree)
+    value = np.asarray(tree["value"], dtype=np.float64)
+    support = tree.get("support", tree.get("n_node_samples"))
+    has_multi = count.shape[0] > 0
+    out = {}
+    stack = [(0, {})]
+    while stack:
+        node, cond = stack.pop()
+        f = int(feature[node])
+        is_multi = has_multi and count[node] > 0
+        if f == tree_format.NOT_OWNED and (left[node] >= 0 or is_multi):
+            raise ValueError(f"node {node} is a split held by another party: its rules are unknown")
+        if is_multi:
+            if kind != CATEGORICAL:
+                raise ValueError(f"node {node} is a multiway split in a tree read as {kind}")
+            s = int(start[node])
+            branches, seen = [], set()
+            for k in range(s, s + int(count[node])):
+                code, child = int(cval[k]), int(cnode[k])
+                if cond.get(f, code) != code or child in seen:   # never reached, or reached already
+                    continue
+                seen.add(child)          # a child under several codes (EFDT's "value vs the rest"): once
+                branches.append((child, {**cond, f: code}))
+            stack.extend(reversed(branches))
+            continue
+        if left[node] >= 0:
+            if kind != NUMERIC:
+                raise ValueError(f"node {node} is a binary split in a tree read as {kind}")
+            t = float(threshold[node])
+            lo, hi = cond.get(f, (-math.inf, math.inf))
+            stack.append((int(right[node]), {**cond, f: (max(lo, t), hi)}))
+            stack.append((int(left[node]), {**cond, f: (lo, min(hi, t))}))
+            continue
+        out[node] = Rule(cond, value[node].copy(), float(support[node]) if support is not None else 0.0, kind)
+    return {n: out[n] for n in sorted(out)}
+
+
 def rules_from_tree(children_left, children_right, feature, threshold, value, n_node_samples):
     """Rules of a binary tree given as scikit-learn's ``tree_`` arrays (left child
     ``x <= threshold``), in node order; ``value`` rows are class counts or fractions,
-    normalized here (see :func:`fedforest.tree.format.leaf_rules`)."""
+    normalized here (see :func:`leaf_rules`)."""
     value = np.array(value, dtype=np.float64).reshape(len(feature), -1)
     total = value.sum(axis=1, keepdims=True)
     value = np.divide(value, total, out=value.copy(), where=total > 0)
     threshold = np.where(np.asarray(children_left) >= 0, tree_format.float32_thresholds(threshold), threshold)
     tree = tree_format.binary(children_left, children_right, feature, threshold, value,
                               n_node_samples=n_node_samples)
-    return list(tree_format.leaf_rules(tree, NUMERIC).values())
+    return list(leaf_rules(tree, NUMERIC).values())
 
 
 def compatible(a, b):
@@ -207,7 +259,6 @@ def feature_count(rule_sets):
 
 #: elements of the (block, rules, features) arrays one merge block may build (about 16 MiB of float64 each)
 BLOCK_ELEMENTS = 1 << 21
-BOUNDS = ("loose", "intersect")
 
 
 def _pairs(blk, b):
@@ -281,8 +332,6 @@ def _merge_step(a, b, bounds="loose", max_rules=None, coarsen=True):
         parts.append(both.take(np.argsort(pos, kind="stable")))
     return RuleArrays.concat(parts), int(children.sum()), int((~refine).sum())
 
-
-OVER_MAX_RULES = ("drop_sets", "coarsen")
 
 
 def aggregate(rule_sets, max_rules=10_000, bounds="loose", over_max_rules="coarsen"):

@@ -21,6 +21,7 @@ from fedforest.federation.config import resolve
 from fedforest.horizontal.common import load_model
 from fedforest.transport.inprocess import run_inprocess
 from fedforest.tree import format as tree_format
+from fedforest.tree.rules import leaf_rules
 from fedforest.tree import hoeffding as ht
 
 pytestmark = pytest.mark.timeout(180)
@@ -425,7 +426,7 @@ def test_leaf_rules_visit_a_repeated_child_once():
     start.append(0)
     count.append(0)
     t = tree_format.check(tree_format.multiway(feature, start, count, cval, cnode, np.ones((2 * k + 1, 1))), "t")
-    assert len(tree_format.leaf_rules(t, "categorical")) == k + 1
+    assert len(leaf_rules(t, "categorical")) == k + 1
 
 
 def _honest_state():

@@ -157,14 +157,6 @@ def test_two_clients_aggregate_both_trees_by_default():
     assert {p.name: p.default for p in PARAMS}["filter_min_trees"] == 2
 
 
-def test_declared_merge_choices_are_those_of_the_rule_merge():
-    """The declaration lists the choices of tree.rules.aggregate without importing it (numpy)."""
-    from fedforest.horizontal import icdta4fl
-    from fedforest.tree import rules
-    assert icdta4fl.BOUNDS == rules.BOUNDS
-    assert icdta4fl.OVER_MAX_RULES == rules.OVER_MAX_RULES
-
-
 def test_class_absent_on_a_client(tmp_path):
     paths, tests = _categorical_clients(tmp_path, drop_class_on=2)
     s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="id3", label_column="party")

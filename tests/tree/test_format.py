@@ -385,7 +385,7 @@ def leaves_of(tree):
 def check_rules_brute_force(tree, kind, X, every_leaf=True):
     """A row that reaches a leaf satisfies exactly that leaf's rule; a row that
     stops at an inner node satisfies none."""
-    leaf_rules = F.leaf_rules(tree, kind)
+    leaf_rules = rules.leaf_rules(tree, kind)
     leaves = np.array(list(leaf_rules), dtype=np.int64)
     assert leaves.tolist() == sorted(leaves.tolist())
     assert set(leaves.tolist()) <= set(leaves_of(tree).tolist())
@@ -457,7 +457,7 @@ def test_leaf_rules_skip_leaves_no_row_reaches():
     # x0 == 0, then x0 == 0 (reached) or x0 == 1 (never reached)
     tree = F.multiway([0, 0, F.LEAF, F.LEAF], [0, 1, 0, 0], [1, 2, 0, 0], [0, 0, 1], [1, 2, 3],
                       np.eye(4)[:, :2] + 0.5)
-    got = F.leaf_rules(tree, rules.CATEGORICAL)
+    got = rules.leaf_rules(tree, rules.CATEGORICAL)
     assert list(got) == [2] and got[2].conditions == {0: 0}
 
 
@@ -466,14 +466,14 @@ def test_leaf_rules_rejects_the_wrong_kind():
     binary = random_tree(rng, [0, 1], [], {}, max_depth=3, p_split=1.0)
     multi = random_tree(rng, [], [0], {0: 3}, max_depth=2, p_split=1.0)
     with pytest.raises(ValueError, match="binary split"):
-        F.leaf_rules(binary, rules.CATEGORICAL)
+        rules.leaf_rules(binary, rules.CATEGORICAL)
     with pytest.raises(ValueError, match="multiway split"):
-        F.leaf_rules(multi, rules.NUMERIC)
+        rules.leaf_rules(multi, rules.NUMERIC)
     partial = dict(binary, feature=np.where(binary["children_left"] >= 0, F.NOT_OWNED, F.LEAF))
     with pytest.raises(ValueError, match="another party"):
-        F.leaf_rules(partial, rules.NUMERIC)
+        rules.leaf_rules(partial, rules.NUMERIC)
     with pytest.raises(ValueError, match="kind"):
-        F.leaf_rules(binary, "other")
+        rules.leaf_rules(binary, "other")
 
 
 # ---------------------------------------------------------------------------
@@ -484,7 +484,7 @@ def test_trees_from_rules_and_id3_are_canonical():
     X = rng.normal(size=(300, 3))
     y = (X[:, 0] > 0).astype(int)
     clf = DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
-    rule_tree = rules.tree_from_rules(list(F.leaf_rules(F.from_sklearn(clf, 2), rules.NUMERIC).values()), 2)
+    rule_tree = rules.tree_from_rules(list(rules.leaf_rules(F.from_sklearn(clf, 2), rules.NUMERIC).values()), 2)
     assert rule_tree["n_rules"].dtype == np.int64 and rule_tree["missing_left"].dtype == np.uint8
     assert np.all(rule_tree["feature"][rule_tree["children_left"] < 0] == F.LEAF)
     Xc = rng.integers(0, 3, (200, 3))

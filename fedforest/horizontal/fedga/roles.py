@@ -22,7 +22,7 @@ from ...federation.files import replaced_folder, write_summary
 from ...federation.rounds import Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
-from ...tree.rules import NUMERIC
+from ...tree.rules import NUMERIC, leaf_rules
 from ..common import (MIXED, bad_message, client_dir, client_setup, client_what, explain as tree_explain, field_of,
                       job_seed, job_seed_of, log, number_array, same_settings, save_model, server_setup,
                       true_or_false, whole_number)
@@ -454,7 +454,7 @@ def explain(doc, X=None, raw=None, row=None):
         notes.append("text columns are category codes in the order of encoding.categories")
     if enc.task != "regression":
         return "\n".join([tree_explain(doc, Xb, raw, row)] + notes)
-    rules = tree_format.leaf_rules(doc["tree"], NUMERIC)
+    rules = leaf_rules(doc["tree"], NUMERIC)
     order = sorted(rules)
     lines = [f"{doc['mode']} model (regression, {len(rules)} rules):"]
     for k, n in enumerate(order, start=1):

@@ -18,13 +18,11 @@ import numbers
 from ...constraints import MAX_DEPTH, Interval, Options
 from ...data.tasks import CLASSIFICATION
 from ...federation.mode import HORIZONTAL, Mode, Param
+from ...tree.rule_kinds import BOUNDS, OVER_MAX_RULES
 from ..declare import tree_params
 
 FILTERS = ("mean", "median", "percentile", "none")
 RULE_WEIGHTS = ("mass", "none")
-# the choices of fedforest.tree.rules.aggregate (its BOUNDS and OVER_MAX_RULES), which imports numpy
-BOUNDS = ("loose", "intersect")
-OVER_MAX_RULES = ("drop_sets", "coarsen")
 
 PARAMS = tree_params() + (
     Param("filter", "mean", (Options(*FILTERS),),

@@ -15,9 +15,8 @@ from ...errors import InputError
 from ...federation.metrics import class_scores
 from ...federation import protocol
 from ...federation.rounds import ask
-from ...tree import format as tree_format
 from ...tree.id3 import id3_from_rules
-from ...tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, tree_from_rules
+from ...tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, leaf_rules, tree_from_rules
 from ..common import (TRAIN_LOCAL, bad_message, field_of, log, number_array, run_tree_client, run_tree_server,
                       tree_proba)
 from ..common import explain, predict_proba  # noqa: F401  (the mode's local roles)
@@ -74,7 +73,7 @@ def _build(comm, job):
     if cfg.over_max_rules == "drop_sets":
         # best score first (ties: client order), so the cap leaves out the weakest trees
         kept = kept[np.argsort(-scores[kept], kind="stable")]
-    rule_sets = [list(tree_format.leaf_rules(trees[i], kind).values()) for i in kept]
+    rule_sets = [list(leaf_rules(trees[i], kind).values()) for i in kept]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds,

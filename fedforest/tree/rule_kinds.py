@@ -1,0 +1,8 @@
+"""Names of the two kinds of rules and of the rule aggregation's choices
+(:mod:`fedforest.tree.rules`), in a module without numpy so that mode
+declarations can list them as setting choices."""
+
+NUMERIC = "numeric"            # intervals lo < x <= hi (binary CART trees)
+CATEGORICAL = "categorical"    # equalities x == value (multiway ID3 trees)
+BOUNDS = ("loose", "intersect")             # how two numeric conditions on one side merge
+OVER_MAX_RULES = ("drop_sets", "coarsen")   # what a merge does beyond its rule budget
