@@ -1,6 +1,7 @@
 """The Hoeffding Anytime Tree (Extremely Fast Decision Tree, Manapragada et al., KDD 2018)
 over integer-coded streams, its export to :mod:`fedforest.tree.format`, the
-merge of two trees' statistics along matching paths, and the tree edit distance.
+merge of two trees' statistics along matching paths, and the tree edit distance
+between client trees (the Zhang-Shasha kernel is in :mod:`fedforest.tree.edit_distance`).
 
 Rows are integer codes, one per feature: a categorical feature's category
 code (``0..n_codes-1``), a numeric feature's bin over edges fixed once for
@@ -33,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from . import format as tree_format
+from .edit_distance import postorder_arrays, zhang_shasha
 
 # split kinds
 LEAF_KIND, MULTI, EQ, LE = 0, 1, 2, 3
@@ -843,7 +845,7 @@ def merge(base, others, merge_mode="delta"):
 
 
 # ---------------------------------------------------------------------------
-# Tree edit distance (Zhang-Shasha, unit costs)
+# Tree edit distance between client trees (Zhang-Shasha, :mod:`.edit_distance`)
 # ---------------------------------------------------------------------------
 def node_labels(st):
     """One text label per node: "leaf", or the split (kind, feature, value)."""
@@ -863,61 +865,11 @@ def bracket(st):
 
 
 def postorder(st, label_ids):
-    """Postorder arrays of a tree for :func:`ted_kernel`: label ids, leftmost
-    leaf descendants and key roots."""
-    labels = node_labels(st)
-    lab, lml = [], []
-
-    def rec(i):                       # iterative would be longer; trees are shallow
+    """Postorder arrays of a compact state for :func:`~fedforest.tree.edit_distance.zhang_shasha`."""
+    def children(i):
         f, c = int(st["first"][i]), int(st["n_children"][i])
-        first_leaf = None
-        for x in st["child"][f:f + c]:
-            leftmost = rec(int(x))
-            if first_leaf is None:
-                first_leaf = leftmost
-        me = len(lab)
-        lab.append(label_ids.setdefault(labels[i], len(label_ids)))
-        lml.append(me if first_leaf is None else first_leaf)
-        return lml[me]
-    rec(0)
-    lml = np.array(lml, dtype=np.int64)
-    last = {}
-    for i, l in enumerate(lml):
-        last[int(l)] = i
-    keyroots = np.array(sorted(last.values()), dtype=np.int64)
-    return np.array(lab, dtype=np.int64), lml, keyroots
-
-
-@njit(cache=True)
-def ted_kernel(l1, lml1, kr1, l2, lml2, kr2):
-    """Zhang-Shasha tree edit distance with unit insert, delete and rename costs."""
-    n1, n2 = l1.shape[0], l2.shape[0]
-    td = np.zeros((n1, n2))
-    fd = np.zeros((n1 + 1, n2 + 1))
-    for a in range(kr1.shape[0]):
-        i = kr1[a]
-        for b in range(kr2.shape[0]):
-            j = kr2[b]
-            li, lj = lml1[i], lml2[j]
-            m, n = i - li + 2, j - lj + 2
-            fd[0, 0] = 0.0
-            for x in range(1, m):
-                fd[x, 0] = fd[x - 1, 0] + 1.0
-            for y in range(1, n):
-                fd[0, y] = fd[0, y - 1] + 1.0
-            for x in range(1, m):
-                ii = li + x - 1
-                for y in range(1, n):
-                    jj = lj + y - 1
-                    if lml1[ii] == li and lml2[jj] == lj:
-                        cost = 0.0 if l1[ii] == l2[jj] else 1.0
-                        v = min(fd[x - 1, y] + 1.0, fd[x, y - 1] + 1.0, fd[x - 1, y - 1] + cost)
-                        fd[x, y] = v
-                        td[ii, jj] = v
-                    else:
-                        p, q = lml1[ii] - li, lml2[jj] - lj
-                        fd[x, y] = min(fd[x - 1, y] + 1.0, fd[x, y - 1] + 1.0, fd[p, q] + td[ii, jj])
-    return td[n1 - 1, n2 - 1]
+        return st["child"][f:f + c]
+    return postorder_arrays(node_labels(st), children, label_ids)
 
 
 def tree_edit_distances(states):
@@ -928,5 +880,5 @@ def tree_edit_distances(states):
     d = np.zeros((k, k))
     for i in range(k):
         for j in range(i + 1, k):
-            d[i, j] = d[j, i] = ted_kernel(*post[i], *post[j])
+            d[i, j] = d[j, i] = zhang_shasha(*post[i], *post[j])
     return d

@@ -29,6 +29,8 @@ extracted one by one with :func:`batch_tree`.
 import numpy as np
 from numba import njit
 
+from .edit_distance import levenshtein
+
 from . import format as tree_format
 
 NIL = -1
@@ -162,30 +164,12 @@ def random_structures(rng, n, depth, n_features, leaf_ratio):
     return canonicalize(pop)
 
 
-@njit(cache=True)
-def edit_distance(a, b):
-    """Levenshtein distance between two int sequences (unit costs)."""
-    n, m = a.shape[0], b.shape[0]
-    prev = np.arange(m + 1)
-    cur = np.empty(m + 1, dtype=prev.dtype)
-    for i in range(1, n + 1):
-        cur[0] = i
-        for j in range(1, m + 1):
-            c = prev[j - 1] + (0 if a[i - 1] == b[j - 1] else 1)
-            if prev[j] + 1 < c:
-                c = prev[j] + 1
-            if cur[j - 1] + 1 < c:
-                c = cur[j - 1] + 1
-            cur[j] = c
-        prev, cur = cur, prev
-    return prev[m]
-
-
-def tree_edit_distance(s1, s2):
-    """Normalized edit distance of two structures: Levenshtein distance of their
-    pre-order feature lists (leaves included) over the longer list's length."""
+def preorder_distance(s1, s2):
+    """Normalized distance of two structures: the Levenshtein distance of their
+    pre-order feature lists (leaves included) over the longer list's length
+    (not a tree edit distance: see :mod:`fedforest.tree.edit_distance`)."""
     a, b = preorder_features(s1), preorder_features(s2)
-    return float(edit_distance(a, b)) / max(a.shape[0], b.shape[0])
+    return float(levenshtein(a, b)) / max(a.shape[0], b.shape[0])
 
 
 # ---------------------------------------------------------------------------

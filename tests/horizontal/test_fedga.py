@@ -20,6 +20,7 @@ from fedforest.horizontal.fedga.baselines import best_code_split, noisy_counts
 from fedforest.jobs import run_horizontal
 from fedforest.tree import format as tree_format
 from fedforest.tree import structure as st
+from fedforest.tree.edit_distance import levenshtein
 
 NIL = st.NIL
 
@@ -202,10 +203,10 @@ def test_edit_distance_matches_python_dp():
         return d[-1]
     for _ in range(20):
         a, b = rng.integers(0, 3, rng.integers(0, 9)), rng.integers(0, 3, rng.integers(1, 9))
-        assert st.edit_distance(a, b) == lev(list(a), list(b))
+        assert levenshtein(a, b) == lev(list(a), list(b))
     s = np.array([0, 1, 2], dtype=np.int32)
-    assert st.tree_edit_distance(s, s) == 0.0
-    assert 0 < st.tree_edit_distance(s, np.array([0, NIL, NIL], dtype=np.int32)) <= 1
+    assert st.preorder_distance(s, s) == 0.0
+    assert 0 < st.preorder_distance(s, np.array([0, NIL, NIL], dtype=np.int32)) <= 1
 
 
 # ---------------------------------------------------------------------------

@@ -421,7 +421,7 @@ def client_train(comm, cfg):
         best = int(np.argmax(scores))
         batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
         tree = structure.batch_tree(batch, 0)
-        dist = structure.tree_edit_distance(pop[best], own_structure(depth))
+        dist = structure.preorder_distance(pop[best], own_structure(depth))
         return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(),
                                "structure": pop[best].tolist(), "edit_distance": dist,
                                "eval_bytes": comm.bytes_sent - state.get("eval_start", comm.bytes_sent)})
