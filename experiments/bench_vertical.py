@@ -1,4 +1,4 @@
-"""Benchmark of the vertical Federated Forest against scikit-learn and XGBoost.
+"""Benchmark of the vertical Federated Forest against scikit-learn, XGBoost and LightGBM.
 
 Run with ``make bench`` (or ``.venv/bin/python experiments/bench_vertical.py``).
 This script is only the driver: it runs no MPI itself.  It
@@ -14,29 +14,52 @@ This script is only the driver: it runs no MPI itself.  It
    2 parties), a small warm-up job (so numba's on-disk cache is compiled and
    compile time is not counted), then ``train``, ``predict --predict-method
    oneshot`` and ``predict --predict-method classical`` on the benchmark data;
-4. trains the peers on the pooled training data in this process:
-   scikit-learn ``RandomForestClassifier`` and XGBoost in random-forest mode
-   (``XGBRFClassifier``), both with all cores, after one tiny untimed fit each
-   (XGBoost's first fit in a process costs seconds of start-up);
+4. trains three random-forest peers on the pooled training data in this
+   process, each with all cores, after one tiny untimed fit each (XGBoost's
+   first fit in a process costs seconds of start-up):
+
+   * scikit-learn ``RandomForestClassifier(n_estimators=T, max_depth=D,
+     max_features="sqrt")``;
+   * XGBoost's random forest as one boosting round of ``T`` parallel trees:
+     ``XGBClassifier(n_estimators=1, num_parallel_tree=T, learning_rate=1,
+     subsample=0.632, colsample_bynode=sqrt(d)/d, reg_lambda=1e-5,
+     tree_method="hist", max_depth=D, max_bin=256)`` (the forest that
+     ``XGBRFClassifier`` grows with the same settings, tree for tree);
+   * LightGBM's random-forest mode: ``LGBMClassifier(boosting_type="rf",
+     n_estimators=T, bagging_fraction=0.632, bagging_freq=1,
+     feature_fraction_bynode=sqrt(d)/d, max_depth=D, num_leaves=2**D,
+     max_bin=256, min_child_samples=1)``;
+
+   (see :func:`sklearn_rf`, :func:`xgboost_rf` and :func:`lightgbm_rf`);
 5. prints a table (metric, value, target, met?) and writes
-   ``experiments/results/bench_vertical.json``.
+   ``experiments/results/bench_vertical.json``.  Each peer's training time
+   (``sklearn_rf_seconds``, ``xgboost_rf_seconds``, ``lightgbm_rf_seconds``)
+   sits beside its test accuracy (``accuracy_sklearn_rf``, ...);
+   ``fastest_peer`` names the peer with the shortest training time and
+   ``train_ratio_vs_fastest_peer`` is the federated training time over it.
 
 Timings of the federated runs come from the product, not from subprocess wall
 time: the master writes its run summary with ``--summary-json`` (training:
 ``train_seconds`` = the tree-building loop, ``rounds_per_tree``,
 ``bytes_per_tree``; prediction: ``seconds`` and ``rounds`` of the prediction
 protocol).  Peers are timed around ``fit`` / ``predict`` only.  The training
-times are the medians of ``--train-repeats`` federated trainings and as many
-XGBoost fits taken in turns (the other figures come from single runs).  The share of CPU used by other processes is sampled
-for one second at the start, between the federated runs and the peers, and at
-the end; the script warns when it exceeds 25 % (XGBoost in particular slows
-down many times on shared cores).
+times of the federated forest, XGBoost and LightGBM are the medians of
+``--train-repeats`` runs each, taken in turns (federated, XGBoost, LightGBM,
+federated, ...); scikit-learn's and the other figures come from single runs.
+The share of CPU used by other processes is sampled for one second at the
+start, between the federated runs and the peers, and at the end; the script
+warns when it exceeds 25 % (XGBoost in particular slows down many times on
+shared cores).
 
 Forest settings: 100 trees, ``max_depth`` 10, ``max_features`` "sqrt", seed 0.
-scikit-learn's ``max_features`` and XGBoost's ``colsample_bynode`` draw the
-feature subset per node, as the product's default ``feature_sampling =
-"node"`` does (the paper's "tree" draws one subset per tree; pass
-``--feature-sampling tree`` to benchmark that).  AES-GCM channels are always on in the product.
+scikit-learn's ``max_features``, XGBoost's ``colsample_bynode`` and LightGBM's
+``feature_fraction_bynode`` draw the feature subset per node, as the product's
+default ``feature_sampling = "node"`` does (the paper's "tree" draws one subset
+per tree; pass ``--feature-sampling tree`` to benchmark that; the peers keep
+drawing per node).  XGBoost and LightGBM draw 63.2 % of the rows per tree
+without replacement (the expected share of distinct rows in a bootstrap
+sample) and bin each feature into at most 256 histogram bins.  AES-GCM
+channels are always on in the product.
 """
 import argparse
 import datetime as dt
@@ -218,22 +241,83 @@ def time_fit_predict(model, train, test):
             "accuracy": float((pred == test[1]).mean())}
 
 
-def run_sklearn(train, test, trees, depth):
+#: share of the rows each XGBoost / LightGBM tree is grown on (drawn without
+#: replacement; 0.632 is the expected share of distinct rows in a bootstrap sample)
+PEER_ROW_FRACTION = 0.632
+#: histogram bins per feature of XGBoost and LightGBM (XGBoost's default)
+PEER_MAX_BIN = 256
+#: LightGBM's largest allowed ``num_leaves``
+LIGHTGBM_MAX_LEAVES = 131_072
+
+
+def node_feature_fraction(n_features):
+    """Share of the features drawn per node: sqrt(d)/d, as ``max_features="sqrt"``."""
+    return math.sqrt(n_features) / n_features
+
+
+def _threads(n_jobs):
+    return n_jobs if n_jobs is not None and n_jobs > 0 else os.cpu_count()
+
+
+def sklearn_rf(trees, depth, n_jobs=-1):
+    """scikit-learn's random forest (bootstrap rows, sqrt(d) features per node)."""
     from sklearn.ensemble import RandomForestClassifier
-    rf = RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
-                                n_jobs=-1, random_state=SEED)
-    return time_fit_predict(rf, train, test)
+    return RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
+                                  n_jobs=n_jobs, random_state=SEED)
+
+
+def xgboost_rf(trees, depth, n_features, n_jobs=None):
+    """XGBoost's random forest: one boosting round of ``trees`` parallel trees,
+    learning rate 1, rows and per-node features subsampled; ``reg_lambda=1e-5``
+    as in XGBoost's random-forest mode, so the trees are those ``XGBRFClassifier``
+    grows with the same settings."""
+    import xgboost as xgb
+    return xgb.XGBClassifier(n_estimators=1, num_parallel_tree=trees, learning_rate=1,
+                             subsample=PEER_ROW_FRACTION,
+                             colsample_bynode=node_feature_fraction(n_features), reg_lambda=1e-5,
+                             tree_method="hist", max_depth=depth, max_bin=PEER_MAX_BIN,
+                             n_jobs=_threads(n_jobs), random_state=SEED)
+
+
+def lightgbm_rf(trees, depth, n_features, n_jobs=None):
+    """LightGBM's random-forest mode (``boosting_type="rf"``): ``trees`` trees,
+    each on a fresh row sample, features drawn per node, at most ``depth``
+    levels (``num_leaves`` 2**depth, so depth is the only limit), leaves of one
+    row allowed."""
+    import lightgbm as lgb
+    return lgb.LGBMClassifier(boosting_type="rf", n_estimators=trees,
+                              bagging_fraction=PEER_ROW_FRACTION, bagging_freq=1,
+                              feature_fraction_bynode=node_feature_fraction(n_features),
+                              max_depth=depth, num_leaves=min(2 ** depth, LIGHTGBM_MAX_LEAVES),
+                              max_bin=PEER_MAX_BIN, min_child_samples=1,
+                              n_jobs=_threads(n_jobs), random_state=SEED, verbose=-1)
+
+
+XGBOOST_PARAMS = ("n_estimators", "num_parallel_tree", "learning_rate", "max_depth", "subsample",
+                  "colsample_bynode", "reg_lambda", "tree_method", "max_bin", "n_jobs", "random_state")
+LIGHTGBM_PARAMS = ("boosting_type", "n_estimators", "bagging_fraction", "bagging_freq",
+                   "feature_fraction_bynode", "max_depth", "num_leaves", "max_bin", "min_child_samples",
+                   "n_jobs", "random_state")
+
+
+def peer_params(model, names):
+    """The model's constructor arguments named in ``names``."""
+    params = model.get_params()
+    return {k: params[k] for k in names if k in params}
+
+
+def run_sklearn(train, test, trees, depth):
+    return time_fit_predict(sklearn_rf(trees, depth, n_jobs=-1), train, test)
 
 
 def run_xgboost(train, test, trees, depth):
-    import xgboost as xgb
-    model = xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, subsample=0.632,
-                                colsample_bynode=math.sqrt(N_FEATURES) / N_FEATURES,
-                                tree_method="hist", n_jobs=os.cpu_count(), random_state=SEED)
-    return dict(time_fit_predict(model, train, test), params={
-                k: v for k, v in model.get_params().items()
-                if k in ("n_estimators", "max_depth", "subsample", "colsample_bynode", "tree_method",
-                         "n_jobs", "learning_rate", "reg_lambda")})
+    model = xgboost_rf(trees, depth, train[0].shape[1])
+    return dict(time_fit_predict(model, train, test), params=peer_params(model, XGBOOST_PARAMS))
+
+
+def run_lightgbm(train, test, trees, depth):
+    model = lightgbm_rf(trees, depth, train[0].shape[1])
+    return dict(time_fit_predict(model, train, test), params=peer_params(model, LIGHTGBM_PARAMS))
 
 
 # ---------------------------------------------------------------------------
@@ -242,8 +326,8 @@ def run_xgboost(train, test, trees, depth):
 def machine_info():
     import importlib
     versions = {"python": platform.python_version()}
-    for mod in ("fedforest", "numpy", "pandas", "sklearn", "xgboost", "numba", "mpi4py", "cryptography",
-                "pyarrow"):
+    for mod in ("fedforest", "numpy", "pandas", "sklearn", "xgboost", "lightgbm", "numba", "mpi4py",
+                "cryptography", "pyarrow"):
         try:
             versions[mod] = importlib.import_module(mod).__version__
         except Exception:  # noqa: BLE001 - informational only
@@ -313,8 +397,8 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=10)
     ap.add_argument("--feature-sampling", choices=["node", "tree"], default="node")
     ap.add_argument("--train-repeats", type=int, default=3,
-                    help="federated trainings and XGBoost fits, taken in turns; the training ratio "
-                         "is the ratio of their medians (this machine's timings are noisy)")
+                    help="federated trainings, XGBoost fits and LightGBM fits, taken in turns; the "
+                         "training ratios are ratios of their medians (this machine's timings are noisy)")
     ap.add_argument("--workdir", default=WORKDIR, help="party files, models and run summaries")
     ap.add_argument("--out", default=RESULT, help="JSON results file")
     provenance.add_arguments(ap)
@@ -364,40 +448,62 @@ def main(argv=None):
     same = bool((pred_oneshot.sort_index() == pred_classical.sort_index()).all())
 
     busy["before_peers"] = cpu_busy()
-    # the first XGBoost fit in a process pays a one-off start-up cost (seconds); warm both peers
+    # the first XGBoost fit in a process pays a one-off start-up cost (seconds); warm every peer
     run_sklearn(warm_train, warm_test, 3, 4)
     run_xgboost(warm_train, warm_test, 3, 4)
+    run_lightgbm(warm_train, warm_test, 3, 4)
     log("scikit-learn RandomForestClassifier (n_jobs=-1) on pooled data")
     t0 = time.perf_counter()
     sk = run_sklearn(train, test, args.trees, args.depth)
     phases["sklearn_seconds"] = time.perf_counter() - t0
-    log(f"XGBoost XGBRFClassifier (nthread={os.cpu_count()}) on pooled data")
+    log(f"XGBoost random forest: XGBClassifier(n_estimators=1, num_parallel_tree={args.trees}, "
+        f"n_jobs={os.cpu_count()}) on pooled data")
     t0 = time.perf_counter()
     xg = run_xgboost(train, test, args.trees, args.depth)
     phases["xgboost_seconds"] = time.perf_counter() - t0
-    # the training ratio on a shared machine: more trainings and fits in turns, medians
-    fed_times, xgb_times = [fed["train"]["train_seconds"]], [xg["fit_seconds"]]
+    log(f"LightGBM random forest: LGBMClassifier(boosting_type='rf', n_estimators={args.trees}, "
+        f"n_jobs={os.cpu_count()}) on pooled data")
+    t0 = time.perf_counter()
+    lg = run_lightgbm(train, test, args.trees, args.depth)
+    phases["lightgbm_seconds"] = time.perf_counter() - t0
+    # the training ratios on a shared machine: more trainings and fits in turns, medians
+    fed_times, xgb_times, lgb_times = [fed["train"]["train_seconds"]], [xg["fit_seconds"]], [lg["fit_seconds"]]
     for i in range(1, max(1, args.train_repeats)):
         s, _, _ = run_fedforest("train", paths["job"], os.path.join(bench_dir, f"summary-train-{i}.json"),
                                 ["--overwrite", "--model-dir", os.path.join(bench_dir, "model-repeat")])
         fed_times.append(s["train_seconds"])
         xgb_times.append(run_xgboost(train, test, args.trees, args.depth)["fit_seconds"])
+        lgb_times.append(run_lightgbm(train, test, args.trees, args.depth)["fit_seconds"])
     shutil.rmtree(os.path.join(bench_dir, "model-repeat"), ignore_errors=True)
     log("  train seconds, federated: " + ", ".join(f"{v:.2f}" for v in fed_times)
-        + "; XGBoost: " + ", ".join(f"{v:.2f}" for v in xgb_times))
+        + "; XGBoost: " + ", ".join(f"{v:.2f}" for v in xgb_times)
+        + "; LightGBM: " + ", ".join(f"{v:.2f}" for v in lgb_times))
 
     tr, po, pc = fed["train"], fed["oneshot"], fed["classical"]
     bytes_per_tree = tr.get("bytes_per_tree")
     if bytes_per_tree is None and "bytes_total" in tr:
         bytes_per_tree = tr["bytes_total"] / max(tr["trees_built"], 1)
+    train_seconds = float(np.median(fed_times))
+    peer_seconds = {"sklearn_rf": sk["fit_seconds"], "xgboost_rf": float(np.median(xgb_times)),
+                    "lightgbm_rf": float(np.median(lgb_times))}
+    fastest = min(peer_seconds, key=peer_seconds.get)
     res = {
-        "train_seconds": float(np.median(fed_times)),
-        "sklearn_rf_seconds": sk["fit_seconds"],
-        "xgboost_rf_seconds": float(np.median(xgb_times)),
-        "train_ratio_vs_sklearn": float(np.median(fed_times)) / sk["fit_seconds"],
-        "train_ratio_vs_xgboost": float(np.median(fed_times)) / float(np.median(xgb_times)),
+        "train_seconds": train_seconds,
+        "accuracy_fedforest": acc_oneshot,
+        "sklearn_rf_seconds": peer_seconds["sklearn_rf"],
+        "accuracy_sklearn_rf": sk["accuracy"],
+        "xgboost_rf_seconds": peer_seconds["xgboost_rf"],
+        "accuracy_xgboost_rf": xg["accuracy"],
+        "lightgbm_rf_seconds": peer_seconds["lightgbm_rf"],
+        "accuracy_lightgbm_rf": lg["accuracy"],
+        "fastest_peer": fastest,
+        "train_ratio_vs_sklearn": train_seconds / peer_seconds["sklearn_rf"],
+        "train_ratio_vs_xgboost": train_seconds / peer_seconds["xgboost_rf"],
+        "train_ratio_vs_lightgbm": train_seconds / peer_seconds["lightgbm_rf"],
+        "train_ratio_vs_fastest_peer": train_seconds / peer_seconds[fastest],
         "train_seconds_runs": fed_times,
         "xgboost_rf_seconds_runs": xgb_times,
+        "lightgbm_rf_seconds_runs": lgb_times,
         "rounds_per_tree": tr["rounds_per_tree"],
         "rounds_per_forest": tr.get("rounds_per_forest"),
         "tree_batch": tr.get("tree_batch"),
@@ -410,13 +516,11 @@ def main(argv=None):
         "predict_speedup_vs_classical": pc["seconds"] / po["seconds"],
         "predict_rounds_classical": pc["rounds"],
         "train_total_seconds": tr.get("total_seconds"),
-        "accuracy_fedforest": acc_oneshot,
         "accuracy_fedforest_classical": acc_classical,
         "oneshot_equals_classical": same,
-        "accuracy_sklearn_rf": sk["accuracy"],
-        "accuracy_xgboost_rf": xg["accuracy"],
         "sklearn_rf_predict_seconds": sk["predict_seconds"],
         "xgboost_rf_predict_seconds": xg["predict_seconds"],
+        "lightgbm_rf_predict_seconds": lg["predict_seconds"],
     }
     depth = args.depth
     targets = {
@@ -430,11 +534,13 @@ def main(argv=None):
         "predict_speedup_vs_classical": (">= 10", res["predict_speedup_vs_classical"] >= 10),
         "oneshot_equals_classical": ("True", same),
     }
-    order = ["train_seconds", "sklearn_rf_seconds", "xgboost_rf_seconds", "train_ratio_vs_sklearn",
-             "train_ratio_vs_xgboost", "rounds_per_tree", "rounds_per_forest", "bytes_per_tree",
+    order = ["train_seconds", "accuracy_fedforest", "sklearn_rf_seconds", "accuracy_sklearn_rf",
+             "xgboost_rf_seconds", "accuracy_xgboost_rf", "lightgbm_rf_seconds", "accuracy_lightgbm_rf",
+             "fastest_peer", "train_ratio_vs_sklearn", "train_ratio_vs_xgboost", "train_ratio_vs_lightgbm",
+             "train_ratio_vs_fastest_peer", "rounds_per_tree", "rounds_per_forest", "bytes_per_tree",
              "predict_rounds",
              "predict_seconds_oneshot", "predict_seconds_classical", "predict_speedup_vs_classical",
-             "accuracy_fedforest", "accuracy_sklearn_rf", "accuracy_xgboost_rf", "oneshot_equals_classical"]
+             "oneshot_equals_classical"]
     log("")
     log(f"vertical Federated Forest: {args.rows:,} x {N_FEATURES}, {N_PARTIES} parties + master, "
         f"{args.trees} trees, depth {depth}; prediction on {args.test_rows:,} rows")
@@ -459,10 +565,13 @@ def main(argv=None):
                    "feature_sampling": args.feature_sampling, "random_state": SEED},
         "sklearn": {"n_estimators": args.trees, "max_depth": depth, "max_features": "sqrt",
                     "n_jobs": -1, "random_state": SEED},
-        "xgboost": xg["params"],
+        "xgboost": dict(xg["params"], estimator="xgboost.XGBClassifier (random forest: one round of "
+                                                 "num_parallel_tree trees)"),
+        "lightgbm": dict(lg["params"], estimator="lightgbm.LGBMClassifier (boosting_type='rf')"),
         "timing": "federated figures from the master's --summary-json (train: tree-building loop; "
                   "predict: prediction protocol only); peers timed around fit/predict; training: medians of "
-                  f"{max(1, args.train_repeats)} federated trainings and XGBoost fits in turns, others single runs",
+                  f"{max(1, args.train_repeats)} federated trainings, XGBoost fits and LightGBM fits in turns, "
+                  "others single runs",
     }
     doc["fedforest_summaries"] = {"train": tr, "predict_oneshot": po, "predict_classical": pc}
     doc["subprocess_wall_seconds"] = {"train": fed["train_wall"], "predict_oneshot": fed["oneshot_wall"],

@@ -3,8 +3,12 @@
 Run with ``.venv/bin/python experiments/scaling_vertical.py`` (``make
 experiments``).  Training time, bytes on the wire, rounds and peak memory of
 federated training (``mpiexec``, master + K parties, AES-GCM channels on)
-against scikit-learn ``RandomForestClassifier`` and XGBoost's random-forest
-mode (``XGBRFClassifier``) on the same pooled rows, measured in the same run:
+against three random forests on the same pooled rows, measured in the same
+run: scikit-learn ``RandomForestClassifier``, XGBoost's random forest (one
+boosting round of ``num_parallel_tree`` trees, ``XGBClassifier``) and
+LightGBM's random-forest mode (``LGBMClassifier(boosting_type="rf")``); the
+constructors are ``sklearn_rf``, ``xgboost_rf`` and ``lightgbm_rf`` in
+``bench_vertical.py``:
 
 * rows: 10^4, 10^5, 10^6 (2 parties, 20 features, ``--rows-trees`` trees, default 20);
 * parties: 2, 4, 8 (``--sweep-rows`` rows, default 20,000, 100 trees; the
@@ -17,9 +21,15 @@ mode (``XGBRFClassifier``) on the same pooled rows, measured in the same run:
 Data: ``sklearn.datasets.make_classification(n_samples, n_features,
 n_informative=10, random_state=0)``, synthetic so that the row count can be
 chosen freely.  Forest: ``max_depth`` 10, ``max_features`` "sqrt", feature
-subsets per node, seed 0 (XGBoost: ``subsample`` 0.632, ``colsample_bynode``
-sqrt(d)/d, ``tree_method`` "hist").  Federated times come from the master's
-run summary (the tree-building loop); the peers are timed around ``fit``.
+subsets per node, seed 0.  XGBoost: ``XGBClassifier(n_estimators=1,
+num_parallel_tree=T, learning_rate=1, subsample=0.632, colsample_bynode=
+sqrt(d)/d, reg_lambda=1e-5, tree_method="hist", max_bin=256)``, the forest of
+XGBoost's random-forest mode.  LightGBM: ``LGBMClassifier(boosting_type="rf",
+n_estimators=T, bagging_fraction=0.632, bagging_freq=1,
+feature_fraction_bynode=sqrt(d)/d, num_leaves=2**depth, max_bin=256,
+min_child_samples=1)``.  Federated times come from the master's run summary
+(the tree-building loop); the peers are timed around ``fit``, one after the
+other, with the same thread count.
 Peak memory: the master's from its summary, each party's from its model
 manifest (``ru_maxrss``).  Writes ``experiments/results/scaling_vertical.{json,md,png}``.
 The machine may be shared: ratios between systems measured back to back in
@@ -27,7 +37,6 @@ the same run are the figures to read, not absolute seconds.
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -40,6 +49,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # noqa: E402
 from bench_vertical import cpu_busy, machine_info  # noqa: E402  (the shared machine report)
+from bench_vertical import lightgbm_rf, sklearn_rf, xgboost_rf  # noqa: E402  (the same peers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
@@ -121,24 +131,32 @@ def federated(folder, paths, trees, depth, n_jobs):
             "n_jobs": s["n_jobs"], "peak_rss_mb": rss}
 
 
+#: the peers in the order they are fitted: (name, result key, constructor(trees, depth, d, n_jobs))
+PEERS = (("sklearn", "sklearn_seconds", lambda t, depth, d, j: sklearn_rf(t, depth, n_jobs=j)),
+         ("xgboost", "xgboost_seconds", xgboost_rf),
+         ("lightgbm", "lightgbm_seconds", lightgbm_rf))
+PEER_KEYS = tuple(key for _, key, _ in PEERS)
+
+
 def peers(X, y, trees, depth, n_jobs):
-    from sklearn.ensemble import RandomForestClassifier
-    import xgboost as xgb
-    d = X.shape[1]
+    """Training seconds of each peer on the pooled rows, one after the other
+    (``n_jobs`` -1: all cores)."""
     out = {}
-    rf = RandomForestClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
-                                n_jobs=n_jobs, random_state=SEED)
-    t0 = time.perf_counter()
-    rf.fit(X, y)
-    out["sklearn_seconds"] = time.perf_counter() - t0
-    del rf
-    model = xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, subsample=0.632,
-                                colsample_bynode=math.sqrt(d) / d, tree_method="hist",
-                                n_jobs=n_jobs if n_jobs > 0 else os.cpu_count(), random_state=SEED)
-    t0 = time.perf_counter()
-    model.fit(X, y)
-    out["xgboost_seconds"] = time.perf_counter() - t0
+    for _, key, make in PEERS:
+        model = make(trees, depth, X.shape[1], n_jobs)
+        t0 = time.perf_counter()
+        model.fit(X, y)
+        out[key] = time.perf_counter() - t0
+        del model
     return out
+
+
+def add_ratios(row):
+    """fedforest training time over each peer's, for the peers fitted on this point."""
+    for name, key, _ in PEERS:
+        if key in row:
+            row[f"ratio_vs_{name}"] = row["train_seconds"] / row[key]
+    return row
 
 
 def point(sweep, value, X, y, n_parties, trees, depth, n_jobs, with_peers=True, peer_cache=None):
@@ -155,14 +173,13 @@ def point(sweep, value, X, y, n_parties, trees, depth, n_jobs, with_peers=True, 
         else:
             row.update(peers(X, y, trees, depth, n_jobs))
             if peer_cache is not None:
-                peer_cache[key] = {k: row[k] for k in ("sklearn_seconds", "xgboost_seconds")}
-        row["ratio_vs_sklearn"] = row["train_seconds"] / row["sklearn_seconds"]
-        row["ratio_vs_xgboost"] = row["train_seconds"] / row["xgboost_seconds"]
+                peer_cache[key] = {k: row[k] for k in PEER_KEYS}
+        add_ratios(row)
     shutil.rmtree(folder, ignore_errors=True)
     log(f"  {sweep}={value}: fedforest {row['train_seconds']:.2f}s, {row['rounds_per_forest']} rounds, "
         f"{row['bytes_total'] / 2 ** 20:.1f} MiB, peak RSS {max(v or 0 for v in row['peak_rss_mb'].values()):.0f} MiB"
-        + (f"; sklearn {row['sklearn_seconds']:.2f}s, xgboost {row['xgboost_seconds']:.2f}s"
-           if with_peers else ""))
+        + (f"; sklearn {row['sklearn_seconds']:.2f}s, xgboost {row['xgboost_seconds']:.2f}s, "
+           f"lightgbm {row['lightgbm_seconds']:.2f}s" if with_peers else ""))
     return row
 
 
@@ -180,15 +197,15 @@ def markdown(rows, big):
              "fit time, measured back to back in the same run. Bytes: everything the master and "
              "the parties sent during training. Peak RSS: largest resident set of any rank.", "",
              "| sweep | value | rows | features | parties | trees | n_jobs | fedforest s | rounds | MiB sent "
-             "| peak RSS MiB | sklearn s | xgboost s | ÷ sklearn | ÷ xgboost |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| peak RSS MiB | sklearn s | xgboost s | lightgbm s | ÷ sklearn | ÷ xgboost | ÷ lightgbm |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows + ([big] if big else []):
         lines.append(
             f"| {r['sweep']} | {r['value']} | {r['rows']:,} | {r['features']} | {r['parties']} | "
             f"{r['trees']} | {r['n_jobs']} | {r['train_seconds']:.2f} | {r['rounds_per_forest']} | "
             f"{r['bytes_total'] / 2 ** 20:.1f} | {max(v or 0 for v in r['peak_rss_mb'].values()):.0f} | "
-            f"{r.get('sklearn_seconds', float('nan')):.2f} | {r.get('xgboost_seconds', float('nan')):.2f} | "
-            f"{r.get('ratio_vs_sklearn', float('nan')):.2f} | {r.get('ratio_vs_xgboost', float('nan')):.2f} |")
+            + "".join(f"{r.get(k, float('nan')):.2f} | " for k in PEER_KEYS)
+            + " | ".join(f"{r.get(f'ratio_vs_{name}', float('nan')):.2f}" for name, _, _ in PEERS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -219,7 +236,8 @@ def plot(rows, path):
         ax = axes[0, col]
         ax.plot(x, [r["train_seconds"] for r in pts], "o-", label="fedforest (federated)")
         for key, style, name in (("sklearn_seconds", "s--", "scikit-learn RF"),
-                                 ("xgboost_seconds", "^--", "XGBoost RF mode")):
+                                 ("xgboost_seconds", "^--", "XGBoost RF"),
+                                 ("lightgbm_seconds", "v--", "LightGBM RF")):
             have = [r for r in pts if key in r]
             if have:
                 ax.plot([r["value"] for r in have], [r[key] for r in have], style, label=name)
@@ -331,9 +349,9 @@ def main(argv=None):
         big = doc["big"] = point("big", "1e6x50", X, y, 4, 100, 12, -1, with_peers=False)
         write(args.out, doc, rows, big, t_all, busy)
         big.update(peers(X, y, 100, 12, -1))
-        big["ratio_vs_sklearn"] = big["train_seconds"] / big["sklearn_seconds"]
-        big["ratio_vs_xgboost"] = big["train_seconds"] / big["xgboost_seconds"]
-        log(f"  big: sklearn {big['sklearn_seconds']:.1f}s, xgboost {big['xgboost_seconds']:.1f}s")
+        add_ratios(big)
+        log(f"  big: sklearn {big['sklearn_seconds']:.1f}s, xgboost {big['xgboost_seconds']:.1f}s, "
+            f"lightgbm {big['lightgbm_seconds']:.1f}s")
     busy["end"] = cpu_busy()
     print(write(args.out, doc, rows, big, t_all, busy))
     log(f"results: {args.out}.{{json,md,png}} ({doc['total_seconds']:.0f}s)")

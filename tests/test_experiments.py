@@ -45,3 +45,55 @@ def test_readme_figures_agree_with_the_committed_results():
     with open(os.path.join(ROOT, "README.md")) as fh:
         block = fh.read().split("<!-- figures:begin -->")[1].split("<!-- figures:end -->")[0]
     assert block.count("\n| ") >= 8          # the figures are there, not an empty table
+
+
+def test_random_forest_peers_of_the_vertical_benchmarks():
+    """The peers of bench_vertical.py and scaling_vertical.py: XGBoost's forest is one
+    round of parallel trees (the trees of its random-forest mode), LightGBM runs in its
+    random-forest mode, and both get the same row share, per-node feature share and bins."""
+    import math
+    import warnings
+
+    import numpy as np
+    import xgboost as xgb
+    from sklearn.datasets import make_classification
+
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    import bench_vertical as bv
+    import scaling_vertical as sv
+
+    X, y = make_classification(n_samples=600, n_features=12, random_state=0)
+    train, test = (X[:500], y[:500]), (X[500:], y[500:])
+    share = math.sqrt(12) / 12
+
+    model = bv.xgboost_rf(7, 3, 12, n_jobs=1)
+    got = bv.peer_params(model, bv.XGBOOST_PARAMS)
+    assert type(model) is xgb.XGBClassifier
+    assert got == {"n_estimators": 1, "num_parallel_tree": 7, "learning_rate": 1, "max_depth": 3,
+                   "subsample": bv.PEER_ROW_FRACTION, "colsample_bynode": share, "reg_lambda": 1e-5,
+                   "tree_method": "hist", "max_bin": bv.PEER_MAX_BIN, "n_jobs": 1, "random_state": bv.SEED}
+    model.fit(*train)
+    assert len(model.get_booster().get_dump()) == 7
+    if hasattr(xgb, "XGBRFClassifier"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rf = xgb.XGBRFClassifier(n_estimators=7, max_depth=3, subsample=bv.PEER_ROW_FRACTION,
+                                     colsample_bynode=share, tree_method="hist", max_bin=bv.PEER_MAX_BIN,
+                                     n_jobs=1, random_state=bv.SEED).fit(*train)
+        assert rf.get_booster().get_dump() == model.get_booster().get_dump()
+
+    model = bv.lightgbm_rf(7, 3, 12, n_jobs=1)
+    assert bv.peer_params(model, bv.LIGHTGBM_PARAMS) == {
+        "boosting_type": "rf", "n_estimators": 7, "bagging_fraction": bv.PEER_ROW_FRACTION,
+        "bagging_freq": 1, "feature_fraction_bynode": share, "max_depth": 3, "num_leaves": 8,
+        "max_bin": bv.PEER_MAX_BIN, "min_child_samples": 1, "n_jobs": 1, "random_state": bv.SEED}
+    assert bv.lightgbm_rf(7, 30, 12).get_params()["num_leaves"] == bv.LIGHTGBM_MAX_LEAVES
+    for run in (bv.run_sklearn, bv.run_xgboost, bv.run_lightgbm):
+        res = run(train, test, 7, 3)
+        assert res["fit_seconds"] > 0 and res["accuracy"] > 0.7, (run.__name__, res)
+
+    got = sv.peers(X, y, 5, 3, 1)
+    assert sorted(got) == sorted(sv.PEER_KEYS) == ["lightgbm_seconds", "sklearn_seconds", "xgboost_seconds"]
+    row = sv.add_ratios(dict(got, train_seconds=1.0))
+    assert row["ratio_vs_lightgbm"] == 1.0 / got["lightgbm_seconds"]
+    assert np.isfinite([row[f"ratio_vs_{name}"] for name in ("sklearn", "xgboost", "lightgbm")]).all()
