@@ -11,6 +11,7 @@ Every setting of docs/config.md is also a flag (``max_depth`` -> ``--max-depth``
 ``--mode`` picks the algorithm (``python -m fedforest modes`` lists them).
 """
 import argparse
+import gc
 import sys
 
 from .errors import InputError
@@ -100,6 +101,7 @@ def _mpi_command(args, server_role, client_role):
         if comm.rank == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
+    cfg.spec.prepare_rank(cfg, "train" if server_role == "server_train" else "predict")
     if comm.rank != 0:
         cfg.set("progress", False)
         cfg.set("quiet", True)
@@ -390,7 +392,13 @@ def main(argv=None):
     # idle kernel threads of fedforest's own processes sleep instead of spinning: ranks often
     # share cores, where spinning threads slow everyone down (set the variable to override)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # a training rank's start-up allocates objects that live to its end (modules, numba's
+    # registries): no collection scans them while they pile up, and Mode.prepare_rank takes
+    # them out of the collector's view before the job's first message
+    gc.disable()
     args = build_parser().parse_args(argv)
+    if args.func not in (cmd_train, cmd_serve, cmd_join):
+        gc.enable()
     try:
         return args.func(args)
     except InputError as exc:

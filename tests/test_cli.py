@@ -101,3 +101,29 @@ def test_the_settings_reference_in_docs_matches_the_modes():
     block = text.split("<!-- settings:begin -->")[1].split("<!-- settings:end -->")[0]
     assert block.strip() == settings_markdown().strip(), \
         "docs/config.md is stale: run python -m fedforest modes --markdown and paste it between the markers"
+
+
+def test_a_job_rank_loads_its_kernels_and_freezes_its_start_up_heap_before_the_job():
+    """Mode.prepare_rank (the command line's job ranks): the vertical mode's
+    warm_up role loads the kernels of the job's kind, then the objects alive so
+    far leave the collector's view and collection is on again; other commands
+    run with collection on and nothing frozen."""
+    code = (
+        "import gc, json, fedforest.cli as cli\n"
+        "from fedforest.federation.config import resolve\n"
+        "from fedforest.tree import builder, predict\n"
+        "gc.disable()\n"
+        "cfg = resolve(None, {'task': 'regression', 'split_method': 'exact', 'data': ['a.csv', 'b.csv'],\n"
+        "                     'label_column': 'y'})\n"
+        "cfg.spec.prepare_rank(cfg, 'train')\n"
+        "out = {'warm': sorted(map(list, builder._WARM)), 'predict_warm': bool(predict._WARM),\n"
+        "       'frozen': gc.get_freeze_count() > 0, 'enabled': gc.isenabled()}\n"
+        "gc.unfreeze()\n"
+        "cli.main(['modes'])\n"
+        "out['modes_enabled'] = gc.isenabled(); out['modes_frozen'] = gc.get_freeze_count()\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"warm": [["exact", False]], "predict_warm": False, "frozen": True, "enabled": True,
+                   "modes_enabled": True, "modes_frozen": 0}

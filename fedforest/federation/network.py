@@ -317,6 +317,7 @@ def serve(config_path, flags, command="train", on_listen=None):
     flags = dict(flags, n_parties=len(names), data=[f"<data of party {n}>" for n in names])
     cfg = resolve(config_path, flags, skip_tables=(NETWORK,))
     role = cfg.spec.role(COMMANDS[command][0])
+    cfg.spec.prepare_rank(cfg, command)
     ctx = server_context(net.certificate, net.key, net.trusted, "network")
     quiet = bool(cfg.quiet)
 
@@ -516,6 +517,7 @@ def join(config_path, resume=False):
     raw.max_frame = net.max_frame
     raw.send_bytes(0, json.dumps({"ok": True}).encode("utf-8"), TAG_JOB)
     role = cfg.spec.role(COMMANDS[command][1])
+    cfg.spec.prepare_rank(cfg, command)
     quiet = bool(cfg.quiet)
     _say(quiet, f"{me} joined: mode {cfg.spec.name}, rank {rank} of {size - 1} parties")
     cfg.set("progress", False)

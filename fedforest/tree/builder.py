@@ -1021,9 +1021,14 @@ class TreeGrower:
         return out
 
 
+_WARM = set()
+
+
 def warm_up(split_method, is_classification=True):
     """Load (or compile) the growth kernels for this process on a tiny problem,
-    so the first real tree does not pay for it."""
+    so the first real tree does not pay for it (once per process and kind)."""
+    if (split_method, bool(is_classification)) in _WARM:
+        return
     from .params import ForestParams, validate
     task = "classification" if is_classification else "regression"
     params = validate(ForestParams(n_estimators=1, split_method=split_method, max_features=None,
@@ -1035,6 +1040,7 @@ def warm_up(split_method, is_classification=True):
     splitter = PartySplitter(X, settings, labels)
     TreeGrower(LocalParties([splitter]), labels, params, settings, [2],
                y_codes=labels.y if is_classification else None, classes=np.arange(2)).grow(0)
+    _WARM.add((split_method, bool(is_classification)))
 
 
 def tree_seeds(random_state, n_estimators):

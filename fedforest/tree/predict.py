@@ -18,8 +18,14 @@ def prepare_X(X, split_method):
     return np.ascontiguousarray(X)
 
 
+_WARM = []
+
+
 def warm_up():
-    """Load (or compile) the prediction kernels for this process on a tiny tree."""
+    """Load (or compile) the prediction kernels for this process on a tiny tree
+    (once per process)."""
+    if _WARM:
+        return
     tree = {"children_left": np.array([1, -1, -1], dtype=np.int32),
             "children_right": np.array([2, -1, -1], dtype=np.int32),
             "feature": np.array([0, -2, -2], dtype=np.int32),
@@ -32,6 +38,7 @@ def warm_up():
         leaf_positions(n, [unpack_leaf_sets(msg, [tree], n)], 0, 2)
     tree_format.apply(tree, prepare_X(X, "hist"))
     partitioner.goes_left(X[:, 0].copy(), np.arange(3, dtype=np.int32), 0, 3, 0.5, 1)
+    _WARM.append(True)
 
 
 def leaves_of(tree):

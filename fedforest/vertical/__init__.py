@@ -69,6 +69,6 @@ MODE = Mode(
     name="vertical", family=VERTICAL, table="forest",
     summary="Federated Forest: parties hold different columns of the same rows",
     params=PARAMS, impl="fedforest.vertical.roles", check=_check,
-    roles=("server_train", "client_train", "server_predict", "client_predict"))
+    roles=("server_train", "client_train", "server_predict", "client_predict", "warm_up"))
 MODES = (MODE,)
 __all__ = ["MODE", "MODES", "forest_params"]

@@ -1,7 +1,17 @@
 """The vertical mode's roles: the master is the server, the parties are the clients."""
+from ..data.tasks import CLASSIFICATION
+from ..tree import builder, predict
 from .master import master_predict as server_predict
 from .master import master_train as server_train
 from .party import party_predict as client_predict
 from .party import party_train as client_train
 
-__all__ = ["server_train", "client_train", "server_predict", "client_predict"]
+__all__ = ["server_train", "client_train", "server_predict", "client_predict", "warm_up"]
+
+
+def warm_up(cfg, command):
+    """Load the kernels a rank of this job runs (from numba's cache)."""
+    if command == "train":
+        builder.warm_up(cfg.split_method, cfg.task == CLASSIFICATION)
+    else:
+        predict.warm_up()
