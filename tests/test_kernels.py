@@ -13,7 +13,9 @@ from fedforest.tree.binning import fit_bins, transform_bins
 MISSING = 255
 TOL = dict(rtol=1e-9, atol=1e-12)
 # name -> (crit code, n_classes); n_classes 0 means regression
-TASKS = {"gini2": (0, 2), "gini4": (0, 4), "entropy2": (1, 2), "entropy4": (1, 4), "mse": (2, 0)}
+TASKS = {"gini2": (0, 2), "gini4": (0, 4), "entropy2": (1, 2), "entropy4": (1, 4), "mse": (2, 0),
+         "newton": (3, 0)}
+LAM = {3: 1.0}        # the L2 penalty of the Newton criterion in these problems (0 for the others)
 
 
 # --------------------------------------------------------------------------- references
@@ -22,9 +24,20 @@ class Problem:
 
     def __init__(self, rng, n, task, y=None, w=None):
         self.crit, self.C = TASKS[task]
+        self.lam = LAM.get(self.crit, 0.0)
         self.is_clf = self.C > 0
         self.w = rng.integers(0, 4, n).astype(float) if w is None else np.asarray(w, float)
-        if self.is_clf:
+        if self.crit == impurity.NEWTON:
+            # gradient boosting: per row hessian h and gradient g, times the row's count;
+            # the weight of a node is its hessian sum
+            counts = self.w
+            self.w = counts * rng.uniform(0.05, 0.25, n)
+            self.y = np.round(rng.normal(size=n), 2) if y is None else np.asarray(y, float)
+            self.g = counts * self.y
+            self.ycls = np.zeros(n, dtype=np.int32)
+            self.yw = np.column_stack((self.w, self.g, np.zeros(n)))
+            self.S = 3
+        elif self.is_clf:
             self.y = rng.integers(0, self.C, n) if y is None else np.asarray(y)
             self.ycls = self.y.astype(np.int32)
             self.yw = np.ascontiguousarray(self.w.reshape(-1, 1))
@@ -34,7 +47,8 @@ class Problem:
             self.ycls = np.zeros(n, dtype=np.int32)
             self.yw = np.column_stack((self.w, self.w * self.y, self.w * self.y ** 2))
             self.S = 3
-        self.w_total = float(self.w.sum())
+        # what the kernels divide gains by: the total weight, or 2 for Newton (XGBoost's gain)
+        self.w_total = 2.0 if self.crit == impurity.NEWTON else float(self.w.sum())
 
     def impurity(self, idx):
         """Impurity of the rows ``idx`` computed from raw labels and weights."""
@@ -42,6 +56,9 @@ class Problem:
         W = w.sum()
         if W <= 0:
             return 0.0
+        if self.crit == impurity.NEWTON:
+            G = self.g[idx].sum()
+            return float(-G * G / ((W + self.lam) * W))
         if not self.is_clf:
             mean = np.dot(w, y) / W
             return float(np.dot(w, (y - mean) ** 2) / W)
@@ -61,7 +78,7 @@ class Problem:
                                    - wr / W * self.impurity(ri))
 
     def kernel_args(self):
-        return self.ycls, self.yw, self.is_clf, self.S, self.crit
+        return self.ycls, self.yw, self.is_clf, self.S, self.crit, self.lam
 
 
 def make_segments(rng, w, n_big=3):
@@ -165,6 +182,11 @@ def check_best_splits(out, prob, rows, starts, ends, fmask, column, candidates, 
 SEARCH_SETTINGS = [(1, 0.0), (3, 0.0), (1, 5.0)]   # (min_samples_leaf, min_weight_leaf)
 
 
+def leaf_weight(task, mwl):
+    """The setting's least child weight on the task's scale (hessian sums are small)."""
+    return mwl / 10.0 if TASKS[task][0] == impurity.NEWTON else mwl
+
+
 # --------------------------------------------------------------------------- impurity / statistics
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("absent_class", [False, True])
@@ -179,17 +201,17 @@ def test_impurity(task, absent_class):
         stats = np.bincount(prob.y, weights=prob.w, minlength=prob.C).astype(float)
     else:
         stats = prob.yw.sum(axis=0)
-    got = impurity.impurity(stats, float(prob.w.sum()), prob.crit)
+    got = impurity.impurity(stats, float(prob.w.sum()), prob.crit, prob.lam)
     assert np.isfinite(got) and np.isclose(got, prob.impurity(idx), **TOL)
-    assert impurity.impurity(np.zeros(prob.S), 0.0, prob.crit) == 0.0
+    assert impurity.impurity(np.zeros(prob.S), 0.0, prob.crit, prob.lam) == 0.0
 
 
 def test_impurity_known_values():
-    assert np.isclose(impurity.impurity(np.array([1.0, 1.0]), 2.0, impurity.GINI), 0.5)
-    assert np.isclose(impurity.impurity(np.array([1.0, 1.0, 1.0, 1.0]), 4.0, impurity.ENTROPY), 2.0)
-    assert impurity.impurity(np.array([3.0, 0.0]), 3.0, impurity.ENTROPY) == 0.0
+    assert np.isclose(impurity.impurity(np.array([1.0, 1.0]), 2.0, impurity.GINI, 0.0), 0.5)
+    assert np.isclose(impurity.impurity(np.array([1.0, 1.0, 1.0, 1.0]), 4.0, impurity.ENTROPY, 0.0), 2.0)
+    assert impurity.impurity(np.array([3.0, 0.0]), 3.0, impurity.ENTROPY, 0.0) == 0.0
     # y = (1, 3) with weights (1, 1): variance 1
-    assert np.isclose(impurity.impurity(np.array([2.0, 4.0, 10.0]), 2.0, impurity.SQUARED_ERROR), 1.0)
+    assert np.isclose(impurity.impurity(np.array([2.0, 4.0, 10.0]), 2.0, impurity.SQUARED_ERROR, 0.0), 1.0)
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -204,6 +226,8 @@ def test_node_statistics(task):
         yi, wi = prob.y[idx], prob.w[idx]
         if prob.is_clf:
             ref = np.bincount(yi, weights=wi, minlength=prob.C)
+        elif prob.crit == impurity.NEWTON:
+            ref = np.array([wi.sum(), prob.g[idx].sum(), 0.0])
         else:
             ref = np.array([wi.sum(), (wi * yi).sum(), (wi * yi * yi).sum()])
         assert np.allclose(stats[j], ref, **TOL)
@@ -223,6 +247,7 @@ def test_best_splits_hist_brute_force(task, msl, mwl):
     rng = np.random.default_rng([2, list(TASKS).index(task), msl, int(mwl)])
     n = 100
     prob = Problem(rng, n, task)
+    mwl = leaf_weight(task, mwl)
     Xb = hist_matrix(rng, n, HIST_BINS, HIST_MISS)
     rows, starts, ends = make_segments(rng, prob.w)
     fmask = (rng.random((starts.size, Xb.shape[1])) < 0.7).astype(np.uint8)
@@ -239,7 +264,7 @@ def test_best_splits_hist_brute_force(task, msl, mwl):
     assert n_checked >= 2
 
 
-def scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, crit, msl, mwl):
+def scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, crit, lam, msl, mwl):
     """The histogram scan with the kernels' exact gain evaluated at every
     candidate, in scan order, a strictly larger gain winning (the rule
     ``_scan_hist`` must reproduce bit for bit while evaluating fewer gains)."""
@@ -250,7 +275,7 @@ def scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_c
             tot = tot + hist[b]
     best, best_b, best_ml = -np.inf, 0, 0
     left, cl = np.zeros(hist.shape[1]), 0
-    args = (w_node, imp_node, w_total, is_clf, crit, msl, mwl)
+    args = (w_node, imp_node, w_total, is_clf, crit, lam, msl, mwl)
     for b in range(nb):
         if cnt[b] == 0:
             continue
@@ -285,6 +310,7 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
     is_clf = C > 0
     S = C if is_clf else 3
     rng = np.random.default_rng([7, list(TASKS).index(task), msl, int(mwl)])
+    mwl = leaf_weight(task, mwl)
     scratch = [np.empty(S) for _ in range(5)]
     n_diff = 0
     for trial in range(300):
@@ -299,6 +325,10 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
             cnt[b] = rows
             if is_clf:
                 hist[b] = np.bincount(rng.integers(0, C, rows), minlength=C) * float(rng.integers(1, 3))
+            elif crit == impurity.NEWTON:
+                h = rng.integers(1, 5, rows) / 8.0
+                g = rng.integers(-4, 5, rows) / 4.0 * (1e3 if trial % 5 == 0 else 1.0)
+                hist[b] = [h.sum(), g.sum(), 0.0]
             else:
                 w = rng.integers(1, 3, rows).astype(float)
                 y = rng.integers(-2, 3, rows).astype(float) * (1e3 if trial % 5 == 0 else 1.0)
@@ -306,12 +336,13 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
         n_node = int(cnt.sum())
         stats = hist[:nb].sum(axis=0) + hist[MISSING]
         w_node = float(stats.sum()) if is_clf else float(stats[0])
-        imp_node = impurity.impurity(stats, w_node, crit)
-        w_total = w_node * 1.5
+        lam = LAM.get(crit, 0.0)
+        imp_node = impurity.impurity(stats, w_node, crit, lam)
+        w_total = 2.0 if crit == impurity.NEWTON else w_node * 1.5
         got = splitter._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
-                           msl, mwl, *scratch)
+                                  lam, msl, mwl, *scratch)
         ref = scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf,
-                                    crit, msl, mwl)
+                                    crit, lam, msl, mwl)
         assert got[0] == ref[0] and tuple(got[1:]) == tuple(ref[1:]), (trial, got, ref)
         n_diff += ref[0] > -np.inf
     assert n_diff > 100    # most trials had an allowed candidate
@@ -335,6 +366,7 @@ def test_best_splits_exact_brute_force(task, msl, mwl):
     rng = np.random.default_rng([3, list(TASKS).index(task), msl, int(mwl)])
     n = 100
     prob = Problem(rng, n, task)
+    mwl = leaf_weight(task, mwl)
     X = exact_matrix(rng, n)
     rows, starts, ends = make_segments(rng, prob.w)
     fmask = (rng.random((starts.size, X.shape[1])) < 0.7).astype(np.uint8)
@@ -462,7 +494,7 @@ def test_exact_root_split_matches_sklearn(criterion, n_classes, with_nan):
     crit = {"gini": impurity.GINI, "entropy": impurity.ENTROPY, "squared_error": impurity.SQUARED_ERROR}[criterion]
     g, f, thr, ml = [o[0] for o in splitter.best_splits_exact(
         np.asfortranarray(X32.astype(np.float64)), rows, np.array([0]), np.array([rows.size]),
-        np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, w.sum(), 1, 0.0)]
+        np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, 0.0, w.sum(), 1, 0.0)]
     assert sk_gain > 0 and np.isclose(g, sk_gain, rtol=1e-7, atol=1e-12)
     assert f == t.feature[0] and thr == t.threshold[0]
     if with_nan:
@@ -917,13 +949,13 @@ def test_integer_bootstrap_counts_give_the_same_splits_as_float_weights():
     rng, prob, n_bins, Xb, rows, starts, ends, fmask = _split_search_inputs("gini2", 22)
     counts = prob.w.astype(np.uint8).reshape(-1, 1)
     as_float = hist_search(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, prob.yw, True,
-                                  prob.S, prob.crit, prob.w_total, 1, 0.0)
+                                  prob.S, prob.crit, 0.0, prob.w_total, 1, 0.0)
     as_count = hist_search(Xb, n_bins, rows, starts, ends, fmask, prob.ycls, counts, True,
-                                  prob.S, prob.crit, float(counts.sum()), 1, 0.0)
+                                  prob.S, prob.crit, 0.0, float(counts.sum()), 1, 0.0)
     for x, y in zip(as_float, as_count):
         assert np.array_equal(x, y)
-    stats_f = criterion.node_statistics(rows, starts, ends, prob.ycls, prob.yw, True, prob.S, prob.crit)
-    stats_c = criterion.node_statistics(rows, starts, ends, prob.ycls, counts, True, prob.S, prob.crit)
+    stats_f = criterion.node_statistics(rows, starts, ends, prob.ycls, prob.yw, True, prob.S, prob.crit, 0.0)
+    stats_c = criterion.node_statistics(rows, starts, ends, prob.ycls, counts, True, prob.S, prob.crit, 0.0)
     for x, y in zip(stats_f, stats_c):
         assert np.array_equal(x, y)
 
@@ -1019,3 +1051,19 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
                                  *sub[:4], hist * 0.5, cnt, sub[6])[0]
     assert not np.array_equal(spoiled[larger], want[0][larger])
     assert np.array_equal(spoiled[~larger], want[0][~larger])
+
+
+def test_newton_gain_is_xgboosts_loss_reduction():
+    """Under the Newton criterion the kernels' gain, with the gain scale 2, is
+    XGBoost's ``(G_l^2/(H_l+lam) + G_r^2/(H_r+lam) - G^2/(H+lam)) / 2``, and
+    min_weight_leaf bounds the children's hessian sums (min_child_weight)."""
+    lam = 1.5
+    left = np.array([0.75, -2.0, 0.0])      # (H, G, 0)
+    right = np.array([1.25, 3.5, 0.0])
+    node = left + right
+    imp_node = impurity.impurity(node, node[0], impurity.NEWTON, lam)
+    want = 0.5 * (2.0 ** 2 / (0.75 + lam) + 3.5 ** 2 / (1.25 + lam) - 1.5 ** 2 / (2.0 + lam))
+    args = (node[0], imp_node, 2.0, False, impurity.NEWTON, lam, 1)
+    assert np.isclose(criterion.split_gain(left, right, 3, 4, *args, 0.0), want, rtol=1e-12)
+    assert criterion.split_gain(left, right, 3, 4, *args, 0.8) == -np.inf    # H_l = 0.75 < 0.8
+    assert np.isclose(criterion.split_gain(left, right, 3, 4, *args, 0.7), want, rtol=1e-12)

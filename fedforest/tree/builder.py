@@ -32,6 +32,7 @@ from . import threads as numba_threads
 from .format import LEAF, NO_CHILD, NOT_OWNED
 from .binning import MISSING_BIN, fit_bins, transform_bins
 from .importance import node_shares
+from .impurity import NEWTON
 from .labels import PlainLabels, class_weight_vector
 from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve_max_samples
 
@@ -221,6 +222,18 @@ def check_fields(values, expected, what, skip=()):
 HIST_CACHE_BYTES_PER_ROW = 2
 
 
+def gain_scale(settings, total_w):
+    """The ``w_total`` the split kernels divide gains by: the tree's total
+    weight (scikit-learn's weighted impurity decrease), or 2 under the Newton
+    criterion, whose gains are then XGBoost's loss reductions."""
+    return 2.0 if settings.crit == NEWTON else float(total_w)
+
+
+def min_leaf_weight(settings, total_w):
+    """The least weight (hessian sum under the Newton criterion) of a child."""
+    return max(settings.min_weight_fraction_leaf * float(total_w), settings.min_child_weight)
+
+
 class SplitSettings:
     """Resolved, picklable settings both roles need for one fit."""
 
@@ -238,6 +251,10 @@ class SplitSettings:
         self.max_depth = np.iinfo(np.int32).max if params.max_depth is None else int(params.max_depth)
         self.min_impurity_decrease = float(params.min_impurity_decrease)
         self.min_weight_fraction_leaf = float(params.min_weight_fraction_leaf)
+        # gradient boosting (criterion "newton"): L2 penalty on leaf values and the least
+        # hessian sum of a child; 0 for forests
+        self.reg_lambda = float(getattr(params, "reg_lambda", 0.0))
+        self.min_child_weight = float(getattr(params, "min_child_weight", 0.0))
         self.reveal_splits = False  # winners also send feature and threshold to the master
         # histogram subtraction: a node of at least this many rows keeps its histograms for
         # its children, so the kept histograms of a level hold at most HIST_CACHE_BYTES_PER_ROW
@@ -628,8 +645,8 @@ class PartySplitter:
             return {"gain": np.full(nodes.shape[0], -np.inf)}
         starts, ends = tree.bounds(nodes)
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
-                self.labels.n_stats, s.crit, t["total_w"], s.min_samples_leaf,
-                s.min_weight_fraction_leaf * t["total_w"])
+                self.labels.n_stats, s.crit, s.reg_lambda, gain_scale(s, t["total_w"]), s.min_samples_leaf,
+                min_leaf_weight(s, t["total_w"]))
         c = tree.col
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
@@ -992,7 +1009,7 @@ class TreeGrower:
         """Label statistics of new nodes from the labels held here."""
         stats, w, imp, _ = criterion.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
                                              self.s.is_classification, self.labels.n_stats,
-                                             self.s.crit)
+                                             self.s.crit, self.s.reg_lambda)
         self._set_stats(tree, nodes, stats, w, imp)
 
     @staticmethod

@@ -11,14 +11,17 @@ is a module-level ``njit(cache=True)`` function over flat arrays):
   ``yw[:, 0]`` (row weight); regression uses ``yw`` with three columns
   ``(w, w*y, w*y*y)``.  ``S`` is the number of statistics per row
   (``n_classes`` or 3).
-* ``crit``: 0 = gini, 1 = entropy, 2 = squared error (:func:`fedforest.tree.impurity.impurity`).
+* ``crit``: 0 = gini, 1 = entropy, 2 = squared error, 3 = Newton (gradient
+  boosting: ``yw`` holds ``(h, g, 0)`` per row, the weight is the hessian
+  sum; :func:`fedforest.tree.impurity.impurity`); ``lam``: the L2 penalty
+  on leaf values (Newton only, 0 otherwise).
 * Gains are the weighted impurity decrease of scikit-learn,
   ``w_node / w_total * (imp - w_l / w_node * imp_l - w_r / w_node * imp_r)``.
 """
 import numpy as np
 from numba import njit, prange
 
-from .impurity import GINI, impurity
+from .impurity import GINI, NEWTON, impurity
 
 
 @njit(cache=True)
@@ -56,7 +59,7 @@ def accumulate(acc, rows, s, e, ycls, yw, is_clf):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
+def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit, lam):
     """Per-node label statistics, weight, impurity and distinct-row count."""
     n_nodes = starts.shape[0]
     stats = np.zeros((n_nodes, S))
@@ -69,25 +72,25 @@ def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit):
         for k in range(S):      # element loops: a slice assignment compiles a shape check
             stats[j, k] = acc[k]
         w[j] = weight_of(acc, is_clf)
-        imp[j] = impurity(acc, w[j], crit)
+        imp[j] = impurity(acc, w[j], crit, lam)
         count[j] = ends[j] - starts[j]
     return stats, w, imp, count
 
 
 @njit(cache=True)
-def stats_weight_impurity(stats, is_clf, crit):
+def stats_weight_impurity(stats, is_clf, crit, lam):
     """Weight and impurity of nodes given their statistics (rows of ``stats``)."""
     n = stats.shape[0]
     w = np.zeros(n)
     imp = np.zeros(n)
     for j in range(n):
         w[j] = weight_of(stats[j], is_clf)
-        imp[j] = impurity(stats[j], w[j], crit)
+        imp[j] = impurity(stats[j], w[j], crit, lam)
     return w, imp
 
 
 @njit(cache=True)
-def split_gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_clf, crit,
+def split_gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_clf, crit, lam,
           min_samples_leaf, min_weight_leaf):
     """Weighted impurity decrease of a candidate, or -inf if it is not allowed."""
     if cnt_left < min_samples_leaf or cnt_right < min_samples_leaf:
@@ -96,13 +99,13 @@ def split_gain(left, right, cnt_left, cnt_right, w_node, imp_node, w_total, is_c
     wr = weight_of(right, is_clf)
     if wl <= 0.0 or wr <= 0.0 or wl < min_weight_leaf or wr < min_weight_leaf:
         return -np.inf
-    il = impurity(left, wl, crit)
-    ir = impurity(right, wr, crit)
+    il = impurity(left, wl, crit, lam)
+    ir = impurity(right, wr, crit, lam)
     return (w_node / w_total) * (imp_node - (wl / w_node) * il - (wr / w_node) * ir)
 
 
 @njit(cache=True)
-def _side(v, S, is_clf, crit):
+def _side(v, S, is_clf, crit, lam):
     """Weight of one side of a candidate and its share of :func:`proxy_score`."""
     if is_clf:
         w = 0.0
@@ -123,28 +126,31 @@ def _side(v, S, is_clf, crit):
     w = v[0]
     if w <= 0.0:
         return w, 0.0
+    if crit == NEWTON:
+        return w, v[1] * v[1] / (w + lam)
     return w, v[1] * v[1] / w
 
 
 @njit(cache=True)
-def proxy_score(left, right, cnt_left, cnt_right, S, is_clf, crit, min_samples_leaf,
+def proxy_score(left, right, cnt_left, cnt_right, S, is_clf, crit, lam, min_samples_leaf,
            min_weight_leaf):
     """A cheap score ordered as :func:`split_gain` among the candidates of one node
     (``gain * w_total = constant + proxy`` in exact arithmetic), or -inf if
     the candidate is not allowed: ``sum l_k^2 / w_l + sum r_k^2 / w_r`` for
-    Gini, ``-(w_l H_l + w_r H_r)`` (bits) for entropy and
-    ``l_1^2 / w_l + r_1^2 / w_r`` for squared error."""
+    Gini, ``-(w_l H_l + w_r H_r)`` (bits) for entropy,
+    ``l_1^2 / w_l + r_1^2 / w_r`` for squared error and
+    ``l_1^2 / (w_l + lam) + r_1^2 / (w_r + lam)`` for Newton."""
     if cnt_left < min_samples_leaf or cnt_right < min_samples_leaf:
         return -np.inf
-    wl, pl = _side(left, S, is_clf, crit)
-    wr, pr = _side(right, S, is_clf, crit)
+    wl, pl = _side(left, S, is_clf, crit, lam)
+    wr, pr = _side(right, S, is_clf, crit, lam)
     if wl <= 0.0 or wr <= 0.0 or wl < min_weight_leaf or wr < min_weight_leaf:
         return -np.inf
     return pl + pr
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit):
+def node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam):
     """Weight and impurity of every node segment (one node per thread)."""
     n_nodes = starts.shape[0]
     w = np.zeros(n_nodes)
@@ -153,5 +159,5 @@ def node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit):
         acc = np.zeros(S)
         accumulate(acc, rows, starts[j], ends[j], ycls, yw, is_clf)
         w[j] = weight_of(acc, is_clf)
-        imp[j] = impurity(acc, w[j], crit)
+        imp[j] = impurity(acc, w[j], crit, lam)
     return w, imp

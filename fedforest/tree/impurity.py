@@ -11,6 +11,7 @@ from numba import njit
 GINI = 0
 ENTROPY = 1
 SQUARED_ERROR = 2
+NEWTON = 3          # gradient boosting: second-order (Newton) statistics (h, g, 0)
 
 
 def _fractions(counts, axis):
@@ -48,10 +49,13 @@ def gini(counts, axis=-1):
 
 
 @njit(cache=True)
-def impurity(stats, w, crit):
+def impurity(stats, w, crit, lam):
     """Impurity of a node from its statistics vector and total weight
-    (``crit``: :data:`GINI`, :data:`ENTROPY` on class weights, or
-    :data:`SQUARED_ERROR` on ``(w, w*y, w*y*y)``)."""
+    (``crit``: :data:`GINI`, :data:`ENTROPY` on class weights,
+    :data:`SQUARED_ERROR` on ``(w, w*y, w*y*y)``, or :data:`NEWTON` on
+    ``(H, G, 0)``, sums of the hessians and gradients, with ``w = H``:
+    ``-G^2 / ((H + lam) w)``, so that a weighted decrease is XGBoost's gain;
+    ``lam`` is the L2 penalty on leaf values, used by NEWTON only)."""
     if w <= 0.0:
         return 0.0
     if crit == GINI:
@@ -67,5 +71,8 @@ def impurity(stats, w, crit):
                 p = stats[k] / w
                 s -= p * np.log2(p)
         return s
+    if crit == NEWTON:
+        # times the weight, minus the node's structure score G^2 / (H + lambda)
+        return -(stats[1] * stats[1]) / ((w + lam) * w)
     mean = stats[1] / w
     return stats[2] / w - mean * mean

@@ -11,7 +11,7 @@ from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
 from ..errors import InputError
 
 CRITERIA = {CLASSIFICATION: ("gini", "entropy", "log_loss"), REGRESSION: ("squared_error",)}
-CRITERION_CODE = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2}
+CRITERION_CODE = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2, "newton": 3}  # newton: boosting
 
 
 @dataclass

@@ -22,13 +22,13 @@ from numba import njit, prange
 
 from .binning import MISSING_BIN
 from .criterion import add_row, node_weights, proxy_score, split_gain, weight_of
-from .impurity import ENTROPY, GINI, SQUARED_ERROR, impurity
+from .impurity import ENTROPY, GINI, NEWTON, SQUARED_ERROR, impurity
 
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
 
 
 @njit(cache=True)
-def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
                min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm):
     """Best candidate of one feature's histogram (``hist[b]`` statistics and
     ``cnt[b]`` rows of bin ``b``, the missing bin at ``MISSING_BIN``) in a node
@@ -65,13 +65,13 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         if n_miss == 0:
             if cr == 0:
                 break
-            p = proxy_score(left, right, cl, cr, S, is_clf, crit, min_samples_leaf, min_weight_leaf)
+            p = proxy_score(left, right, cl, cr, S, is_clf, crit, lam, min_samples_leaf, min_weight_leaf)
             prox[2 * b] = p
             top = max(top, p)
         else:
             for k in range(S):
                 rm[k] = right[k] + hist[MISSING_BIN, k]
-            p = proxy_score(left, rm, cl, cr + n_miss, S, is_clf, crit, min_samples_leaf,
+            p = proxy_score(left, rm, cl, cr + n_miss, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b] = p
             top = max(top, p)
@@ -79,7 +79,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
                 break
             for k in range(S):
                 lm[k] = left[k] + hist[MISSING_BIN, k]
-            p = proxy_score(lm, right, cl + n_miss, cr, S, is_clf, crit, min_samples_leaf,
+            p = proxy_score(lm, right, cl + n_miss, cr, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b + 1] = p
             top = max(top, p)
@@ -107,7 +107,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         for k in range(S):
             right[k] = tot[k] - left[k]
         if n_miss == 0:
-            g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
+            g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit, lam,
                       min_samples_leaf, min_weight_leaf)
             if g > best:
                 best = g
@@ -119,7 +119,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             for k in range(S):
                 rm[k] = right[k] + hist[MISSING_BIN, k]
             g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf,
-                      crit, min_samples_leaf, min_weight_leaf)
+                      crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
                 best = g
                 best_b = b if cr > 0 else nb - 1
@@ -129,7 +129,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             for k in range(S):
                 lm[k] = left[k] + hist[MISSING_BIN, k]
             g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf,
-                      crit, min_samples_leaf, min_weight_leaf)
+                      crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
                 best = g
                 best_b = b
@@ -138,21 +138,24 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
 
 
 @njit(cache=True)
-def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
                     min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm):
     """:func:`_scan_hist` with the common (task, statistics, criterion)
     combinations passed as constants, so the compiler specialises the scan
     for them (about three times faster than the generic loop); same results."""
     if is_clf and S == 2 and crit == GINI:
-        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, GINI,
+        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, GINI, lam,
                           min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
     if is_clf and S == 2 and crit == ENTROPY:
-        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, ENTROPY,
+        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, ENTROPY, lam,
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+    if not is_clf and S == 3 and crit == NEWTON:
+        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, NEWTON, lam,
                           min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
     if not is_clf and S == 3:
-        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, SQUARED_ERROR,
+        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, SQUARED_ERROR, lam,
                           min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
-    return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+    return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
                       min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
 
 
@@ -213,7 +216,7 @@ def _add_hist(hist, cnt, col, rows, s, e, ycls, yw, is_clf):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
+def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                      parent_slot, cache_index, cache_hist, cache_cnt, keep):
     """Best histogram split of every open node over the allowed local features.
@@ -241,7 +244,7 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     """
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
-    w_node, imp_node = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit)
+    w_node, imp_node = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
     gain = np.full(n_pairs, -np.inf)
@@ -284,7 +287,7 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                 for k in range(S):
                     kept_hist[slot, b, k] = hist[b, k]
         g, b, ml = _scan_hist_fast(hist, cnt, n_bins[f], ends[j] - starts[j], w_node[j], imp_node[j],
-                                   w_total, is_clf, S, crit, min_samples_leaf, min_weight_leaf,
+                                   w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
                                    tot, left, right, lm, rm)
         gain[i] = g
         where[i] = b
@@ -305,7 +308,7 @@ def no_subtraction(n_nodes, S):
 
 @njit(cache=True)
 def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stats, node_count,
-                           is_clf, S, crit, w_total, min_samples_leaf, min_weight_leaf):
+                           is_clf, S, crit, lam, w_total, min_samples_leaf, min_weight_leaf):
     """Best split per node from ready-made histograms (the key holder's side of
     the encrypted-label mode), with the same candidate rules and arithmetic as
     :func:`best_splits_hist`.
@@ -332,9 +335,9 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
         if n_node < 2 * min_samples_leaf or n_node < 2:
             continue
         w_node = weight_of(node_stats[j], is_clf)
-        imp_node = impurity(node_stats[j], w_node, crit)
+        imp_node = impurity(node_stats[j], w_node, crit, lam)
         g, b, ml = _scan_hist_fast(hists[i], cnts[i], pair_nb[i], n_node, w_node, imp_node, w_total,
-                              is_clf, S, crit, min_samples_leaf, min_weight_leaf, tot, left, right,
+                              is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, tot, left, right,
                               lm, rm)
         if g > best_gain[j]:
             best_gain[j] = g
@@ -345,7 +348,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
+def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                       w_total, min_samples_leaf, min_weight_leaf):
     """Best exact split of every open node, thresholds as scikit-learn computes them.
 
@@ -358,7 +361,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
     reduced in feature order.
     """
     n_nodes = starts.shape[0]
-    w_nodes, imp_nodes = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit)
+    w_nodes, imp_nodes = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
     gains = np.full(n_pairs, -np.inf)
@@ -417,7 +420,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
             for k in range(S):
                 right[k] = tot[k] - left[k]
             if n_miss == 0:
-                g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit,
+                g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit, lam,
                           min_samples_leaf, min_weight_leaf)
                 if g > best:
                     best = g
@@ -426,7 +429,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                 continue
             for k in range(S):
                 rm[k] = right[k] + miss[k]
-            g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit,
+            g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit, lam,
                       min_samples_leaf, min_weight_leaf)
             if g > best:
                 best = g
@@ -436,7 +439,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit,
                 break
             for k in range(S):
                 lm[k] = left[k] + miss[k]
-            g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit,
+            g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit, lam,
                       min_samples_leaf, min_weight_leaf)
             if g > best:
                 best = g

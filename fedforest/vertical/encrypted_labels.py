@@ -33,8 +33,8 @@ from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree import criterion, splitter
 from ..tree.binning import MISSING_BIN
-from ..tree.builder import (EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message,
-                            check_fields, int_array, node_list, shown)
+from ..tree.builder import (EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message, check_fields,
+                            gain_scale, int_array, min_leaf_weight, node_list, shown)
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
@@ -508,7 +508,8 @@ class PaillierGrower(TreeGrower):
                                          "bootstrap weights; the ciphertexts were altered or made "
                                          "under another key")
         stats = self.spec.to_float(ints)
-        w, imp = criterion.stats_weight_impurity(stats, self.s.is_classification, self.s.crit)
+        w, imp = criterion.stats_weight_impurity(stats, self.s.is_classification, self.s.crit,
+                                                 self.s.reg_lambda)
         self._set_stats(tree, children, stats, w, imp)
         node_ints = dict(zip(children.tolist(), ints))
         if not cand.size:
@@ -585,8 +586,9 @@ class PaillierGrower(TreeGrower):
         c = tree.col
         gain, feat, b, ml = splitter.best_splits_from_hists(
             hists, cnts, pn, pf, n_bins[pf].astype(np.int32), c["stats"][nodes], c["count"][nodes],
-            self.s.is_classification, self.labels.n_stats, self.s.crit, float(self._counts.sum()),
-            self.s.min_samples_leaf, self.s.min_weight_fraction_leaf * float(self._counts.sum()))
+            self.s.is_classification, self.labels.n_stats, self.s.crit, self.s.reg_lambda,
+            gain_scale(self.s, self._counts.sum()), self.s.min_samples_leaf,
+            min_leaf_weight(self.s, self._counts.sum()))
         self._chosen[p] = (nodes, feat, b, ml)
         return gain
 

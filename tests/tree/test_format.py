@@ -657,8 +657,8 @@ def test_entropy_and_gini_against_references(n_classes):
         assert impurity.gini(c) == g[i] and np.ndim(impurity.gini(c)) == 0
         # the numba kernel's impurity of the same class weights
         w = float(total[i])
-        assert math.isclose(impurity.impurity(c, w, impurity.ENTROPY), e[i], abs_tol=1e-12)
-        assert math.isclose(impurity.impurity(c, w, impurity.GINI), g[i], abs_tol=1e-12)
+        assert math.isclose(impurity.impurity(c, w, impurity.ENTROPY, 0.0), e[i], abs_tol=1e-12)
+        assert math.isclose(impurity.impurity(c, w, impurity.GINI, 0.0), g[i], abs_tol=1e-12)
     assert e[0] == 0.0 and g[0] == 0.0 and not np.signbit(e[0])
     assert np.array_equal(impurity.entropy(counts.T, axis=0), e)
     assert np.array_equal(impurity.gini(counts.T, axis=0), g)
