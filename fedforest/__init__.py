@@ -2,16 +2,18 @@
 
 The vertical Federated Forest runs as one MPI job (``python -m fedforest``);
 :class:`ForestClassifier` and :class:`ForestRegressor` run the same algorithm
-in one process.  Horizontal algorithms run over the same transport
+in one process; :class:`BoostClassifier` and :class:`BoostRegressor` run
+gradient boosting on the same grower.  Horizontal algorithms run over the same transport
 (``--mode``; see :mod:`fedforest.horizontal`).
 """
 from .errors import ChannelError, FedForestError, InputError, RemoteError
 from .version import __version__
 
-__all__ = ["ForestClassifier", "ForestRegressor", "run_job", "run_vertical", "run_horizontal",
+__all__ = ["ForestClassifier", "ForestRegressor", "BoostClassifier", "BoostRegressor", "run_job", "run_vertical", "run_horizontal",
            "FedForestError", "InputError", "ChannelError", "RemoteError", "__version__"]
 
 _LAZY = {"ForestClassifier": ".vertical.estimator", "ForestRegressor": ".vertical.estimator",
+         "BoostClassifier": ".vertical.boost_estimator", "BoostRegressor": ".vertical.boost_estimator",
          "run_job": ".jobs", "run_vertical": ".jobs", "run_horizontal": ".jobs"}
 
 

@@ -923,7 +923,7 @@ class TreeGrower:
             m = nodes.size
             winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
             best = gains[winner, np.arange(m)]
-            do_split = np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
+            do_split = self._takes(best)
             split_nodes = nodes[do_split]
             if not split_nodes.size:
                 break
@@ -957,7 +957,7 @@ class TreeGrower:
         replies).  Returns (searched nodes, gains (n_parties, nodes), what is
         still pending per party for the next message)."""
         self._record_stats(tree, children)
-        keep = tree.col["impurity"][cand] > EPSILON
+        keep = self._searchable(tree, cand)
         nodes = cand[keep]
         if not nodes.size:
             return nodes, None, pending
@@ -971,6 +971,22 @@ class TreeGrower:
 
     def _after_split(self, split_nodes, lefts, rights):
         pass
+
+    # -- hooks of a kind of tree (forest trees here; boosting trees override them)
+    def _searchable(self, tree, cand):
+        """Which candidate nodes are searched: the impure ones."""
+        return tree.col["impurity"][cand] > EPSILON
+
+    def _takes(self, best):
+        """Which best gains make a split."""
+        return np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
+
+    def _leaf_values(self, stats, weight):
+        """Node values from node statistics: class fractions or mean targets."""
+        safe = np.where(weight > 0, weight, 1.0)
+        if self.s.is_classification:
+            return stats / safe[:, None]
+        return (stats[:, 1] / safe)[:, None]
 
     # -- shared steps -----------------------------------------------------
     def _may_split(self, tree, nodes):
@@ -1023,11 +1039,7 @@ class TreeGrower:
         t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
                           "feature", "threshold", "missing_left"])
         weight = t["weight"]
-        safe = np.where(weight > 0, weight, 1.0)
-        if self.s.is_classification:
-            value = t["stats"] / safe[:, None]
-        else:
-            value = (t["stats"][:, 1] / safe)[:, None]
+        value = self._leaf_values(t["stats"], weight)
         out = {
             "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
             "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],

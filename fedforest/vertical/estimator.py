@@ -30,7 +30,7 @@ class NotFitted(InputError, NotFittedError):
     """Prediction before ``fit`` (scikit-learn's ``NotFittedError`` too)."""
 
 
-def _check_sample_weight(sample_weight, n_rows):
+def check_sample_weight(sample_weight, n_rows):
     if sample_weight is None:
         return None
     try:
@@ -48,8 +48,46 @@ def _check_sample_weight(sample_weight, n_rows):
     return w
 
 
-class _BaseForest(BaseEstimator):
+class TableEstimator(BaseEstimator):
+    """What the single-process estimators share: their input checks."""
     _task = None
+    _regressor = "ForestRegressor"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True   # NaN means missing
+        return tags
+
+    def _validate(self, X, y=None):
+        """``X`` (and ``y`` when fitting) checked as scikit-learn checks them,
+        scikit-learn's wording in fedforest's error type."""
+        fitting = y is not None or not hasattr(self, "n_features_in_")
+        if fitting and y is None:
+            raise InputError("y", f"{type(self).__name__} requires y to be passed, but the target y is None")
+        try:
+            if not fitting:
+                X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan", dtype=np.float64)
+                return check_features(X), None
+            X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64,
+                                 y_numeric=self._task == REGRESSION)
+            if self._task == CLASSIFICATION:
+                kind = type_of_target(y, input_name="y")
+                if kind not in ("binary", "multiclass"):
+                    raise ValueError(f"Unknown label type: {kind!r}; a classifier needs classes "
+                                     f"(use {self._regressor} for a continuous target)")
+        except InputError:
+            raise
+        except ValueError as exc:
+            what = "y" if "y" in str(exc).split(":")[0].split() else "X"
+            raise InputError(what, str(exc)) from None
+        return check_features(X), y
+
+    def _check_fitted(self):
+        if not hasattr(self, "estimators_"):
+            raise NotFitted(type(self).__name__, "is not fitted yet; call fit first")
+
+
+class _BaseForest(TableEstimator):
 
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, min_weight_fraction_leaf=0.0, min_impurity_decrease=0.0,
@@ -91,7 +129,7 @@ class _BaseForest(BaseEstimator):
         codes, classes = encode_labels(y, self._task)
         if codes.shape[0] != X.shape[0]:
             raise InputError("y", f"has {codes.shape[0]} labels but X has {X.shape[0]} rows")
-        sample_weight = _check_sample_weight(sample_weight, X.shape[0])
+        sample_weight = check_sample_weight(sample_weight, X.shape[0])
         is_clf = self._task == CLASSIFICATION
         n_classes = classes.size if is_clf else 1
         labels = PlainLabels(codes, is_clf, n_classes, sample_weight)
@@ -117,39 +155,6 @@ class _BaseForest(BaseEstimator):
         compute it (sums to 1 unless no tree has a split)."""
         self._check_fitted()
         return feature_importances(self.estimators_, self.n_features_in_)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True   # NaN means missing
-        return tags
-
-    def _validate(self, X, y=None):
-        """``X`` (and ``y`` when fitting) checked as scikit-learn checks them,
-        scikit-learn's wording in fedforest's error type."""
-        fitting = y is not None or not hasattr(self, "n_features_in_")
-        if fitting and y is None:
-            raise InputError("y", f"{type(self).__name__} requires y to be passed, but the target y is None")
-        try:
-            if not fitting:
-                X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan", dtype=np.float64)
-                return check_features(X), None
-            X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64,
-                                 y_numeric=self._task == REGRESSION)
-            if self._task == CLASSIFICATION:
-                kind = type_of_target(y, input_name="y")
-                if kind not in ("binary", "multiclass"):
-                    raise ValueError(f"Unknown label type: {kind!r}; a classifier needs classes "
-                                     "(use ForestRegressor for a continuous target)")
-        except InputError:
-            raise
-        except ValueError as exc:
-            what = "y" if "y" in str(exc).split(":")[0].split() else "X"
-            raise InputError(what, str(exc)) from None
-        return check_features(X), y
-
-    def _check_fitted(self):
-        if not hasattr(self, "estimators_"):
-            raise NotFitted(type(self).__name__, "is not fitted yet; call fit first")
 
     def _mean_values(self, X):
         self._check_fitted()

@@ -1,0 +1,207 @@
+"""Single-process gradient boosting on the Federated Forest's grower.
+
+:class:`BoostClassifier` and :class:`BoostRegressor` run the vertical
+boosting algorithm (:mod:`fedforest.vertical.boosting`) on pooled columns in
+one process: the same grower, parties' split search, subsample and column
+draws as the federated mode, so they are its reference for losslessness.
+Settings are named as XGBoost's scikit-learn estimators name them.
+"""
+import numbers
+
+import numpy as np
+from sklearn.base import ClassifierMixin, RegressorMixin
+
+from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
+from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
+from ..errors import InputError
+from ..tree.builder import LocalParties, PartySplitter, SplitSettings, merge_partials, tree_seeds
+from ..tree.format import node_values
+from ..tree.params import resolve_n_jobs
+from ..tree.predict import prepare_X
+from ..tree.threads import set_threads
+from . import boosting as B
+from .estimator import TableEstimator, check_sample_weight
+
+_REAL = numbers.Real
+CONSTRAINTS = {
+    "n_estimators": (Interval(int, 1, MAX_TREES),),
+    "learning_rate": (Interval(_REAL, 0, None, closed="neither"),),
+    "max_depth": (Interval(int, 1, MAX_DEPTH),),
+    "min_child_weight": (Interval(_REAL, 0, None),),
+    "reg_lambda": (Interval(_REAL, 0, None),),
+    "gamma": (Interval(_REAL, 0, None),),
+    "subsample": (Interval(_REAL, 0, 1, closed="right"),),
+    "colsample_bytree": (Interval(_REAL, 0, 1, closed="right"),),
+    "max_bins": (Interval(int, 2, 255),),
+    "base_score": (None, Interval(_REAL, None, None)),
+    "early_stopping_rounds": (None, Interval(int, 1)),
+    "validation_fraction": (Interval(_REAL, 0, 1, closed="neither"),),
+    "random_state": (None, Interval(int, 0)),
+    "split_method": (Options("hist", "exact"),),
+    "n_jobs": (None, Interval(int, 1), Interval(int, None, -1)),
+}
+
+
+class _BaseBoost(TableEstimator):
+    _regressor = "BoostRegressor"
+
+    def __init__(self, n_estimators=100, *, learning_rate=0.3, max_depth=6, min_child_weight=1.0,
+                 reg_lambda=1.0, gamma=0.0, subsample=1.0, colsample_bytree=1.0, max_bins=255,
+                 base_score=None, early_stopping_rounds=None, validation_fraction=0.1, random_state=None,
+                 split_method="hist", n_jobs=-1):
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.min_child_weight = min_child_weight
+        self.reg_lambda = reg_lambda
+        self.gamma = gamma
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.max_bins = max_bins
+        self.base_score = base_score
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_fraction = validation_fraction
+        self.random_state = random_state
+        self.split_method = split_method
+        self.n_jobs = n_jobs
+
+    def _params(self):
+        values = self.get_params()
+        for name, constraints in CONSTRAINTS.items():
+            check(name, values[name], constraints)
+        return B.BoostParams(**{k: values[k] for k in B.BoostParams.names()})
+
+    def fit(self, X, y, sample_weight=None):
+        """Boost on ``X`` (rows by columns, NaN = missing) and ``y``;
+        ``sample_weight`` multiplies each row's gradient and hessian.  With
+        ``early_stopping_rounds``, a ``validation_fraction`` of the rows is
+        held out and boosting stops once its loss has not improved for that
+        many rounds; the model keeps the rounds up to the best one."""
+        params = self._params()
+        set_threads(resolve_n_jobs(self.n_jobs))
+        X, y = self._validate(X, y)
+        codes, classes = encode_labels(y, self._task)
+        weight = check_sample_weight(sample_weight, X.shape[0])
+        if self._task == CLASSIFICATION:
+            objective = B.LOGISTIC if classes.size == 2 else B.SOFTMAX
+            target = codes.astype(np.float64)
+        else:
+            objective, target = B.SQUARED_ERROR, np.asarray(codes, dtype=np.float64)
+        seed = params.random_state if params.random_state is not None else \
+            int(np.random.SeedSequence().entropy % (2 ** 63))
+        train, valid = _holdout(X.shape[0], params, seed)
+        rounds, base, best, history = boost(X, target, weight, objective, classes.size if
+                                            self._task == CLASSIFICATION else 1, params, seed, train, valid)
+        self.estimators_ = rounds
+        self.base_margin_ = base
+        self.objective_ = objective
+        self.best_iteration_ = best
+        self.evals_result_ = history
+        self.n_features_in_ = X.shape[1]
+        self.random_state_ = seed
+        self.params_ = params
+        if self._task == CLASSIFICATION:
+            self.classes_ = classes
+            self.n_classes_ = classes.size
+        return self
+
+    def decision_function(self, X):
+        """The margins: the base margin plus every tree's leaf value, one column per output."""
+        self._check_fitted()
+        X, _ = self._validate(X)
+        set_threads(resolve_n_jobs(self.n_jobs))
+        return margins(self.estimators_, self.base_margin_, X, self.params_.split_method)
+
+
+class BoostClassifier(ClassifierMixin, _BaseBoost):
+    """Gradient-boosted trees (binary logistic, or softmax with one tree per
+    class per round) grown with the vertical grower on one machine."""
+    _task = CLASSIFICATION
+
+    def predict_proba(self, X):
+        return B.predict_output(self.objective_, self.decision_function(X))
+
+    def predict(self, X):
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class BoostRegressor(RegressorMixin, _BaseBoost):
+    """Gradient-boosted regression trees (squared error) grown with the vertical grower on one machine."""
+    _task = REGRESSION
+
+    def predict(self, X):
+        return B.predict_output(self.objective_, self.decision_function(X))
+
+
+def _holdout(n_rows, params, seed):
+    """Training and validation rows (validation only with early stopping)."""
+    if params.early_stopping_rounds is None:
+        return np.arange(n_rows), None
+    n_valid = int(round(params.validation_fraction * n_rows))
+    if not 1 <= n_valid < n_rows:
+        raise InputError("validation_fraction", f"holds out {n_valid} of {n_rows} rows; early stopping "
+                                                "needs at least one row on each side")
+    order = np.random.default_rng([seed, 1]).permutation(n_rows)
+    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+
+
+def margins(rounds, base, X, split_method):
+    """Base margin plus the leaf values of every round's trees (tree ``k`` of a
+    round adds to output ``k``)."""
+    Xp = prepare_X(X, split_method)
+    out = np.tile(np.asarray(base, dtype=np.float64), (Xp.shape[0], 1))
+    for trees in rounds:
+        for k, tree in enumerate(trees):
+            out[:, k] += node_values(tree, Xp)[:, 0]
+    return out
+
+
+def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
+    """The boosting loop on pooled columns; returns the rounds' trees (each a
+    list of one tree per output, leaf values already scaled by the learning
+    rate), the base margin, the best round and the validation history."""
+    Xt, yt = X[train], target[train]
+    wt = None if weight is None else weight[train]
+    k_out = B.n_outputs(objective, n_classes)
+    base = B.base_margin(objective, yt, np.ones(yt.shape[0]) if wt is None else wt, n_classes,
+                         params.base_score)
+    gparams = params.grower_params()
+    settings = SplitSettings(gparams, Xt.shape[0], False, 1, Xt.shape[1])
+    labels = B.GradientLabels(np.zeros(Xt.shape[0]), np.ones(Xt.shape[0]))
+    splitter = PartySplitter(Xt, settings, labels)
+    seeds = tree_seeds(seed, params.n_estimators * k_out)
+    margin = np.tile(base, (Xt.shape[0], 1))
+    Xp = prepare_X(Xt, params.split_method)
+    if valid is not None:
+        Xv = prepare_X(X[valid], params.split_method)
+        yv = target[valid]
+        wv = None if weight is None else weight[valid]
+        vmargin = np.tile(base, (Xv.shape[0], 1))
+    rounds, history, best, best_loss = [], [], None, np.inf
+    for r in range(params.n_estimators):
+        g, h = B.gradients(objective, yt, margin, wt)
+        trees = []
+        for k in range(k_out):
+            labels = B.GradientLabels(g[:, k], h[:, k])
+            splitter.labels = labels
+            grower = B.BoostGrower(LocalParties([splitter]), labels, gparams, settings, [Xt.shape[1]])
+            masters, _ = grower.grow_batch([seeds[r * k_out + k]], first=r * k_out + k)
+            tree = merge_partials(masters[0], [splitter.trees[0]], [0])
+            splitter.trees.clear()
+            splitter.tree_ids.clear()
+            tree["value"] = tree["value"] * params.learning_rate
+            margin[:, k] += node_values(tree, Xp)[:, 0]
+            if valid is not None:
+                vmargin[:, k] += node_values(tree, Xv)[:, 0]
+            trees.append(tree)
+        rounds.append(trees)
+        if valid is None:
+            continue
+        history.append(B.loss(objective, yv, vmargin, wv))
+        if history[-1] < best_loss:
+            best, best_loss = r, history[-1]
+        elif r - best >= params.early_stopping_rounds:
+            break
+    if valid is not None:
+        rounds = rounds[:best + 1]
+    return rounds, base, best, history

@@ -1,0 +1,198 @@
+"""Vertical gradient boosting on the Federated Forest's grower.
+
+Each boosting round grows trees with the same level-wise grower as the forest
+(:class:`fedforest.tree.builder.TreeGrower`, the same parties' split search
+and partitions), under the Newton criterion: the per-row statistics are
+``(h, g, 0)``, the hessian and gradient of the loss at the current
+predictions, a candidate's gain is XGBoost's loss reduction
+``(G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)) / 2`` and a
+leaf's value is ``-learning_rate * G / (H + lambda)``.  Missing values learn
+their direction at every split (both sides are scored, as XGBoost's ``hist``
+does).
+
+Objectives: squared error, binary logistic, and multiclass softmax with one
+tree per class per round.  One tree per class (XGBoost's layout) keeps every
+tree a single-output tree with three statistics per row, so the grower, the
+model format, the one-round prediction and the encrypted statistics need no
+second kind of tree; a multi-output tree would carry ``2 K`` statistics per
+row and vector leaves.
+"""
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..tree.builder import EPSILON, TreeGrower
+from ..tree.params import ForestParams
+
+SQUARED_ERROR = "reg:squarederror"
+LOGISTIC = "binary:logistic"
+SOFTMAX = "multi:softprob"
+OBJECTIVES = (SQUARED_ERROR, LOGISTIC, SOFTMAX)
+MIN_HESSIAN = 1e-16     # the least hessian of a row (logistic and softmax), as XGBoost keeps it
+MIN_LOSS_CHANGE = 1e-6  # a split must reduce the loss by more than this (XGBoost's kRtEps)
+
+
+@dataclass
+class BoostParams:
+    """Boosting settings, named as XGBoost names them where they mean the same."""
+    n_estimators: int = 100
+    learning_rate: float = 0.3
+    max_depth: int = 6
+    min_child_weight: float = 1.0
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    subsample: float = 1.0
+    colsample_bytree: float = 1.0
+    max_bins: int = 255
+    base_score: float = None
+    early_stopping_rounds: int = None
+    validation_fraction: float = 0.1
+    random_state: int = None
+    split_method: str = "hist"
+
+    @classmethod
+    def names(cls):
+        return [f.name for f in fields(cls)]
+
+    def grower_params(self):
+        """The forest settings the shared grower reads, for one boosting tree."""
+        p = GrowerParams(n_estimators=1, criterion="newton", max_depth=self.max_depth,
+                         min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                         min_impurity_decrease=float(self.gamma), max_features=float(self.colsample_bytree),
+                         bootstrap=False, max_samples=None, random_state=self.random_state, class_weight=None,
+                         split_method=self.split_method, max_bins=self.max_bins, feature_sampling="tree")
+        p.reg_lambda = float(self.reg_lambda)
+        p.min_child_weight = float(self.min_child_weight)
+        p.subsample = float(self.subsample)
+        return p
+
+
+@dataclass
+class GrowerParams(ForestParams):
+    """:class:`ForestParams` with the boosting settings the grower needs."""
+    reg_lambda: float = 1.0
+    min_child_weight: float = 1.0
+    subsample: float = 1.0
+
+
+# --------------------------------------------------------------------------- objectives
+def sigmoid(margin):
+    return 1.0 / (1.0 + np.exp(-margin))
+
+
+def softmax(margin):
+    z = margin - margin.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def n_outputs(objective, n_classes):
+    return n_classes if objective == SOFTMAX else 1
+
+
+def base_margin(objective, y, weight, n_classes, base_score=None):
+    """The starting margin of every row (one per output): ``base_score`` as
+    XGBoost reads it (a probability for the logistic objective), or, when
+    None, the constant that minimises the weighted loss."""
+    k = n_outputs(objective, n_classes)
+    if objective == SQUARED_ERROR:
+        b = float(np.average(y, weights=weight)) if base_score is None else float(base_score)
+        return np.full(k, b)
+    if objective == LOGISTIC:
+        p = float(np.average(y, weights=weight)) if base_score is None else float(base_score)
+        p = min(max(p, 1e-7), 1.0 - 1e-7)
+        return np.full(k, np.log(p / (1.0 - p)))
+    # softmax is unchanged by a constant added to every class: the margins start at 0
+    return np.zeros(k) if base_score is None else np.full(k, float(base_score))
+
+
+def gradients(objective, y, margin, weight):
+    """Per-row gradient and hessian of the weighted loss, ``(n, outputs)`` each."""
+    if objective == SQUARED_ERROR:
+        g = margin[:, 0] - y
+        h = np.ones_like(g)
+        g, h = g[:, None], h[:, None]
+    elif objective == LOGISTIC:
+        p = sigmoid(margin[:, 0])
+        g = (p - y)[:, None]
+        h = np.maximum(p * (1.0 - p), MIN_HESSIAN)[:, None]
+    else:
+        p = softmax(margin)
+        onehot = np.zeros_like(p)
+        onehot[np.arange(y.shape[0]), y.astype(np.int64)] = 1.0
+        g = p - onehot
+        h = np.maximum(2.0 * p * (1.0 - p), MIN_HESSIAN)
+    if weight is not None:
+        g = g * weight[:, None]
+        h = h * weight[:, None]
+    return g, h
+
+
+def loss(objective, y, margin, weight=None):
+    """The validation loss early stopping watches: RMSE, log loss or multiclass log loss."""
+    w = np.ones(y.shape[0]) if weight is None else weight
+    if objective == SQUARED_ERROR:
+        return float(np.sqrt(np.average((margin[:, 0] - y) ** 2, weights=w)))
+    if objective == LOGISTIC:
+        p = np.clip(sigmoid(margin[:, 0]), 1e-15, 1 - 1e-15)
+        return float(-np.average(y * np.log(p) + (1 - y) * np.log(1 - p), weights=w))
+    p = np.clip(softmax(margin), 1e-15, 1.0)
+    return float(-np.average(np.log(p[np.arange(y.shape[0]), y.astype(np.int64)]), weights=w))
+
+
+def predict_output(objective, margin):
+    """Probabilities (classification) or values (regression) from margins."""
+    if objective == SQUARED_ERROR:
+        return margin[:, 0]
+    if objective == LOGISTIC:
+        p = sigmoid(margin[:, 0])
+        return np.column_stack((1.0 - p, p))
+    return softmax(margin)
+
+
+# --------------------------------------------------------------------------- the grower's side
+class GradientLabels:
+    """Per-row statistics of one boosting tree: ``(h, g, 0)`` times the row's
+    count in the tree's subsample (the label-statistics seam of
+    :mod:`fedforest.tree.labels`)."""
+    is_classification = False
+    n_classes = 1
+    n_stats = 3
+    sample_weight = None
+
+    def __init__(self, g, h):
+        self.g = np.ascontiguousarray(g, dtype=np.float64)
+        self.h = np.ascontiguousarray(h, dtype=np.float64)
+
+    @property
+    def n_rows(self):
+        return self.g.shape[0]
+
+    def tree_stats(self, counts, class_weight):
+        c = np.asarray(counts, dtype=np.float64)
+        yw = np.column_stack((self.h * c, self.g * c, np.zeros_like(c)))
+        return np.zeros(c.shape[0], dtype=np.int32), yw
+
+
+class BoostGrower(TreeGrower):
+    """The forest's grower for boosting trees: a row subsample without
+    replacement (each row kept with probability ``subsample``) instead of the
+    bootstrap; every node that may split is searched (a node's impurity says
+    nothing under the Newton criterion); a split is made when it reduces the
+    loss by more than ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves
+    hold ``-G / (H + lambda)``."""
+
+    def _draw_counts(self, rng):
+        keep = rng.random(self.n_rows) < self.params.subsample if self.params.subsample < 1.0 \
+            else np.ones(self.n_rows, dtype=bool)
+        return keep.astype(np.uint8)
+
+    def _searchable(self, tree, cand):
+        return np.ones(cand.size, dtype=bool)
+
+    def _takes(self, best):
+        return np.isfinite(best) & (best > MIN_LOSS_CHANGE) & (best + EPSILON >= self.s.min_impurity_decrease)
+
+    def _leaf_values(self, stats, weight):
+        return (-stats[:, 1] / (stats[:, 0] + self.s.reg_lambda))[:, None]
+

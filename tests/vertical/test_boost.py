@@ -1,0 +1,127 @@
+"""Gradient boosting on the vertical grower, in one process: the trees are
+XGBoost's (its exact tree method, same settings) to float32 precision, the
+settings behave as XGBoost's, and bad settings stop before any work."""
+import numpy as np
+import pytest
+import xgboost as xgb
+from sklearn.datasets import make_classification, make_regression
+
+from fedforest import BoostClassifier, BoostRegressor, InputError
+from fedforest.vertical import boosting as B
+
+
+def _regression(seed, nan=0.0):
+    X, y = make_regression(400, 5, noise=5, random_state=seed)
+    X = np.round(X, 3)           # ties between values, as real tables have
+    if nan:
+        X[np.random.default_rng(seed).random(X.shape) < nan] = np.nan
+    return X, y
+
+
+def _classification(seed, n_classes=2):
+    X, y = make_classification(500, 6, n_informative=4, n_classes=n_classes, random_state=seed)
+    return np.round(X, 3), y
+
+
+@pytest.mark.parametrize("lam,mcw,gamma,nan", [(1.0, 1.0, 0.0, 0.0), (5.0, 3.0, 0.0, 0.15),
+                                               (0.5, 1.0, 50.0, 0.15), (0.0, 0.0, 0.0, 0.0)])
+def test_regression_trees_are_xgboosts_exact_trees(lam, mcw, gamma, nan):
+    X, y = _regression(1, nan)
+    ours = BoostRegressor(n_estimators=10, max_depth=3, split_method="exact", reg_lambda=lam,
+                          min_child_weight=mcw, gamma=gamma, random_state=0).fit(X, y)
+    ref = xgb.XGBRegressor(n_estimators=10, max_depth=3, tree_method="exact", reg_lambda=lam,
+                           min_child_weight=mcw, gamma=gamma, base_score=float(y.mean())).fit(X, y)
+    # XGBoost sums in float32: agreement to that precision means the same splits and leaves
+    assert np.max(np.abs(ours.predict(X) - ref.predict(X))) < 1e-6 * np.abs(y).max()
+    n_splits = sum(int((t["children_left"] >= 0).sum()) for r in ours.estimators_ for t in r)
+    assert n_splits >= 10
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_classifier_trees_are_xgboosts_exact_trees(n_classes):
+    X, y = _classification(2, n_classes)
+    base = float(y.mean()) if n_classes == 2 else 0.0
+    ours = BoostClassifier(n_estimators=8, max_depth=3, split_method="exact", random_state=0,
+                           base_score=None if n_classes == 2 else 0.0).fit(X, y)
+    ref = xgb.XGBClassifier(n_estimators=8, max_depth=3, tree_method="exact", base_score=base).fit(X, y)
+    assert np.max(np.abs(ours.predict_proba(X) - ref.predict_proba(X))) < 1e-6
+    assert len(ours.estimators_) == 8 and all(len(r) == (1 if n_classes == 2 else 3) for r in ours.estimators_)
+
+
+def test_histogram_boosting_is_as_accurate_as_xgboost_hist():
+    X, y = make_classification(3000, 10, n_informative=6, random_state=0)
+    X[::7, 2] = np.nan
+    Xa, Xb, ya, yb = X[:2000], X[2000:], y[:2000], y[2000:]
+    ours = BoostClassifier(n_estimators=40, max_depth=4, random_state=0).fit(Xa, ya)
+    ref = xgb.XGBClassifier(n_estimators=40, max_depth=4, tree_method="hist").fit(Xa, ya)
+    acc = (ours.predict(Xb) == yb).mean()
+    assert acc >= (ref.predict(Xb) == yb).mean() - 0.02 and acc > 0.85
+
+
+def test_subsample_and_columns_follow_the_seed_not_the_thread_count():
+    X, y = _classification(3, 3)
+    kw = dict(n_estimators=6, max_depth=4, subsample=0.7, colsample_bytree=0.5)
+    a = BoostClassifier(random_state=5, n_jobs=1, **kw).fit(X, y)
+    b = BoostClassifier(random_state=5, n_jobs=2, **kw).fit(X, y)
+    c = BoostClassifier(random_state=6, n_jobs=2, **kw).fit(X, y)
+    assert np.array_equal(a.decision_function(X), b.decision_function(X))
+    assert not np.array_equal(a.decision_function(X), c.decision_function(X))
+    full = BoostClassifier(random_state=5, n_estimators=6, max_depth=4).fit(X, y)
+    assert not np.array_equal(a.decision_function(X), full.decision_function(X))
+
+
+def test_early_stopping_keeps_the_rounds_up_to_the_best():
+    X, y = _classification(4, 3)
+    m = BoostClassifier(n_estimators=400, max_depth=4, learning_rate=0.5, early_stopping_rounds=5,
+                        random_state=0).fit(X, y)
+    hist = m.evals_result_
+    assert len(m.estimators_) == m.best_iteration_ + 1 < 400
+    assert len(hist) == m.best_iteration_ + 6           # stopped 5 rounds after the best
+    assert hist[m.best_iteration_] == min(hist)
+
+
+def test_sample_weight_scales_gradients():
+    X, y = _regression(5)
+    w = np.random.default_rng(0).integers(1, 3, y.shape[0]).astype(float)
+    ours = BoostRegressor(n_estimators=5, max_depth=3, split_method="exact", random_state=0).fit(X, y, w)
+    ref = xgb.XGBRegressor(n_estimators=5, max_depth=3, tree_method="exact",
+                           base_score=float(np.average(y, weights=w))).fit(X, y, sample_weight=w)
+    assert np.max(np.abs(ours.predict(X) - ref.predict(X))) < 1e-6 * np.abs(y).max()
+
+
+@pytest.mark.parametrize("setting,value", [("learning_rate", 0), ("max_depth", 0), ("subsample", 1.5),
+                                           ("colsample_bytree", 0), ("reg_lambda", -1), ("gamma", -0.1),
+                                           ("min_child_weight", -1), ("max_bins", 256),
+                                           ("early_stopping_rounds", 0), ("split_method", "approx"),
+                                           ("n_estimators", 0), ("validation_fraction", 1.0)])
+def test_bad_settings_stop_before_any_work(setting, value):
+    X, y = _regression(6)
+    with pytest.raises(InputError, match=setting):
+        BoostRegressor(**{setting: value}).fit(X, y)
+
+
+def test_objectives_gradients_against_finite_differences():
+    rng = np.random.default_rng(0)
+    y_bin = rng.integers(0, 2, 20).astype(float)
+    y_cls = rng.integers(0, 3, 20)
+    for objective, y, k in [(B.SQUARED_ERROR, rng.normal(size=20), 1), (B.LOGISTIC, y_bin, 1),
+                            (B.SOFTMAX, y_cls, 3)]:
+        m = rng.normal(size=(20, k))
+        g, _ = B.gradients(objective, y, m, None)
+        eps = 1e-6
+        for j in range(k):
+            up, down = m.copy(), m.copy()
+            up[:, j] += eps
+            down[:, j] -= eps
+            # per-row loss: the squared error's is half the square (XGBoost's convention)
+            num = (_row_loss(objective, y, up) - _row_loss(objective, y, down)) / (2 * eps)
+            assert np.allclose(g[:, j], num, atol=1e-5)
+
+
+def _row_loss(objective, y, margin):
+    if objective == B.SQUARED_ERROR:
+        return 0.5 * (margin[:, 0] - y) ** 2
+    if objective == B.LOGISTIC:
+        p = B.sigmoid(margin[:, 0])
+        return -(y * np.log(p) + (1 - y) * np.log(1 - p))
+    return -np.log(B.softmax(margin)[np.arange(y.shape[0]), y])
