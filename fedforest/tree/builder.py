@@ -506,7 +506,7 @@ class PartySplitter:
             self._tree.update(open=np.zeros(1, dtype=np.int32), open_ids=range(1), level=0, searched=None,
                               partitioned=None)
         elif any(k in msg for k in self.begin_keys):
-            raise bad_message("'counts' and 'class_weight' for a tree that has begun")
+            raise bad_message(f"{', '.join(map(repr, self.begin_keys))} for a tree that has begun")
         if any(k in msg for k in self.apply_keys):
             self._apply_checked(msg)
         if op == "find":
@@ -521,7 +521,7 @@ class PartySplitter:
     def _check_begin(self, msg):
         """The bootstrap counts and class weights of a tree's first message."""
         if any(k not in msg for k in self.begin_keys):
-            raise bad_message("the first message of a tree must hold 'counts' and 'class_weight'")
+            raise bad_message(f"the first message of a tree must hold {', '.join(map(repr, self.begin_keys))}")
         counts = msg["counts"]
         if not (isinstance(counts, np.ndarray) and counts.dtype in COUNT_DTYPES
                 and counts.shape == (self.n_rows,)):
@@ -627,7 +627,7 @@ class PartySplitter:
 
     def _begin(self, msg):
         counts = msg["counts"]
-        ycls, yw = self.labels.tree_stats(counts, msg["class_weight"])
+        ycls, yw = self._statistics(msg)
         total_w = float(yw[:, 0].sum())
         # histograms are derived by subtraction only where that is exact: integer
         # statistics (class counts under integer row weights) sum alike in any order
@@ -635,6 +635,10 @@ class PartySplitter:
             and bool(np.all(yw == np.floor(yw)))
         self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "ycls": ycls, "yw": yw,
                       "total_w": total_w, "subtract": exact, "hists": None, "family": None}
+
+    def _statistics(self, msg):
+        """Per-row statistics ``(ycls, yw)`` of a tree from its first message."""
+        return self.labels.tree_stats(msg["counts"], msg["class_weight"])
 
     def _find(self, msg):
         t = self._tree
@@ -823,18 +827,22 @@ class TreeGrower:
             out += self.grow_batch(seeds[b0:b0 + batch], first=b0)[0]
         return out
 
-    def grow_batch(self, seeds, first=0):
+    def grow_batch(self, seeds, first=0, labels=None):
         """Grow one tree per seed together, level by level: every round carries
         the messages of every tree of the batch (one ``find`` and one
         ``partition`` exchange per level for the whole batch), and a last
         ``commit`` round hands each party the final partitions.  Tree ``first + i``
         draws from ``seeds[i]`` alone, so the trees do not depend on the batching.
+        ``labels`` (optional): one label-statistics object per tree, in place
+        of the grower's (the trees of a boosting round).
         Returns the master's trees and the parties' replies to the commit."""
         n_parties = len(self.feature_counts)
         runs, asks, trees, finish = {}, {}, {}, {}
         for i, seed in enumerate(seeds):
             # each tree grows on a shallow copy holding that tree's state
             run = copy.copy(self)
+            if labels is not None:
+                run.labels = labels[i]
             runs[first + i] = run._steps(seed)
 
         def advance(t, replies):
@@ -911,7 +919,7 @@ class TreeGrower:
         self._begin_tree(tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
-        pending = [{"counts": counts, "class_weight": cw} for _ in range(n_parties)]
+        pending = [self._begin_message(counts, cw) for _ in range(n_parties)]
         while True:
             tree.col["count"][children] = np.diff(np.vstack(tree.bounds(children)), axis=0)[0]
             cand = children[self._may_split(tree, children)]
@@ -973,6 +981,10 @@ class TreeGrower:
         pass
 
     # -- hooks of a kind of tree (forest trees here; boosting trees override them)
+    def _begin_message(self, counts, cw):
+        """What a party needs to begin a tree: its draws and class weights."""
+        return {"counts": counts, "class_weight": cw}
+
     def _searchable(self, tree, cand):
         """Which candidate nodes are searched: the impure ones."""
         return tree.col["impurity"][cand] > EPSILON

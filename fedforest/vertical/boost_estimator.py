@@ -14,7 +14,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
 from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
 from ..errors import InputError
-from ..tree.builder import LocalParties, PartySplitter, SplitSettings, merge_partials, tree_seeds
+from ..tree.builder import LocalParties, SplitSettings, merge_partials, tree_seeds
 from ..tree.format import node_values
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import prepare_X
@@ -167,8 +167,9 @@ def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
                          params.base_score)
     gparams = params.grower_params()
     settings = SplitSettings(gparams, Xt.shape[0], False, 1, Xt.shape[1])
-    labels = B.GradientLabels(np.zeros(Xt.shape[0]), np.ones(Xt.shape[0]))
-    splitter = PartySplitter(Xt, settings, labels)
+    splitter = B.BoostSplitter(Xt, settings)
+    start = B.GradientLabels(np.zeros(Xt.shape[0]), np.ones(Xt.shape[0]))   # each round brings its own
+    grower = B.BoostGrower(LocalParties([splitter]), start, gparams, settings, [Xt.shape[1]])
     seeds = tree_seeds(seed, params.n_estimators * k_out)
     margin = np.tile(base, (Xt.shape[0], 1))
     Xp = prepare_X(Xt, params.split_method)
@@ -180,15 +181,15 @@ def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
     rounds, history, best, best_loss = [], [], None, np.inf
     for r in range(params.n_estimators):
         g, h = B.gradients(objective, yt, margin, wt)
+        # the round's trees (one per output) grow together, level by level
+        masters, _ = grower.grow_batch(seeds[r * k_out:(r + 1) * k_out], first=r * k_out,
+                                       labels=[B.GradientLabels(g[:, k], h[:, k]) for k in range(k_out)])
+        partials = list(splitter.trees)
+        splitter.trees.clear()
+        splitter.tree_ids.clear()
         trees = []
         for k in range(k_out):
-            labels = B.GradientLabels(g[:, k], h[:, k])
-            splitter.labels = labels
-            grower = B.BoostGrower(LocalParties([splitter]), labels, gparams, settings, [Xt.shape[1]])
-            masters, _ = grower.grow_batch([seeds[r * k_out + k]], first=r * k_out + k)
-            tree = merge_partials(masters[0], [splitter.trees[0]], [0])
-            splitter.trees.clear()
-            splitter.tree_ids.clear()
+            tree = merge_partials(masters[k], [partials[k]], [0])
             tree["value"] = tree["value"] * params.learning_rate
             margin[:, k] += node_values(tree, Xp)[:, 0]
             if valid is not None:

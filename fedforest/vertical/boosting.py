@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..tree.builder import EPSILON, TreeGrower
+from ..tree.builder import EPSILON, PartySplitter, TreeGrower, bad_message, shown
 from ..tree.params import ForestParams
 
 SQUARED_ERROR = "reg:squarederror"
@@ -174,6 +174,32 @@ class GradientLabels:
         return np.zeros(c.shape[0], dtype=np.int32), yw
 
 
+class BoostSplitter(PartySplitter):
+    """A party's split search for boosting trees: a tree's first message holds,
+    besides the row subsample, every row's gradient and hessian of the tree's
+    output (``grad``, ``hess``); the per-row statistics are ``(h, g, 0)``
+    times the row's subsample count."""
+    begin_keys = ("counts", "class_weight", "grad", "hess")
+
+    def __init__(self, X, settings):
+        super().__init__(X, settings, GradientLabels(np.zeros(0), np.zeros(0)))
+
+    def _statistics(self, msg):
+        return GradientLabels(msg["grad"], msg["hess"]).tree_stats(msg["counts"], None)
+
+    def _check_begin(self, msg):
+        begin = super()._check_begin(msg)
+        for key in ("grad", "hess"):
+            v = msg.get(key)
+            if not (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (self.n_rows,)
+                    and np.all(np.isfinite(v))):
+                raise bad_message(f"{key!r} must be {self.n_rows} finite float64 values (one per aligned "
+                                  f"row), got {shown(v)}")
+        if np.any(msg["hess"] < 0):
+            raise bad_message("'hess' holds negative hessians")
+        return dict(begin, grad=msg["grad"], hess=msg["hess"])
+
+
 class BoostGrower(TreeGrower):
     """The forest's grower for boosting trees: a row subsample without
     replacement (each row kept with probability ``subsample``) instead of the
@@ -181,6 +207,9 @@ class BoostGrower(TreeGrower):
     nothing under the Newton criterion); a split is made when it reduces the
     loss by more than ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves
     hold ``-G / (H + lambda)``."""
+
+    def _begin_message(self, counts, cw):
+        return {"counts": counts, "class_weight": cw, "grad": self.labels.g, "hess": self.labels.h}
 
     def _draw_counts(self, rng):
         keep = rng.random(self.n_rows) < self.params.subsample if self.params.subsample < 1.0 \

@@ -125,3 +125,35 @@ def _row_loss(objective, y, margin):
         p = B.sigmoid(margin[:, 0])
         return -(y * np.log(p) + (1 - y) * np.log(1 - p))
     return -np.log(B.softmax(margin)[np.arange(y.shape[0]), y])
+
+
+def _party(n=30):
+    from fedforest.tree.builder import SplitSettings
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    params = B.BoostParams(max_depth=3).grower_params()
+    return B.BoostSplitter(X, SplitSettings(params, n, False, 1, 3))
+
+
+def _begin(n=30, **change):
+    msg = {"op": "find", "counts": np.ones(n, dtype=np.uint8), "class_weight": np.empty(0),
+           "grad": np.linspace(-1, 1, n), "hess": np.full(n, 0.25), "nodes": np.array([0], dtype=np.int32),
+           "fmask": np.ones((1, 3), dtype=np.uint8)}
+    msg.update(change)
+    return {k: v for k, v in msg.items() if v is not None}
+
+
+def test_a_party_takes_a_boosting_trees_gradients_from_its_first_message():
+    party = _party()
+    reply = party.handle(_begin())
+    assert np.isfinite(reply["gain"]).all() and reply["gain"][0] > 0
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"grad": None}, "must hold"), ({"hess": np.full(29, 0.25)}, "'hess' must be 30"),
+    ({"grad": np.full(30, np.nan)}, "'grad' must be 30 finite"), ({"hess": np.full(30, -1.0)}, "negative"),
+    ({"grad": np.ones(30, dtype=np.float32)}, "'grad' must be"),
+])
+def test_a_party_refuses_bad_gradients(change, match):
+    from fedforest.transport.base import ProtocolError
+    with pytest.raises(ProtocolError, match=match):
+        _party().handle(_begin(**change))
