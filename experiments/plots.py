@@ -8,7 +8,7 @@ Figures:
                             (per-node and per-tree feature sampling), box plots
   icdta4fl_tables.png       accuracy vs number of clients per data set (IID and non-IID), every method
   fedxgbllr_table.png       accuracy / MSE vs number of clients: centralized XGBoost, local-only, FedXGBllr
-  bench_vertical.png        training and prediction seconds: federated forest vs scikit-learn and XGBoost,
+  bench_vertical.png        training and prediction seconds: federated forest vs scikit-learn, XGBoost and LightGBM,
                             one-shot vs node-by-node prediction
 """
 import argparse
@@ -156,16 +156,18 @@ def bench_vertical():
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     train = [("fedforest\n(federated)", d.get("train_seconds")), ("scikit-learn RF\n(pooled)",
-             d.get("sklearn_rf_seconds")), ("XGBoost RF\n(pooled)", d.get("xgboost_rf_seconds"))]
+             d.get("sklearn_rf_seconds")), ("XGBoost RF\n(pooled)", d.get("xgboost_rf_seconds")),
+             ("LightGBM RF\n(pooled)", d.get("lightgbm_rf_seconds"))]
     train = [(n, v) for n, v in train if v is not None]
-    a.bar([n for n, _ in train], [v for _, v in train], color=["C0", "C1", "C2"][:len(train)])
+    a.bar([n for n, _ in train], [v for _, v in train], color=["C0", "C1", "C2", "C4"][:len(train)])
     a.set_ylabel("seconds")
     a.set_title("training", fontsize=10)
     pred = [("one-shot\n(1 round)", d.get("predict_seconds_oneshot")),
             (f"node by node\n({d.get('predict_rounds_classical', '?')} rounds)", d.get("predict_seconds_classical")),
-            ("scikit-learn", d.get("sklearn_rf_predict_seconds")), ("XGBoost", d.get("xgboost_rf_predict_seconds"))]
+            ("scikit-learn", d.get("sklearn_rf_predict_seconds")), ("XGBoost", d.get("xgboost_rf_predict_seconds")),
+            ("LightGBM", d.get("lightgbm_rf_predict_seconds"))]
     pred = [(n, v) for n, v in pred if v is not None]
-    b.bar([n for n, _ in pred], [v for _, v in pred], color=["C0", "C3", "C1", "C2"][:len(pred)])
+    b.bar([n for n, _ in pred], [v for _, v in pred], color=["C0", "C3", "C1", "C2", "C4"][:len(pred)])
     b.set_yscale("log")
     b.set_ylabel("seconds (log)")
     b.set_title("prediction", fontsize=10)
