@@ -168,6 +168,8 @@ def bench_vertical():
             ("LightGBM", d.get("lightgbm_rf_predict_seconds"))]
     pred = [(n, v) for n, v in pred if v is not None]
     b.bar([n for n, _ in pred], [v for _, v in pred], color=["C0", "C3", "C1", "C2", "C4"][:len(pred)])
+    a.tick_params(axis="x", labelsize=8)
+    b.tick_params(axis="x", labelsize=8)
     b.set_yscale("log")
     b.set_ylabel("seconds (log)")
     b.set_title("prediction", fontsize=10)
