@@ -24,7 +24,7 @@ This script is only the driver: it runs no MPI itself.  It
      ``XGBClassifier(n_estimators=1, num_parallel_tree=T, learning_rate=1,
      subsample=0.632, colsample_bynode=sqrt(d)/d, reg_lambda=1e-5,
      tree_method="hist", max_depth=D, max_bin=256)`` (the forest that
-     ``XGBRFClassifier`` grows with the same settings, tree for tree);
+     XGBoost's deprecated random-forest wrapper grows with the same settings, tree for tree);
    * LightGBM's random-forest mode: ``LGBMClassifier(boosting_type="rf",
      n_estimators=T, bagging_fraction=0.632, bagging_freq=1,
      feature_fraction_bynode=sqrt(d)/d, max_depth=D, num_leaves=2**D,
@@ -269,7 +269,7 @@ def sklearn_rf(trees, depth, n_jobs=-1):
 def xgboost_rf(trees, depth, n_features, n_jobs=None):
     """XGBoost's random forest: one boosting round of ``trees`` parallel trees,
     learning rate 1, rows and per-node features subsampled; ``reg_lambda=1e-5``
-    as in XGBoost's random-forest mode, so the trees are those ``XGBRFClassifier``
+    as in XGBoost's random-forest mode, so the trees are those its deprecated wrapper
     grows with the same settings."""
     import xgboost as xgb
     return xgb.XGBClassifier(n_estimators=1, num_parallel_tree=trees, learning_rate=1,
