@@ -56,15 +56,13 @@ class BoostParams:
 
     def grower_params(self):
         """The forest settings the shared grower reads, for one boosting tree."""
-        p = GrowerParams(n_estimators=1, criterion="newton", max_depth=self.max_depth,
-                         min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                         min_impurity_decrease=float(self.gamma), max_features=float(self.colsample_bytree),
-                         bootstrap=False, max_samples=None, random_state=self.random_state, class_weight=None,
-                         split_method=self.split_method, max_bins=self.max_bins, feature_sampling="tree")
-        p.reg_lambda = float(self.reg_lambda)
-        p.min_child_weight = float(self.min_child_weight)
-        p.subsample = float(self.subsample)
-        return p
+        return GrowerParams(n_estimators=1, criterion="newton", max_depth=self.max_depth,
+                            min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                            min_impurity_decrease=float(self.gamma), max_features=float(self.colsample_bytree),
+                            bootstrap=False, max_samples=None, random_state=self.random_state, class_weight=None,
+                            split_method=self.split_method, max_bins=self.max_bins, feature_sampling="tree",
+                            reg_lambda=float(self.reg_lambda), min_child_weight=float(self.min_child_weight),
+                            subsample=float(self.subsample))
 
 
 @dataclass
