@@ -43,9 +43,13 @@ time: the master writes its run summary with ``--summary-json`` (training:
 ``train_seconds`` = the tree-building loop, ``rounds_per_tree``,
 ``bytes_per_tree``; prediction: ``seconds`` and ``rounds`` of the prediction
 protocol).  Peers are timed around ``fit`` / ``predict`` only.  The training
-times of the federated forest, XGBoost and LightGBM are the medians of
-``--train-repeats`` runs each, taken in turns (federated, XGBoost, LightGBM,
+times of the federated forest, XGBoost, LightGBM and fedforest's
+single-process ``ForestClassifier`` are the medians of ``--train-repeats``
+runs each, taken in turns (federated, XGBoost, LightGBM, single process,
 federated, ...); scikit-learn's and the other figures come from single runs.
+CPU: ``cpu_seconds_federated_job`` is the user + sys time of every rank of a
+whole training job (``getrusage`` of the finished ``mpiexec``), against the
+CPU time of XGBoost's fit (all its threads), medians of the same turns.
 The share of CPU used by other processes is sampled for one second at the
 start, between the federated runs and the peers, and at the end; the script
 warns when it exceeds 25 % (XGBoost in particular slows down many times on
@@ -171,8 +175,10 @@ def run_fedforest(command, job, summary_path, extra=()):
     cmd = [MPIEXEC, "-n", str(N_PARTIES + 1), PYTHON, "-m", "fedforest", command,
            "--config", job, "--summary-json", summary_path, *extra]
     t0 = time.perf_counter()
+    cpu0 = _children_cpu()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    cpu = _children_cpu() - cpu0
     if proc.returncode != 0 or not os.path.isfile(summary_path):
         sys.stderr.write(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n"
                          f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}\n")
@@ -181,7 +187,15 @@ def run_fedforest(command, job, summary_path, extra=()):
         raise SystemExit(1)
     with open(summary_path) as fh:
         summary = json.load(fh)
+    summary["job_cpu_seconds"] = cpu      # user + sys of every rank (and the launcher), whole job
     return summary, proc.stdout, wall
+
+
+def _children_cpu():
+    """user + sys seconds of this process's finished children (mpiexec and its ranks)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def federated(paths, folder, tag):
@@ -230,15 +244,24 @@ def fed_accuracy(pred_file, truth):
 # Peers (in this process, pooled data)
 # ---------------------------------------------------------------------------
 def time_fit_predict(model, train, test):
-    """Fit and predict timed separately, plus test accuracy."""
-    t0 = time.perf_counter()
+    """Fit and predict timed separately (the fit's wall and CPU seconds of all
+    its threads), plus test accuracy."""
+    t0, c0 = time.perf_counter(), time.process_time()
     model.fit(*train)
-    fit = time.perf_counter() - t0
+    fit, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
     t0 = time.perf_counter()
     pred = model.predict(test[0])
     predict = time.perf_counter() - t0
-    return {"fit_seconds": fit, "predict_seconds": predict,
+    return {"fit_seconds": fit, "fit_cpu_seconds": fit_cpu, "predict_seconds": predict,
             "accuracy": float((pred == test[1]).mean())}
+
+
+def run_single_process(train, test, trees, depth, feature_sampling):
+    """fedforest's ForestClassifier on the pooled columns (the federated forest's trees, one process)."""
+    from fedforest import ForestClassifier
+    model = ForestClassifier(n_estimators=trees, max_depth=depth, feature_sampling=feature_sampling,
+                             random_state=0, n_jobs=-1)
+    return time_fit_predict(model, train, test)
 
 
 #: share of the rows each XGBoost / LightGBM tree is grown on (drawn without
@@ -452,6 +475,7 @@ def main(argv=None):
     run_sklearn(warm_train, warm_test, 3, 4)
     run_xgboost(warm_train, warm_test, 3, 4)
     run_lightgbm(warm_train, warm_test, 3, 4)
+    run_single_process(warm_train, warm_test, 3, 4, args.feature_sampling)
     log("scikit-learn RandomForestClassifier (n_jobs=-1) on pooled data")
     t0 = time.perf_counter()
     sk = run_sklearn(train, test, args.trees, args.depth)
@@ -468,16 +492,27 @@ def main(argv=None):
     phases["lightgbm_seconds"] = time.perf_counter() - t0
     # the training ratios on a shared machine: more trainings and fits in turns, medians
     fed_times, xgb_times, lgb_times = [fed["train"]["train_seconds"]], [xg["fit_seconds"]], [lg["fit_seconds"]]
+    fed_cpu, xgb_cpu = [fed["train"]["job_cpu_seconds"]], [xg["fit_cpu_seconds"]]
+    single = run_single_process(train, test, args.trees, args.depth, args.feature_sampling)
+    single_times = [single["fit_seconds"]]
     for i in range(1, max(1, args.train_repeats)):
         s, _, _ = run_fedforest("train", paths["job"], os.path.join(bench_dir, f"summary-train-{i}.json"),
                                 ["--overwrite", "--model-dir", os.path.join(bench_dir, "model-repeat")])
         fed_times.append(s["train_seconds"])
-        xgb_times.append(run_xgboost(train, test, args.trees, args.depth)["fit_seconds"])
+        fed_cpu.append(s["job_cpu_seconds"])
+        x = run_xgboost(train, test, args.trees, args.depth)
+        xgb_times.append(x["fit_seconds"])
+        xgb_cpu.append(x["fit_cpu_seconds"])
         lgb_times.append(run_lightgbm(train, test, args.trees, args.depth)["fit_seconds"])
+        single_times.append(run_single_process(train, test, args.trees, args.depth,
+                                               args.feature_sampling)["fit_seconds"])
     shutil.rmtree(os.path.join(bench_dir, "model-repeat"), ignore_errors=True)
     log("  train seconds, federated: " + ", ".join(f"{v:.2f}" for v in fed_times)
         + "; XGBoost: " + ", ".join(f"{v:.2f}" for v in xgb_times)
-        + "; LightGBM: " + ", ".join(f"{v:.2f}" for v in lgb_times))
+        + "; LightGBM: " + ", ".join(f"{v:.2f}" for v in lgb_times)
+        + "; ForestClassifier (one process): " + ", ".join(f"{v:.2f}" for v in single_times))
+    log("  CPU seconds, federated job (every rank): " + ", ".join(f"{v:.2f}" for v in fed_cpu)
+        + "; XGBoost fit: " + ", ".join(f"{v:.2f}" for v in xgb_cpu))
 
     tr, po, pc = fed["train"], fed["oneshot"], fed["classical"]
     bytes_per_tree = tr.get("bytes_per_tree")
@@ -502,6 +537,14 @@ def main(argv=None):
         "train_ratio_vs_lightgbm": train_seconds / peer_seconds["lightgbm_rf"],
         "train_ratio_vs_fastest_peer": train_seconds / peer_seconds[fastest],
         "train_seconds_runs": fed_times,
+        "single_process_seconds": float(np.median(single_times)),
+        "single_process_seconds_runs": single_times,
+        "accuracy_single_process": single["accuracy"],
+        "single_process_ratio_vs_fastest_peer": float(np.median(single_times)) / peer_seconds[fastest],
+        "cpu_seconds_federated_job": float(np.median(fed_cpu)),
+        "cpu_seconds_xgboost_fit": float(np.median(xgb_cpu)),
+        "cpu_ratio_vs_xgboost": float(np.median(fed_cpu)) / float(np.median(xgb_cpu)),
+        "cpu_seconds_runs": {"federated_job": fed_cpu, "xgboost_fit": xgb_cpu},
         "xgboost_rf_seconds_runs": xgb_times,
         "lightgbm_rf_seconds_runs": lgb_times,
         "rounds_per_tree": tr["rounds_per_tree"],
@@ -526,6 +569,9 @@ def main(argv=None):
     targets = {
         "train_ratio_vs_sklearn": ("<= 0.5", res["train_ratio_vs_sklearn"] <= 0.5),
         "train_ratio_vs_xgboost": ("<= 1.5", res["train_ratio_vs_xgboost"] <= 1.5),
+        "train_ratio_vs_fastest_peer": ("<= 1.5", res["train_ratio_vs_fastest_peer"] <= 1.5),
+        "single_process_ratio_vs_fastest_peer": ("<= 1.0", res["single_process_ratio_vs_fastest_peer"] <= 1.0),
+        "cpu_ratio_vs_xgboost": ("<= 1.5", res["cpu_ratio_vs_xgboost"] <= 1.5),
         "rounds_per_tree": (f"<= {2 * depth} (2 x depth)", res["rounds_per_tree"] <= 2 * depth),
         "rounds_per_forest": (f"<= {2 * depth + 2} (2 x depth + set-up)",
                               res["rounds_per_forest"] is not None
@@ -537,7 +583,8 @@ def main(argv=None):
     order = ["train_seconds", "accuracy_fedforest", "sklearn_rf_seconds", "accuracy_sklearn_rf",
              "xgboost_rf_seconds", "accuracy_xgboost_rf", "lightgbm_rf_seconds", "accuracy_lightgbm_rf",
              "fastest_peer", "train_ratio_vs_sklearn", "train_ratio_vs_xgboost", "train_ratio_vs_lightgbm",
-             "train_ratio_vs_fastest_peer", "rounds_per_tree", "rounds_per_forest", "bytes_per_tree",
+             "train_ratio_vs_fastest_peer", "single_process_seconds", "single_process_ratio_vs_fastest_peer",
+             "cpu_seconds_federated_job", "cpu_seconds_xgboost_fit", "cpu_ratio_vs_xgboost", "rounds_per_tree", "rounds_per_forest", "bytes_per_tree",
              "predict_rounds",
              "predict_seconds_oneshot", "predict_seconds_classical", "predict_speedup_vs_classical",
              "oneshot_equals_classical"]
