@@ -43,6 +43,9 @@ def _flag_help(param, modes):
 def _add_flag(group, param, help_text):
     if param.is_paths:
         group.add_argument(param.flag, nargs="+", default=argparse.SUPPRESS, metavar="FILE", help=help_text)
+    elif param.is_texts:
+        group.add_argument(param.flag, nargs="+", type=str, default=argparse.SUPPRESS, metavar="TEXT",
+                           help=help_text)
     elif param.is_bool:
         group.add_argument(param.flag, nargs="?", const=True, type=parse_flag_value, default=argparse.SUPPRESS,
                            metavar="BOOL", help=help_text)
@@ -137,6 +140,7 @@ def _mode_in_file(config):
 
 # what predict reads; every other setting describes training and is the model's
 PREDICT_SETTINGS = {"mode", "task", "n_parties", "data", "id_column", "label_column", "model_dir", "output",
+                    "na_values", "categorical_columns",
                     "summary_json", "reply_timeout", "progress", "verbose", "quiet", "result_party",
                     "predict_method", "explain_row", "explain_trees"}
 
@@ -169,7 +173,7 @@ def cmd_predict(args):
     from .horizontal.common import predict_file
     if not isinstance(cfg.data, list) or len(cfg.data) != 1:
         raise InputError("data", "horizontal prediction reads one rows file (--data FILE)")
-    out = predict_file(cfg.model_dir, cfg.data[0], cfg.output, id_column=cfg.id_column)
+    out = predict_file(cfg.model_dir, cfg.data[0], cfg.output, id_column=cfg.id_column, na_values=cfg.na_values)
     if not cfg.quiet:
         note = f"; {out['n_unseen']} values of categories not seen in training" if out["n_unseen"] else ""
         print(f"predicted {out['n_rows']} rows; predictions written to {out['path']}{note}")
@@ -222,7 +226,7 @@ def cmd_modes(args):
 def cmd_evaluate(args):
     from .federation.metrics import evaluate_files, format_metrics
     metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task,
-                             positive_class=args.positive_class)
+                             positive_class=args.positive_class, na_values=args.na_values)
     print(format_metrics(metrics))
     if args.json:
         from .federation.files import write_summary
@@ -234,10 +238,12 @@ def cmd_split(args):
     from .data.split import split_file, split_rows_file
     if args.by == "rows":
         paths = split_rows_file(args.input, args.parties, args.label_column, args.out, args.scheme,
-                                args.alpha, args.test_size, args.seed, id_column=args.id_column)
+                                args.alpha, args.test_size, args.seed, id_column=args.id_column,
+                                na_values=args.na_values, categorical_columns=args.categorical_columns)
     else:
         paths = split_file(args.input, args.parties, args.id_column, args.label_column, args.out,
-                           label_party=args.label_party, test_size=args.test_size, seed=args.seed)
+                           label_party=args.label_party, test_size=args.test_size, seed=args.seed,
+                           na_values=args.na_values, categorical_columns=args.categorical_columns)
     for p in paths:
         print(p)
     return 0
@@ -350,6 +356,8 @@ def build_parser():
     p.add_argument("--positive-class", default=None,
                    help="the class whose F1 is reported for two classes (default: the last in sorted order)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
+    p.add_argument("--na-values", nargs="+", default=None, metavar="TEXT",
+                   help="cell texts of --truth that mean a missing label, besides 'NA' and an empty cell")
     p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("explain", help="a horizontal model as rules (and the rule of one row); a "
                                        "vertical model's feature importances as each rank knows them")
@@ -374,6 +382,10 @@ def build_parser():
     p.add_argument("--label-party", type=int, default=1, help="columns: the party that gets the label")
     p.add_argument("--test-size", type=float, default=0.0, help="also write test files with this share of rows")
     p.add_argument("--seed", type=int, default=0, help="seed of the split")
+    p.add_argument("--na-values", nargs="+", default=None, metavar="TEXT",
+                   help="cell texts that mean a missing value, besides 'NA' and an empty cell (e.g. ? -)")
+    p.add_argument("--categorical-columns", nargs="+", default=None, metavar="COLUMN",
+                   help="columns read as categories (text) even when their values are numbers")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=cmd_split)
     p = sub.add_parser("warm-up", help="compile the numba kernels now (make venv does it once after install)")

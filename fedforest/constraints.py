@@ -10,7 +10,8 @@ with one message format everywhere: ``"<name>: must be <description>, got <value
 * ``str``: any text;
 * :class:`Interval`: an int or real number in a range;
 * :class:`Options`: one of a fixed set of texts;
-* :class:`Paths`: a list of file paths (non-empty texts).
+* :class:`Paths`: a list of file paths (non-empty texts);
+* :class:`Texts`: a list of texts (names, tokens).
 """
 import math
 import numbers
@@ -97,6 +98,16 @@ class Paths:
 
     def describe(self):
         return "a list of file paths"
+
+
+class Texts:
+    """A list of texts (possibly empty; an entry may be empty, e.g. a token)."""
+
+    def accepts(self, v):
+        return isinstance(v, list) and all(isinstance(t, str) for t in v)
+
+    def describe(self):
+        return "a list of texts"
 
 
 def _accepts(c, v):

@@ -149,3 +149,21 @@ def test_damaged_vertical_model_files_are_refused_clearly(tmp_path, saved_models
         model_files.read_trees(str(folder), m["n_trees"])
     except InputError as exc:
         assert str(exc).startswith("model: ")
+
+
+@SETTINGS
+@given(numbers=st.lists(st.integers(-10**6, 10**6), min_size=30, max_size=40, unique=True),
+       token=st.sampled_from(["?", "-", "n/a", "missing", "x"]), where=st.data())
+def test_numbers_with_a_stray_token_are_refused_or_numeric_never_text(tmp_path, numbers, token, where):
+    """A column of at least 30 numbers with one stray token in up to 3 cells
+    of a CSV file (so >= 90% of the cells are numbers) is refused naming the
+    token and its first row; with the token in na_values it reads as numbers."""
+    rows = where.draw(st.sets(st.integers(0, len(numbers) - 1), min_size=1, max_size=3))
+    cells = [token if i in rows else str(v) for i, v in enumerate(numbers)]
+    path = _write(tmp_path, "t.csv", ("c\n" + "\n".join(cells) + "\n").encode())
+    with pytest.raises(InputError) as info:
+        read_table(path, None, "party 1")
+    assert repr(token) in str(info.value) and f"data row {min(rows) + 1}" in str(info.value).replace(
+        "data rows", "data row")
+    df = read_table(path, None, "party 1", na_values=[token])
+    assert df["c"].dtype.kind in "if" and int(df["c"].isna().sum()) == len(rows)

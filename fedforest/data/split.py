@@ -19,8 +19,10 @@ def split_columns(columns, n_parties, rng):
             for part in np.array_split(order, n_parties)]
 
 
-def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1, test_size=0.0, seed=0):
-    df = read_table(path, id_column, "input", require_id=False)
+def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1, test_size=0.0, seed=0,
+               na_values=None, categorical_columns=None):
+    df = read_table(path, id_column, "input", require_id=False, na_values=na_values,
+                    categorical_columns=categorical_columns, label_column=label_column)
     if label_column not in df.columns:
         raise InputError("input", f"{path!r} has no label column {label_column!r}")
     if id_column not in df.columns:
@@ -48,13 +50,14 @@ def split_file(path, n_parties, id_column, label_column, out_dir, label_party=1,
 
 
 def split_rows_file(path, n_clients, label_column, out_dir, scheme="iid", alpha=0.5, test_size=0.0,
-                    seed=0, id_column="id"):
+                    seed=0, id_column="id", na_values=None, categorical_columns=None):
     """Per-client row files ``client<k>.csv`` (and ``client<k>-test.csv`` with
     a random ``test_size`` share of each client's rows) from one table.  Every
     file keeps the ``id_column`` (created from row numbers 1..n when the table
     lacks it), so predictions can be joined with the true labels."""
     from .partition import dirichlet_partition, iid_partition
-    df = read_table(path, id_column, "input", require_id=False)
+    df = read_table(path, id_column, "input", require_id=False, na_values=na_values,
+                    categorical_columns=categorical_columns, label_column=label_column)
     if label_column not in df.columns:
         raise InputError("input", f"{path!r} has no label column {label_column!r}")
     if id_column not in df.columns:

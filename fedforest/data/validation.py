@@ -24,6 +24,9 @@ def encode_labels(y, task, what="y"):
     y = np.asarray(y)
     if y.ndim != 1:
         raise InputError(what, f"must be 1-D, got shape {y.shape}")
+    if y.shape[0] < 2:
+        rows = "only 1 row (one sample)" if y.shape[0] == 1 else f"{y.shape[0]} rows"
+        raise InputError(what, f"{rows} to train on; training needs at least 2 rows")
     if task == REGRESSION:
         try:
             yf = y.astype(np.float64)

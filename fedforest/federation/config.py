@@ -17,7 +17,7 @@ import numbers
 import os
 import sys
 
-from ..constraints import Interval, Options, Paths, check
+from ..constraints import Interval, Options, Paths, Texts, check
 from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
 from .mode import HORIZONTAL, Param
@@ -43,6 +43,11 @@ JOB_PARAMS = (
           families=(HORIZONTAL,)),
     Param("id_column", "id", (str,), "name of the ID column", text=True),
     Param("label_column", None, (None, str), "name of the label column (required for training)", text=True),
+    Param("na_values", None, (None, Texts()),
+          "cell texts that mean a missing value in every table of the job, besides 'NA' and an empty "
+          "cell (e.g. ['?', '-'])", text=True),
+    Param("categorical_columns", None, (None, Texts()),
+          "feature columns read as categories (text) even when their values are numbers", text=True),
     Param("model_dir", "fedforest-model", (str,), "folder of the model files", path=True),
     Param("overwrite", False, (bool,), "replace a model already in model_dir"),
     Param("output", "predictions.csv", (str,), "predictions file written by predict", path=True),

@@ -6,11 +6,16 @@ from ..data.io import read_table
 from ..errors import InputError
 
 
-def evaluate_files(predictions, truth, id_column, label_column, task=None, positive_class=None):
+def evaluate_files(predictions, truth, id_column, label_column, task=None, positive_class=None,
+                   na_values=None):
     """Metrics of a predictions file (``prediction`` and, for classification,
-    ``proba_<class>`` columns) against the labels of ``truth``, joined by ID."""
-    pred = read_table(predictions, id_column, "predictions")
-    true = read_table(truth, id_column, "truth")
+    ``proba_<class>`` columns) against the labels of ``truth``, joined by ID
+    (``na_values``: texts that mean a missing value in ``truth``; its
+    feature columns, if any, are not read)."""
+    pred = read_table(predictions, id_column, "predictions", na_values=[], categorical_columns=[],
+                      check_types=False)
+    true = read_table(truth, id_column, "truth", na_values=na_values or [], categorical_columns=[],
+                      label_column=label_column, check_types=False)
     if label_column not in true.columns:
         raise InputError("truth", f"{truth!r} has no label column {label_column!r}")
     if "prediction" not in pred.columns:

@@ -22,7 +22,7 @@ import gc
 import importlib
 from dataclasses import dataclass, field
 
-from ..constraints import Paths, describe
+from ..constraints import Paths, Texts, describe
 from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
 
@@ -57,6 +57,10 @@ class Param:
     @property
     def is_paths(self):
         return any(isinstance(c, Paths) for c in self.constraints)
+
+    @property
+    def is_texts(self):
+        return any(isinstance(c, Texts) for c in self.constraints)
 
     @property
     def is_bool(self):

@@ -40,7 +40,8 @@ DEFAULT_PORT = 7700
 DEFAULT_CONNECT_TIMEOUT = 300.0
 # settings that are each party's own: the master neither sends nor decides them (a job
 # message that names one is refused), and a party takes them from its own file only
-LOCAL = ("data", "test_data", "id_column", "model_dir", "output", "summary_json", "overwrite", "resume",
+LOCAL = ("data", "test_data", "id_column", "na_values", "categorical_columns", "model_dir", "output",
+         "summary_json", "overwrite", "resume",
          "n_jobs", "encrypt_workers", "progress", "verbose", "quiet")
 PARTY_JOB_KEYS = LOCAL + ("label_column",)
 # paths a party writes (or reads a model from): inside its [policy] base_dir
@@ -379,7 +380,8 @@ def _offered(cfg, rank, policy, family):
     columns are always kept)."""
     from ..data.io import read_table
     path = cfg.data[rank - 1]
-    df = read_table(path, cfg.id_column, f"party {rank}", require_id=False)
+    df = read_table(path, cfg.id_column, f"party {rank}", require_id=False, na_values=cfg.na_values or [],
+                    categorical_columns=cfg.categorical_columns or [], label_column=cfg.label_column)
     keep = [cfg.id_column, cfg.label_column]
     missing = [c for c in policy.columns if c not in df.columns]
     if missing:

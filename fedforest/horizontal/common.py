@@ -118,7 +118,7 @@ def client_setup(comm, cfg, tree_type, task="classification"):
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
     same_setting("tree_type", field_of(msg, protocol.LOAD, "tree_type"), tree_type)
     same_setting("task", field_of(msg, protocol.LOAD, "task"), task)
-    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
+    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
     info = table.describe(tree_type, task)
     comm.send(SERVER, info)
     setup = protocol.expect(comm.recv(SERVER), protocol.SETUP)
@@ -130,7 +130,7 @@ def client_setup(comm, cfg, tree_type, task="classification"):
     X, y = enc.features(table.X, what), enc.labels(table.y, what)
     test = None
     if cfg.test_data:
-        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
+        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
         test = (enc.features(tt.X, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
     return setup, enc, X, y, test
 
@@ -169,12 +169,19 @@ def category_codes(col, index, unseen):
     return lookup[codes]          # the sentinel -1 picks the last entry: missing
 
 
+def table_settings(cfg):
+    """How a job's tables are read: its ``na_values`` and ``categorical_columns``."""
+    return {"na_values": cfg.na_values, "categorical_columns": cfg.categorical_columns}
+
+
 class ClientTable:
     """One client's rows: features (DataFrame) and labels."""
 
-    def __init__(self, path, rank, label_column, id_column, need_label=True):
+    def __init__(self, path, rank, label_column, id_column, need_label=True, categorical_columns=None,
+                 na_values=None):
         what = client_what(rank)
-        df = read_table(path, id_column, what, require_id=False)
+        df = read_table(path, id_column, what, require_id=False, categorical_columns=categorical_columns,
+                        na_values=na_values, label_column=label_column)
         df.columns = [str(c) for c in df.columns]
         if need_label and label_column not in df.columns:
             raise InputError(what, f"{path!r} has no label column {label_column!r}")
@@ -300,6 +307,10 @@ def agree(infos, tree_type, task="classification"):
             raise InputError(client_what(r), f"has other columns than client {ranks[0]}: missing {missing}, "
                                        f"unexpected {extra}")
     columns = first["columns"]
+    n_rows = sum(n for n in (infos[r].get("n_rows") for r in ranks) if isinstance(n, int))
+    if n_rows < 2:
+        raise InputError("data", f"the clients' tables hold {n_rows} row{'' if n_rows == 1 else 's'} in all; "
+                                 "training needs at least 2 rows")
     classes = sorted({c for r in ranks for c in infos[r]["classes"]})
     if task == "classification" and len(classes) < 2:
         raise InputError("labels", f"all clients together have only the class(es) {classes}; "
@@ -834,11 +845,17 @@ def _mode_of(doc):
     return mode
 
 
-def predict_file(model_dir, data, output, label_column=None, id_column="id"):
+def _text_columns(enc):
+    """The columns a model codes as categories: read as text at prediction."""
+    return [c for c, cats in zip(enc.columns, enc.categories or [None] * len(enc.columns)) if cats is not None]
+
+
+def predict_file(model_dir, data, output, label_column=None, id_column="id", na_values=None):
     """Predict one rows file with a saved horizontal model; writes ``output``."""
     doc = load_model(model_dir)
     enc = doc["encoding"]
-    table = ClientTable(data, 0, label_column or doc["label_column"], id_column, need_label=False)
+    table = ClientTable(data, 0, label_column or doc["label_column"], id_column, need_label=False,
+                        categorical_columns=_text_columns(enc), na_values=na_values)
     X = enc.features(table.X, "data")
     proba = _mode_of(doc).role("predict_proba")(doc, X)
     df = pd.DataFrame({id_column: table.ids if table.ids is not None else np.arange(X.shape[0])})
@@ -861,7 +878,8 @@ def explain_model(model_dir, data=None, row=None, id_column="id"):
     enc = doc["encoding"]
     X = raw = None
     if data is not None and row is not None:
-        table = ClientTable(data, 0, doc["label_column"], id_column, need_label=False)
+        table = ClientTable(data, 0, doc["label_column"], id_column, need_label=False,
+                            categorical_columns=_text_columns(enc))
         if not 0 <= row < table.X.shape[0]:
             raise InputError("row", f"must be in 0..{table.X.shape[0] - 1}, got {row}")
         X = enc.features(table.X.iloc[[row]], "data")

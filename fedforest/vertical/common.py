@@ -54,7 +54,9 @@ class PartyTable:
 
     def __init__(self, cfg, rank, source, columns=None, categories=None, label_column=None):
         what = party_what(rank)
-        df = source if not isinstance(source, str) else read_table(source, cfg.id_column, what)
+        df = source if not isinstance(source, str) else read_table(
+            source, cfg.id_column, what, na_values=cfg.na_values, categorical_columns=cfg.categorical_columns,
+            label_column=label_column or cfg.label_column)
         if source is not df:
             df = df.copy()
         df.columns = [str(c) for c in df.columns]

@@ -22,7 +22,7 @@ from ...tree import hoeffding as ht
 from ..common import (MISSING, SERVER, ClientTable, Encoding, bad_message, check_categories, check_clients,
                       check_model_folder, check_world, client_dir, client_what, field_of, job_seed, job_seed_of,
                       log, message_encoding, number_array, same_setting, same_settings, save_model, server_dir,
-                      text_of, whole_number)
+                      table_settings, text_of, whole_number)
 
 LEARN = "learn_chunk"        # server -> client: (adopt this tree,) predict then learn your next chunk
 SEND_CHUNK = "send_chunk"    # server -> client (centralized): send your next chunk's rows
@@ -182,7 +182,7 @@ def aggregate(states, strategy, merge_mode="delta", predictions=None):
 def _read_proxy(cfg):
     if not cfg.proxy_data:
         return None
-    df = read_table(cfg.proxy_data, None, "proxy_data")
+    df = read_table(cfg.proxy_data, None, "proxy_data", **table_settings(cfg))
     df.columns = [str(c) for c in df.columns]
     if df.shape[0] == 0:
         raise InputError("proxy_data", f"{cfg.proxy_data!r} has no rows")
@@ -330,7 +330,7 @@ def client_train(comm, cfg):
     _connect(comm, cfg)
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
     same_setting("n_bins", field_of(msg, protocol.LOAD, "n_bins"), cfg.n_bins)
-    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column)
+    table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
     if table.X.shape[0] == 0:
         raise InputError(what, f"{cfg.data[rank - 1]!r} has no rows")
     info = describe(table, cfg.n_bins)
@@ -344,7 +344,7 @@ def client_train(comm, cfg):
         codes, y = codes[perm], y[perm]
     test = None
     if cfg.test_data:
-        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column)
+        tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
         test = (to_codes(encode_rows(tt.X, enc, f"{what} test data"), edges), enc.labels(tt.y, f"{what} test data"))
     parts = chunks(y.size, cfg.rounds)
     model = ht.EFDT(schema, len(enc.classes), **settings)
