@@ -119,12 +119,14 @@ def cmd_train(args):
 
 
 def model_mode(model_dir):
-    """The mode a saved model was trained with (vertical: a master folder with
-    its manifest; horizontal: the mode in model.json), None when ``model_dir``
+    """The mode a saved model was trained with (vertical: the mode in the
+    master's manifest; horizontal: the mode in model.json), None when ``model_dir``
     holds neither."""
     import os
     if os.path.isfile(os.path.join(model_dir, "master", "manifest.json")):
-        return "vertical"
+        from .vertical.model_files import read_manifest
+        mode = read_manifest(os.path.join(model_dir, "master"), "master model").get("mode", "vertical")
+        return mode if isinstance(mode, str) else "vertical"
     from .horizontal.common import client_folders, load_model
     if not (os.path.isfile(os.path.join(model_dir, "server", "model.json"))
             or os.path.isfile(os.path.join(model_dir, "model.json")) or client_folders(model_dir)):

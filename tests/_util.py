@@ -15,6 +15,20 @@ VENV_BIN = os.path.dirname(sys.executable)
 TREE_KEYS = ("children_left", "children_right", "feature", "threshold", "missing_left", "value")
 
 
+def make_table(task, n_classes, seed, n=300, n_features=9, nan_share=0.05):
+    """A synthetic table with ties (values rounded) and missing cells."""
+    from sklearn.datasets import make_classification, make_regression
+    if task == "classification":
+        X, y = make_classification(n, n_features, n_informative=5, n_classes=n_classes,
+                                   n_clusters_per_class=1, random_state=seed)
+    else:
+        X, y = make_regression(n, n_features, n_informative=5, noise=5.0, random_state=seed)
+    rng = np.random.default_rng(seed)
+    X = np.round(X, 2)  # ties in values exercise the tie rules
+    X[rng.random(X.shape) < nan_share] = np.nan
+    return X, y
+
+
 def party_frames(X, y, groups, label_party=0, ids=None, label="y"):
     """One DataFrame per party: id + its columns (+ the label on ``label_party``)."""
     ids = [f"row-{i:05d}" for i in range(X.shape[0])] if ids is None else ids

@@ -229,7 +229,47 @@ def test_mpi_unknown_mode_and_a_key_of_another_mode_exit_2_before_any_work(tmp_p
     proc = mpirun(3, ["train", "--config", job, "--label-privacy", "paillier"])
     out = _check(proc, ok=False)
     assert proc.returncode == 2
-    assert "key 'label_privacy' is a setting of mode 'vertical' (table [forest]); mode 'icdta4fl' does not " \
-           "use it" in out
+    assert "key 'label_privacy' is a setting of mode 'vertical' (table [forest]), mode 'vertical_boost' " \
+           "(table [boost]); mode 'icdta4fl' does not use it" in out
     assert out.count("error:") == 1, out
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("n_parties", [2, 4])
+def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties):
+    """--mode vertical_boost under mpiexec: train, then predict (the model knows its
+    mode) equal the single-process BoostClassifier on the pooled columns."""
+    from fedforest import BoostClassifier
+    X, y = _data(40 + n_parties)
+    groups = _groups(n_parties)
+    frames = party_frames(X, y, groups, label_party=n_parties - 1)
+    paths = []
+    for p, f in enumerate(frames, start=1):
+        f.to_csv(tmp_path / f"party{p}.csv", index=False)
+        paths.append(f"party{p}.csv")
+    job = tmp_path / "job.toml"
+    job.write_text(f'[job]\nmode = "vertical_boost"\ntask = "classification"\ndata = {paths!r}\n'
+                   f'label_column = "y"\nmodel_dir = "model"\nprogress = false\n'
+                   f'summary_json = "train.json"\n[boost]\nn_estimators = 8\nmax_depth = 4\n'
+                   f'subsample = 0.8\nrandom_state = 3\n'.replace("'", '"'))
+    out = _check(mpirun(n_parties + 1, ["train", "--config", str(job)]))
+    assert "boosted 8 rounds (24 trees)" in out
+    summary = json.loads((tmp_path / "train.json").read_text())
+    assert summary["rounds_per_boosting_round"] <= 2 * 4 + 1
+    order = [c for g in groups for c in g]
+    est = BoostClassifier(n_estimators=8, max_depth=4, subsample=0.8, random_state=3).fit(X[:, order], y)
+    offsets = np.concatenate(([0], np.cumsum([len(g) for g in groups])))
+    assert_same_trees(complete_trees(str(tmp_path / "model"), n_parties, offsets),
+                      [t for r in est.estimators_ for t in r])
+    test_paths = [str(tmp_path / p) for p in paths]
+    pred_job = tmp_path / "predict.toml"
+    pred_job.write_text(f'[job]\ndata = {test_paths!r}\nmodel_dir = "model"\nprogress = false\n'
+                        .replace("'", '"'))
+    out = _check(mpirun(n_parties + 1, ["predict", "--config", str(pred_job), "--output",
+                                        str(tmp_path / "pred.csv")]))
+    assert "(oneshot, 1 round)" in out
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    rows = [int(i.split("-")[1]) for i in pred["id"]]
+    got = pred[[f"proba_{c}" for c in est.classes_]].to_numpy()
+    assert np.array_equal(got, est.predict_proba(X[:, order])[rows])
+    assert (pred["prediction"].to_numpy() == est.predict(X[:, order])[rows]).all()

@@ -6,14 +6,20 @@ different columns; one party holds the label.
 * :mod:`.encrypted_labels`: the growers of the Paillier label-privacy mode;
 * :mod:`.model_files`: the ``fedforest-vertical`` model format;
 * :mod:`.estimator`: :class:`ForestClassifier` / :class:`ForestRegressor`, the
-  same algorithm in one process on pooled columns.
+  same algorithm in one process on pooled columns;
+* :mod:`.boosting`, :mod:`.boost_roles`, :mod:`.boost_estimator`: gradient
+  boosting on the same grower, transport path and model format.
 
-This module declares the mode (``--mode vertical``, settings in ``[forest]``).
+This module declares the two modes: ``--mode vertical`` (the forest, settings
+in ``[forest]``) and ``--mode vertical_boost`` (settings in ``[boost]``).
 """
 from ..constraints import MAX_TREES, Interval, Options
 from ..errors import InputError
 from ..federation.mode import VERTICAL, Mode, Param
 from ..tree.params import HELP, PARAMETER_CONSTRAINTS, ForestParams
+from .boost_params import CONSTRAINTS as BOOST_CONSTRAINTS
+from .boost_params import HELP as BOOST_HELP
+from .boost_params import BoostParams
 
 _TEXT = ("criterion", "split_method", "feature_sampling")
 
@@ -54,6 +60,20 @@ PARAMS = tuple(
 )
 
 
+# the boosting mode: XGBoost-named settings, then the job settings it shares with the forest
+_SHARED = ("master_full_model", "n_jobs", "resume", "result_party", "predict_method", "explain_row",
+           "explain_trees")
+BOOST_PARAMS = tuple(
+    Param(name, getattr(BoostParams(), name), BOOST_CONSTRAINTS[name], BOOST_HELP[name],
+          text=name == "split_method")
+    for name in BoostParams.names()
+) + (
+    Param("label_privacy", "plain", (Options("plain"),),
+          "'plain': the master computes gradients from the labels and sends them to the parties",
+          text=True),
+) + tuple(p for p in PARAMS if p.name in _SHARED)
+
+
 def _check(cfg):
     cfg.check_parties("party")
     if cfg.result_party > cfg.n_parties:
@@ -70,5 +90,10 @@ MODE = Mode(
     summary="Federated Forest: parties hold different columns of the same rows",
     params=PARAMS, impl="fedforest.vertical.roles", check=_check,
     roles=("server_train", "client_train", "server_predict", "client_predict", "warm_up"))
-MODES = (MODE,)
-__all__ = ["MODE", "MODES", "forest_params"]
+BOOST_MODE = Mode(
+    name="vertical_boost", family=VERTICAL, table="boost",
+    summary="gradient-boosted trees on the Federated Forest's vertical core (XGBoost's settings)",
+    params=BOOST_PARAMS, impl="fedforest.vertical.boost_roles", check=_check,
+    roles=("server_train", "client_train", "server_predict", "client_predict", "warm_up"))
+MODES = (MODE, BOOST_MODE)
+__all__ = ["MODE", "BOOST_MODE", "MODES", "forest_params"]

@@ -6,40 +6,21 @@ one process: the same grower, parties' split search, subsample and column
 draws as the federated mode, so they are its reference for losslessness.
 Settings are named as XGBoost's scikit-learn estimators name them.
 """
-import numbers
-
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
-from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options, check
+from ..constraints import Interval, check
 from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
-from ..errors import InputError
 from ..tree.builder import LocalParties, SplitSettings, merge_partials, tree_seeds
 from ..tree.format import node_values
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import prepare_X
 from ..tree.threads import set_threads
 from . import boosting as B
+from .boost_params import CONSTRAINTS as BOOST_CONSTRAINTS
 from .estimator import TableEstimator, check_sample_weight
 
-_REAL = numbers.Real
-CONSTRAINTS = {
-    "n_estimators": (Interval(int, 1, MAX_TREES),),
-    "learning_rate": (Interval(_REAL, 0, None, closed="neither"),),
-    "max_depth": (Interval(int, 1, MAX_DEPTH),),
-    "min_child_weight": (Interval(_REAL, 0, None),),
-    "reg_lambda": (Interval(_REAL, 0, None),),
-    "gamma": (Interval(_REAL, 0, None),),
-    "subsample": (Interval(_REAL, 0, 1, closed="right"),),
-    "colsample_bytree": (Interval(_REAL, 0, 1, closed="right"),),
-    "max_bins": (Interval(int, 2, 255),),
-    "base_score": (None, Interval(_REAL, None, None)),
-    "early_stopping_rounds": (None, Interval(int, 1)),
-    "validation_fraction": (Interval(_REAL, 0, 1, closed="neither"),),
-    "random_state": (None, Interval(int, 0)),
-    "split_method": (Options("hist", "exact"),),
-    "n_jobs": (None, Interval(int, 1), Interval(int, None, -1)),
-}
+CONSTRAINTS = dict(BOOST_CONSTRAINTS, n_jobs=(None, Interval(int, 1), Interval(int, None, -1)))
 
 
 class _BaseBoost(TableEstimator):
@@ -89,7 +70,7 @@ class _BaseBoost(TableEstimator):
             objective, target = B.SQUARED_ERROR, np.asarray(codes, dtype=np.float64)
         seed = params.random_state if params.random_state is not None else \
             int(np.random.SeedSequence().entropy % (2 ** 63))
-        train, valid = _holdout(X.shape[0], params, seed)
+        train, valid = B.holdout(X.shape[0], params, seed)
         rounds, base, best, history = boost(X, target, weight, objective, classes.size if
                                             self._task == CLASSIFICATION else 1, params, seed, train, valid)
         self.estimators_ = rounds
@@ -131,18 +112,6 @@ class BoostRegressor(RegressorMixin, _BaseBoost):
 
     def predict(self, X):
         return B.predict_output(self.objective_, self.decision_function(X))
-
-
-def _holdout(n_rows, params, seed):
-    """Training and validation rows (validation only with early stopping)."""
-    if params.early_stopping_rounds is None:
-        return np.arange(n_rows), None
-    n_valid = int(round(params.validation_fraction * n_rows))
-    if not 1 <= n_valid < n_rows:
-        raise InputError("validation_fraction", f"holds out {n_valid} of {n_rows} rows; early stopping "
-                                                "needs at least one row on each side")
-    order = np.random.default_rng([seed, 1]).permutation(n_rows)
-    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
 
 def margins(rounds, base, X, split_method):

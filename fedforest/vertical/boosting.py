@@ -17,12 +17,12 @@ model format, the one-round prediction and the encrypted statistics need no
 second kind of tree; a multi-output tree would carry ``2 K`` statistics per
 row and vector leaves.
 """
-from dataclasses import dataclass, fields
-
 import numpy as np
 
-from ..tree.builder import EPSILON, PartySplitter, TreeGrower, bad_message, shown
-from ..tree.params import ForestParams
+from ..errors import InputError
+from ..tree.builder import (EPSILON, LocalParties, PartySplitter, SplitSettings, TreeGrower, bad_message,
+                            shown)
+from .boost_params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
 LOGISTIC = "binary:logistic"
@@ -30,47 +30,6 @@ SOFTMAX = "multi:softprob"
 OBJECTIVES = (SQUARED_ERROR, LOGISTIC, SOFTMAX)
 MIN_HESSIAN = 1e-16     # the least hessian of a row (logistic and softmax), as XGBoost keeps it
 MIN_LOSS_CHANGE = 1e-6  # a split must reduce the loss by more than this (XGBoost's kRtEps)
-
-
-@dataclass
-class BoostParams:
-    """Boosting settings, named as XGBoost names them where they mean the same."""
-    n_estimators: int = 100
-    learning_rate: float = 0.3
-    max_depth: int = 6
-    min_child_weight: float = 1.0
-    reg_lambda: float = 1.0
-    gamma: float = 0.0
-    subsample: float = 1.0
-    colsample_bytree: float = 1.0
-    max_bins: int = 255
-    base_score: float = None
-    early_stopping_rounds: int = None
-    validation_fraction: float = 0.1
-    random_state: int = None
-    split_method: str = "hist"
-
-    @classmethod
-    def names(cls):
-        return [f.name for f in fields(cls)]
-
-    def grower_params(self):
-        """The forest settings the shared grower reads, for one boosting tree."""
-        return GrowerParams(n_estimators=1, criterion="newton", max_depth=self.max_depth,
-                            min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                            min_impurity_decrease=float(self.gamma), max_features=float(self.colsample_bytree),
-                            bootstrap=False, max_samples=None, random_state=self.random_state, class_weight=None,
-                            split_method=self.split_method, max_bins=self.max_bins, feature_sampling="tree",
-                            reg_lambda=float(self.reg_lambda), min_child_weight=float(self.min_child_weight),
-                            subsample=float(self.subsample))
-
-
-@dataclass
-class GrowerParams(ForestParams):
-    """:class:`ForestParams` with the boosting settings the grower needs."""
-    reg_lambda: float = 1.0
-    min_child_weight: float = 1.0
-    subsample: float = 1.0
 
 
 # --------------------------------------------------------------------------- objectives
@@ -148,6 +107,18 @@ def predict_output(objective, margin):
     return softmax(margin)
 
 
+def holdout(n_rows, params, seed):
+    """Training and validation rows (validation only with early stopping)."""
+    if params.early_stopping_rounds is None:
+        return np.arange(n_rows), None
+    n_valid = int(round(params.validation_fraction * n_rows))
+    if not 1 <= n_valid < n_rows:
+        raise InputError("validation_fraction", f"holds out {n_valid} of {n_rows} rows; early stopping "
+                                                "needs at least one row on each side")
+    order = np.random.default_rng([seed, 1]).permutation(n_rows)
+    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+
+
 # --------------------------------------------------------------------------- the grower's side
 class GradientLabels:
     """Per-row statistics of one boosting tree: ``(h, g, 0)`` times the row's
@@ -223,3 +194,20 @@ class BoostGrower(TreeGrower):
     def _leaf_values(self, stats, weight):
         return (-stats[:, 1] / (stats[:, 0] + self.s.reg_lambda))[:, None]
 
+
+
+_WARM = set()
+
+
+def warm_up(split_method):
+    """Load (or compile) the boosting growth kernels (the Newton criterion) for
+    this process on a tiny problem (once per process and split method)."""
+    if split_method in _WARM:
+        return
+    X = np.array([[0.0, 1.0], [1.0, np.nan], [2.0, 0.0], [3.0, 1.0]])
+    params = BoostParams(n_estimators=1, max_depth=2, min_child_weight=0.0,
+                         split_method=split_method).grower_params()
+    settings = SplitSettings(params, 4, False, 1, 2)
+    labels = GradientLabels(np.array([-1.0, -0.5, 0.5, 1.0]), np.ones(4))
+    BoostGrower(LocalParties([BoostSplitter(X, settings)]), labels, params, settings, [2]).grow(0)
+    _WARM.add(split_method)

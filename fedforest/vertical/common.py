@@ -10,6 +10,7 @@ from tqdm import tqdm
 from ..data.io import check_ids, encode_features, read_table
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
+from ..federation.files import write_summary
 from ..logs import status
 from . import model_files
 
@@ -26,6 +27,14 @@ def progress_bar(cfg, **kw):
 
 def plural_rounds(n):
     return f"{n} round" + ("" if n == 1 else "s")
+
+
+def report_training(cfg, summary):
+    """Name every rank's model folder, write the summary file; returns the summary."""
+    log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
+                                            for r, d in summary["model_dirs"].items()))
+    write_summary(cfg.summary_json, summary)
+    return summary
 
 
 def check_world(comm, cfg):

@@ -21,21 +21,28 @@ from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
 from ..federation.files import write_summary
-from . import explain, forest_params, model_files, protocol
+from . import boosting, explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
-                     peak_rss_mb, plural_rounds, progress_bar)
+                     peak_rss_mb, plural_rounds, progress_bar, report_training)
 
-def master_train(comm, cfg):
-    """Master side of training; returns a summary dict."""
-    t_start = time.perf_counter()
-    cfg.check_train()
-    params = validate(forest_params(cfg), cfg.task)
+
+class Opening:
+    """What the opening steps of a vertical training job established."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def open_training(comm, cfg, params):
+    """The steps every vertical training job starts with, the forest's and
+    boosting's alike: the parties read their tables and describe them (one of
+    them must hold the label), check their model folders for this job (the
+    first tree to grow: 0, or where a checkpoint ends), and align their rows
+    by ID.  Returns an :class:`Opening`; nothing is written yet."""
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
-    if cfg.label_privacy == "paillier":
-        _check_paillier(params, cfg)
     comm.handshake()
-    infos = comm.exchange({r: {"op": protocol.LOAD, "label_column": cfg.label_column,
+    infos = comm.exchange({r: {"op": protocol.LOAD, "mode": cfg.spec.name, "label_column": cfg.label_column,
                                "label_privacy": cfg.label_privacy} for r in comm.clients})
     holders = [r for r in comm.clients if infos[r]["has_label"]]
     if len(holders) != 1:
@@ -61,7 +68,22 @@ def master_train(comm, cfg):
         random_state = previous["random_state_used"] if start else \
             int(np.random.SeedSequence().entropy % (2 ** 63))
     n_rows, lost = master_align(comm, cfg, {r: infos[r]["n_rows"] for r in comm.clients})
-    label_party = holders[0]
+    return Opening(infos=infos, label_party=holders[0], feature_counts=feature_counts, job_id=job_id,
+                   my_dir=my_dir, start=start, previous=previous, run_id=run_id,
+                   random_state=random_state, n_rows=n_rows, lost=lost)
+
+
+def master_train(comm, cfg):
+    """Master side of training; returns a summary dict."""
+    t_start = time.perf_counter()
+    cfg.check_train()
+    params = validate(forest_params(cfg), cfg.task)
+    if cfg.label_privacy == "paillier":
+        _check_paillier(params, cfg)
+    job = open_training(comm, cfg, params)
+    feature_counts, job_id, my_dir = job.feature_counts, job.job_id, job.my_dir
+    start, run_id, random_state, n_rows, lost = job.start, job.run_id, job.random_state, job.n_rows, job.lost
+    label_party = job.label_party
     is_clf = cfg.task == CLASSIFICATION
     common = {"op": protocol.SETUP, "start": start, "job_id": job_id, "run_id": run_id,
               "params": params.to_dict(), "task": cfg.task}
@@ -84,7 +106,8 @@ def master_train(comm, cfg):
         # validation is complete: from here on work starts and files get written
         comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings.to_dict()))
     manifest = {
-        "role": "master", "rank": 0, "n_parties": cfg.n_parties, "job_id": job_id, "run_id": run_id,
+        "role": "master", "rank": 0, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,
+        "run_id": run_id,
         "task": cfg.task,
         "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
         "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
@@ -142,10 +165,7 @@ def master_train(comm, cfg):
         summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)}, batches of {batch} trees)")
-    log(cfg, "model files: " + "; ".join(f"{'master' if r == 0 else f'party {r}'}: {d}"
-                                            for r, d in summary["model_dirs"].items()))
-    write_summary(cfg.summary_json, summary)
-    return summary
+    return report_training(cfg, summary)
 
 
 def _check_paillier(params, cfg):
@@ -242,16 +262,24 @@ def master_predict(comm, cfg):
     rounds0 = comm.rounds
     t0 = time.perf_counter()
     leaves = [] if cfg.explain_row is not None else None
+    boost = manifest.get("boost")
+    # a forest averages its trees; boosting trees add to the margin of their output
+    # (tree t of a round to output t % n_outputs)
+    outputs = None if boost is None else (np.arange(len(trees)) % boost["n_outputs"],
+                                          np.asarray(boost["base_margin"], dtype=np.float64))
     if cfg.predict_method == "oneshot":
-        values = _predict_oneshot(comm, cfg, trees, n_rows, leaves)
+        values = _predict_oneshot(comm, cfg, trees, n_rows, leaves, outputs)
     else:
-        values = _predict_classical(comm, cfg, trees, n_rows, leaves)
+        values = _predict_classical(comm, cfg, trees, n_rows, leaves, outputs)
     seconds = time.perf_counter() - t0
     predict_rounds = comm.rounds - rounds0
     path = None
     if leaves is not None:
         path = _explain_path(comm, cfg, manifest, trees, leaves)
-    values /= len(trees)
+    if boost is None:
+        values /= len(trees)
+    else:
+        values = boosting.predict_output(boost["objective"], values).reshape(n_rows, -1)
     is_clf = manifest["task"] == CLASSIFICATION
     msg = {"op": protocol.RESULT}
     if is_clf:
@@ -294,13 +322,30 @@ def _explain_path(comm, cfg, manifest, trees, leaves):
     return lines
 
 
-def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None):
+def _sums(trees, n_rows, outputs):
+    """The starting sums of the trees' leaf values, and how to add one tree's:
+    zeros and every column (a forest's trees), or the base margins and column
+    ``columns[i]`` (boosting trees; ``outputs = (columns, base margins)``)."""
+    if outputs is None:
+        values = np.zeros((n_rows, trees[0]["value"].shape[1]))
+
+        def add(i, rows, v):
+            values[rows] += v
+    else:
+        columns, base = outputs
+        values = np.tile(base, (n_rows, 1))
+
+        def add(i, rows, v):
+            values[rows, columns[i]] += v[..., 0]
+    return values, add
+
+
+def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None, outputs=None):
     """Algorithm 4: one collective round for the whole forest."""
     comm.scatter({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
     per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
-    width = trees[0]["value"].shape[1]
-    values = np.zeros((n_rows, width))
+    values, add = _sums(trees, n_rows, outputs)
     bar = progress_bar(cfg, total=len(trees), desc="combining leaf sets", unit="tree")
     # intersections in parallel blocks of trees, sums in tree order
     block = 4 * max(1, numba_threads.threads())
@@ -308,7 +353,7 @@ def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None):
         ids = range(b0, min(b0 + block, len(trees)))
         found = predict.in_threads(lambda i: leaf_positions(n_rows, per_party, i, leaf_lists[i].size), ids)
         for i, pos in zip(ids, found):
-            values += trees[i]["value"][leaf_lists[i][pos]]
+            add(i, slice(None), trees[i]["value"][leaf_lists[i][pos]])
             if leaves is not None:
                 leaves.append(int(leaf_lists[i][pos][0]))
         bar.update(len(ids))
@@ -316,17 +361,16 @@ def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None):
     return values
 
 
-def _predict_classical(comm, cfg, trees, n_rows, leaves=None):
+def _predict_classical(comm, cfg, trees, n_rows, leaves=None, outputs=None):
     """Node-by-node prediction: one round trip to the owning party per split node."""
     comm.bcast({"op": protocol.CLASSICAL})
-    width = trees[0]["value"].shape[1]
-    values = np.zeros((n_rows, width))
+    values, add = _sums(trees, n_rows, outputs)
     for i, t in enumerate(progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree")):
         stack = [(0, np.arange(n_rows, dtype=np.int64))]
         while stack:
             node, rows = stack.pop()
             if t["children_left"][node] < 0:
-                values[rows] += t["value"][node]
+                add(i, rows, t["value"][node])
                 if leaves is not None and rows.size:
                     leaves.append(int(node))
                 continue

@@ -51,6 +51,15 @@ def write_trees(folder, trees):
                        for index, arrays in trees])
 
 
+def drop_trees(folder, keep, stored):
+    """Delete the tree files ``keep .. stored - 1`` (early stopping keeps the
+    best round's trees; write the manifest that counts ``keep`` trees first)."""
+    for index in range(keep, stored):
+        path = _tree_path(folder, index)
+        if os.path.exists(path):
+            os.unlink(path)
+
+
 def read_manifest(folder, what="model"):
     path = os.path.join(folder, MANIFEST)
     if not os.path.isfile(path):

@@ -46,15 +46,19 @@ def _crash_point(rank):
     return n if r == rank else None
 
 
-def party_train(comm, cfg):
-    """Party side of training."""
+def open_training(comm, cfg):
+    """A party's side of the steps every vertical training job starts with
+    (:func:`fedforest.vertical.master.open_training`): read and describe its
+    table, check its model folder for this job, align its rows by ID.
+    Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``."""
     rank = comm.rank
-    cfg.check_train()
-    params = validate(forest_params(cfg), cfg.task)
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
     msg = expect(comm.recv(MASTER), protocol.LOAD)
+    if msg.get("mode") != cfg.spec.name:
+        raise InputError("mode", f"the master runs mode {str(msg.get('mode'))[:40]!r}; party {rank} "
+                                 f"runs {cfg.spec.name!r}")
     if msg.get("label_privacy") != cfg.label_privacy:
         raise InputError("label_privacy", f"party {rank} requires {cfg.label_privacy!r} but the master "
                                           f"runs {str(msg.get('label_privacy'))[:40]!r}")
@@ -78,21 +82,30 @@ def party_train(comm, cfg):
                               f"party {rank} model_dir")
     comm.send(MASTER, {"n_trees": n_done})
     positions = party_align(comm, rank, table.ids, cfg.n_parties)
-    n_rows = positions.shape[0]
-    X = table.X[positions]
+    table.y = None if table.y is None else table.y[positions]
+    return table, job_id, folder, n_done, table.X[positions]
+
+
+def party_train(comm, cfg):
+    """Party side of training."""
+    rank = comm.rank
+    cfg.check_train()
+    params = validate(forest_params(cfg), cfg.task)
+    table, job_id, folder, n_done, X = open_training(comm, cfg)
+    n_rows = X.shape[0]
     msg = comm.recv(MASTER)
     held = None
     if table.has_label:  # the master asks the label holder, and only it, for its labels
         if cfg.label_privacy == "paillier":
-            held = _encrypt_labels(comm, cfg, expect(msg, protocol.ENCRYPT_LABELS), table.y[positions])
+            held = _encrypt_labels(comm, cfg, expect(msg, protocol.ENCRYPT_LABELS), table.y)
         else:
             expect(msg, protocol.SEND_LABELS)
-            y = label_array(table.y[positions], cfg.task, f"label column {cfg.label_column!r}")
+            y = label_array(table.y, cfg.task, f"label column {cfg.label_column!r}")
             comm.send(MASTER, {"y": y})
             held = {"y": y}
         msg = comm.recv(MASTER)
     setup = expect(msg, protocol.SETUP)
-    start = _check_setup(setup, cfg, params, rank, job_id, n_done, folder)
+    start = check_setup(setup, cfg, params, rank, job_id, n_done, folder)
     is_clf = cfg.task == CLASSIFICATION
     if held is not None and "y" in held:  # plain mode: the codes the master makes of them
         held["codes"], held["classes"] = encode_labels(held["y"], cfg.task,
@@ -119,7 +132,7 @@ def party_train(comm, cfg):
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(settings.split_method, settings.is_classification)
     manifest = {
-        "role": "party", "rank": rank, "n_parties": cfg.n_parties, "job_id": job_id,
+        "role": "party", "rank": rank, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,
         "run_id": setup["run_id"],
         "task": cfg.task, "params": params.to_dict(), "columns": table.columns,
         "categories": table.categories, "has_label": table.has_label,
@@ -130,7 +143,18 @@ def party_train(comm, cfg):
     }
     if start == 0:
         model_files.clear(folder)
-    crash_after = _crash_point(rank)
+    return serve_growth(comm, splitter, manifest, folder, start, batch)
+
+
+def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None, on_op=None):
+    """A party's training loop, the forest's and boosting's alike: grow the
+    trees the master's batch messages ask for (at most ``batch`` trees from
+    the last stored one), store each batch's trees at its commit (trees and
+    manifest on disk before the reply counts them), stop at ``done``.
+    ``on_commit(trees, reply)`` adds to a commit's reply; ``on_op`` maps
+    further ops to ``handler(msg, n_stored) -> (reply, n_stored)``."""
+    n_estimators = manifest["n_estimators"]
+    crash_after = _crash_point(comm.rank)
     t = start
     bytes0 = comm.bytes_sent
     failing = None
@@ -146,6 +170,10 @@ def party_train(comm, cfg):
                                                     complete=t == manifest["n_estimators"]))
             comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
+        if on_op is not None and op in on_op:
+            reply, t = on_op[op](msg, t)
+            comm.send(MASTER, reply)
+            continue
         if op not in (builder.GROW, builder.COMMIT):
             raise ProtocolError(f"protocol error: unexpected {op!r}")
         _check_batch_trees(msg.get("trees"), t, min(t + batch, n_estimators), op == builder.COMMIT)
@@ -165,6 +193,8 @@ def party_train(comm, cfg):
             model_files.write_manifest(folder, dict(manifest, n_trees=t,
                                                     complete=t == manifest["n_estimators"]))
             reply["n_trees"] = t
+            if on_commit is not None:
+                on_commit([tree for _, tree in done], reply)
         comm.send(MASTER, reply)
 
 
@@ -174,7 +204,7 @@ def _hex_id(value, name):
     return value
 
 
-def _check_setup(setup, cfg, params, rank, job_id, n_done, folder):
+def check_setup(setup, cfg, params, rank, job_id, n_done, folder):
     """The job facts of the setup message, against the party's own; returns the
     first tree to grow.  Training restarts from tree 0 over this party's
     checkpoint only when the party itself allows it (overwrite)."""

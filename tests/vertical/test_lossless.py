@@ -1,24 +1,15 @@
 """The federated run equals the centralized run of the same algorithm, tree for tree."""
 import numpy as np
 import pytest
-from sklearn.datasets import make_classification, make_regression
 
 from fedforest import ForestClassifier, ForestRegressor
 from fedforest.jobs import run_vertical
 
-from _util import assert_same_trees, complete_trees, party_frames, random_groups
+from _util import assert_same_trees, complete_trees, make_table, party_frames, random_groups
 
 
 def _data(task, n_classes, seed, n=300, n_features=9, nan_share=0.05):
-    if task == "classification":
-        X, y = make_classification(n, n_features, n_informative=5, n_classes=n_classes,
-                                   n_clusters_per_class=1, random_state=seed)
-    else:
-        X, y = make_regression(n, n_features, n_informative=5, noise=5.0, random_state=seed)
-    rng = np.random.default_rng(seed)
-    X = np.round(X, 2)  # ties in values exercise the tie rules
-    X[rng.random(X.shape) < nan_share] = np.nan
-    return X, y
+    return make_table(task, n_classes, seed, n, n_features, nan_share)
 
 
 CASES = [

@@ -1,0 +1,173 @@
+"""The federated boosting job (``--mode vertical_boost``) grows the trees the
+single-process BoostClassifier / BoostRegressor grows on the pooled columns,
+tree for tree, for any column split over 1-4 parties; prediction, early
+stopping and resume keep that identity."""
+import numpy as np
+import pytest
+
+from fedforest import BoostClassifier, BoostRegressor, InputError, RemoteError
+from fedforest.jobs import run_job
+from fedforest.vertical import model_files as model_io
+
+from _util import assert_same_trees, complete_trees, make_table, party_frames, random_groups
+
+
+def _data(task, n_classes, seed, n=300, n_features=8, nan_share=0.05):
+    return make_table(task, n_classes, seed, n, n_features, nan_share)
+
+
+def _estimator(task, params):
+    return (BoostClassifier if task == "classification" else BoostRegressor)(**params)
+
+
+def _boost(command, frames, **options):
+    return run_job(command, frames, mode="vertical_boost", **options)
+
+
+def _without_label(frames):
+    return [f.drop(columns=["y"]) if "y" in f else f for f in frames]
+
+
+def _split(X, y, n_parties, seed, label_party):
+    groups = random_groups(X.shape[1], n_parties, np.random.default_rng(seed))
+    order = [c for g in groups for c in g]
+    offsets = np.concatenate(([0], np.cumsum([len(g) for g in groups])))
+    return party_frames(X, y, groups, label_party=label_party), order, offsets
+
+
+CASES = [
+    # task, classes, parties, split method, extra settings
+    ("classification", 2, 1, "hist", {}),
+    ("classification", 2, 2, "exact", {"subsample": 0.7, "reg_lambda": 3.0}),
+    ("classification", 3, 3, "hist", {"colsample_bytree": 0.6, "min_child_weight": 2.0}),
+    ("classification", 4, 4, "hist", {"gamma": 0.5, "learning_rate": 0.5}),
+    ("regression", 1, 1, "exact", {}),
+    ("regression", 1, 2, "hist", {"subsample": 0.8, "colsample_bytree": 0.5, "base_score": 3.0}),
+    ("regression", 1, 4, "hist", {"max_depth": 5, "max_bins": 16}),
+]
+
+
+@pytest.mark.parametrize("task,n_classes,n_parties,method,extra", CASES)
+def test_federated_boosting_equals_single_process(tmp_path, task, n_classes, n_parties, method, extra):
+    seed = 7 * n_parties + n_classes
+    X, y = _data(task, n_classes, seed)
+    frames, order, offsets = _split(X, y, n_parties, seed, label_party=n_parties - 1)
+    params = dict(dict(n_estimators=6, max_depth=3, random_state=seed, split_method=method), **extra)
+    md = str(tmp_path / "model")
+    s = _boost("train", frames, task=task, label_column="y", model_dir=md, **params)
+    k_out = n_classes if n_classes > 2 else 1
+    assert s["n_trees"] == 6 * k_out and s["n_rounds"] == 6
+    # the trees of a round grow together: two exchanges per level and the commit
+    assert s["rounds_per_boosting_round"] <= 2 * params["max_depth"] + 1
+    est = _estimator(task, params).fit(X[:, order], y)
+    reference = [t for trees in est.estimators_ for t in trees]
+    trees = complete_trees(md, n_parties, offsets)
+    assert_same_trees(trees, reference)
+    assert sum(int((t["children_left"] >= 0).sum()) for t in trees) >= 6   # the trees split
+
+    expected = est.predict_proba(X[:, order]) if task == "classification" else est.predict(X[:, order])
+    for how in ("oneshot", "classical"):
+        out = _boost("predict", _without_label(frames), model_dir=md, predict_method=how,
+                     output=str(tmp_path / f"pred-{how}.csv"))
+        values = out["values"] if task == "classification" else out["values"][:, 0]
+        assert np.array_equal(values, expected), how
+        if how == "oneshot":
+            assert out["rounds"] == 1
+    if task == "classification":
+        assert np.array_equal(out["prediction"], est.predict(X[:, order]))
+
+
+def test_early_stopping_keeps_the_best_round_as_the_single_process_does(tmp_path):
+    X, y = _data("classification", 2, 3, n=400, nan_share=0.0)
+    y = np.where(np.random.default_rng(3).random(y.size) < 0.25, 1 - y, y)   # noisy labels overfit
+    frames, order, offsets = _split(X, y, 2, 3, label_party=0)
+    params = dict(n_estimators=60, max_depth=4, learning_rate=0.8, random_state=1,
+                  early_stopping_rounds=3, validation_fraction=0.25)
+    md = str(tmp_path / "model")
+    s = _boost("train", frames, task="classification", label_column="y", model_dir=md, **params)
+    est = BoostClassifier(**params).fit(X[:, order], y)
+    assert s["best_iteration"] == est.best_iteration_ < 59
+    assert s["n_rounds"] == est.best_iteration_ + 1
+    assert np.allclose(s["validation_loss"], est.evals_result_, rtol=0, atol=0)
+    assert_same_trees(complete_trees(md, 2, offsets), [t for r in est.estimators_ for t in r])
+    # every rank keeps exactly the best round's trees, and the model is complete
+    for rank in range(3):
+        folder = model_io.party_dir(md, rank)
+        manifest = model_io.read_manifest(folder)
+        assert manifest["complete"] and manifest["n_trees"] == s["n_trees"]
+        kept = len([f for f in (tmp_path / "model" / folder.rsplit("/", 1)[1] / "trees").iterdir()])
+        assert kept == s["n_trees"]
+
+
+@pytest.mark.parametrize("early_stopping", [None, 50])
+def test_resume_after_a_party_failure_gives_the_uninterrupted_model(tmp_path, monkeypatch, early_stopping):
+    X, y = _data("classification", 3, 4, n=250, nan_share=0.0)
+    frames, order, offsets = _split(X, y, 2, 4, label_party=1)
+    md = str(tmp_path / "model")
+    opts = dict(task="classification", label_column="y", model_dir=md, n_estimators=5, max_depth=3,
+                random_state=9, subsample=0.8, early_stopping_rounds=early_stopping)
+    monkeypatch.setenv("FEDFOREST_FAULT_CRASH", "2:7")   # party 2 stores 7 trees: two rounds of 3 and one tree
+    with pytest.raises(RemoteError) as err:
+        _boost("train", frames, **opts)
+    assert err.value.rank == 2
+    manifest = model_io.read_manifest(model_io.party_dir(md, 0))
+    assert manifest["n_trees"] == 6 and not manifest["complete"]
+    monkeypatch.delenv("FEDFOREST_FAULT_CRASH")
+    s = _boost("train", frames, resume=True, **opts)
+    assert s["trees_built"] == 9 - (s["n_rounds"] < 5) * 3 * (5 - s["n_rounds"])
+    params = {k: v for k, v in opts.items() if k not in ("task", "label_column", "model_dir")}
+    est = BoostClassifier(**params).fit(X[:, order], y)
+    assert_same_trees(complete_trees(md, 2, offsets), [t for r in est.estimators_ for t in r])
+    if early_stopping:
+        assert s["validation_loss"] == est.evals_result_
+
+
+def test_a_party_of_another_mode_is_refused_before_any_work(tmp_path):
+    from fedforest.transport.inprocess import run_inprocess
+    from fedforest.federation.config import resolve
+    from fedforest.vertical import boost_roles, party
+
+    X, y = _data("regression", 1, 0, n=60)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    base = dict(task="regression", label_column="y", model_dir=str(tmp_path / "m"), data=frames,
+                progress=False, quiet=True)
+    boost_cfg = resolve(None, dict(base, mode="vertical_boost"))
+    forest_cfg = resolve(None, dict(base, mode="vertical"))
+    with pytest.raises(RemoteError, match="master runs mode 'vertical_boost'"):
+        run_inprocess(2, lambda c: boost_roles.server_train(c, boost_cfg),
+                      lambda c: party.party_train(c, forest_cfg))
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("setting,value,message", [
+    ("learning_rate", 0, "learning_rate"),
+    ("subsample", 1.5, "subsample"),
+    ("max_bins", 300, "max_bins"),
+    ("label_privacy", "secret", "label_privacy"),
+    ("criterion", "gini", "criterion"),
+])
+def test_bad_settings_stop_before_any_work(tmp_path, setting, value, message):
+    X, y = _data("regression", 1, 0, n=60)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    with pytest.raises(InputError, match=message):
+        _boost("train", frames, task="regression", label_column="y", model_dir=str(tmp_path / "m"),
+               **{setting: value})
+    assert not (tmp_path / "m").exists()
+
+
+def test_explain_row_and_importances_of_a_boosted_model(tmp_path, capsys):
+    from fedforest.vertical import explain
+    X, y = _data("classification", 2, 5, n=200, nan_share=0.0)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]], label_party=1)
+    md = str(tmp_path / "model")
+    _boost("train", frames, task="classification", label_column="y", model_dir=md, n_estimators=4,
+           max_depth=3, random_state=0)
+    text = explain.describe(md, None)
+    assert "party 1" in text and "party 2" in text
+    capsys.readouterr()
+    out = _boost("predict", _without_label(frames), model_dir=md, explain_row="row-00007",
+                 explain_trees=2, output=str(tmp_path / "p.csv"))
+    printed = capsys.readouterr().out
+    assert "decision path of row 'row-00007'" in printed
+    assert "[party 1]" in printed or "[party 2]" in printed
+    assert out["values"].shape == (1, 2)
