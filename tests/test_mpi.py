@@ -235,10 +235,11 @@ def test_mpi_unknown_mode_and_a_key_of_another_mode_exit_2_before_any_work(tmp_p
     assert not (tmp_path / "model").exists()
 
 
-@pytest.mark.parametrize("n_parties", [2, 4])
-def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties):
+@pytest.mark.parametrize("n_parties,privacy", [(2, "plain"), (4, "plain"), (3, "paillier")])
+def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties, privacy):
     """--mode vertical_boost under mpiexec: train, then predict (the model knows its
-    mode) equal the single-process BoostClassifier on the pooled columns."""
+    mode) equal the single-process BoostClassifier on the pooled columns, with
+    gradients in the clear or Paillier-encrypted."""
     from fedforest import BoostClassifier
     X, y = _data(40 + n_parties)
     groups = _groups(n_parties)
@@ -251,11 +252,14 @@ def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties):
     job.write_text(f'[job]\nmode = "vertical_boost"\ntask = "classification"\ndata = {paths!r}\n'
                    f'label_column = "y"\nmodel_dir = "model"\nprogress = false\n'
                    f'summary_json = "train.json"\n[boost]\nn_estimators = 8\nmax_depth = 4\n'
-                   f'subsample = 0.8\nrandom_state = 3\n'.replace("'", '"'))
+                   f'subsample = 0.8\nrandom_state = 3\nlabel_privacy = "{privacy}"\n'
+                   f'key_length = 512\ninsecure_key = true\n'.replace("'", '"'))
     out = _check(mpirun(n_parties + 1, ["train", "--config", str(job)]))
     assert "boosted 8 rounds (24 trees)" in out
     summary = json.loads((tmp_path / "train.json").read_text())
-    assert summary["rounds_per_boosting_round"] <= 2 * 4 + 1
+    # two exchanges per level and the commit; encrypted: also the round's gradients and
+    # the last leaves' statistics
+    assert summary["rounds_per_boosting_round"] <= 2 * 4 + (1 if privacy == "plain" else 3)
     order = [c for g in groups for c in g]
     est = BoostClassifier(n_estimators=8, max_depth=4, subsample=0.8, random_state=3).fit(X[:, order], y)
     offsets = np.concatenate(([0], np.cumsum([len(g) for g in groups])))

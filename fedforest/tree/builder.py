@@ -919,7 +919,7 @@ class TreeGrower:
         self._begin_tree(tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
-        pending = [self._begin_message(counts, cw) for _ in range(n_parties)]
+        pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
         while True:
             tree.col["count"][children] = np.diff(np.vstack(tree.bounds(children)), axis=0)[0]
             cand = children[self._may_split(tree, children)]
@@ -981,8 +981,8 @@ class TreeGrower:
         pass
 
     # -- hooks of a kind of tree (forest trees here; boosting trees override them)
-    def _begin_message(self, counts, cw):
-        """What a party needs to begin a tree: its draws and class weights."""
+    def _begin_message(self, counts, cw, party):
+        """What party ``party`` (index) needs to begin a tree: its draws and class weights."""
         return {"counts": counts, "class_weight": cw}
 
     def _searchable(self, tree, cand):

@@ -61,16 +61,18 @@ PARAMS = tuple(
 
 
 # the boosting mode: XGBoost-named settings, then the job settings it shares with the forest
-_SHARED = ("master_full_model", "n_jobs", "resume", "result_party", "predict_method", "explain_row",
+_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "label_randomness", "master_full_model",
+           "n_jobs", "resume", "result_party", "predict_method", "explain_row",
            "explain_trees")
 BOOST_PARAMS = tuple(
     Param(name, getattr(BoostParams(), name), BOOST_CONSTRAINTS[name], BOOST_HELP[name],
           text=name == "split_method")
     for name in BoostParams.names()
 ) + (
-    Param("label_privacy", "plain", (Options("plain"),),
-          "'plain': the master computes gradients from the labels and sends them to the parties",
-          text=True),
+    Param("label_privacy", "paillier", (Options("plain", "paillier"),),
+          "'paillier': the label holder computes the gradients and sends them only Paillier-encrypted "
+          "under the master's key (needs split_method 'hist'); 'plain': the master computes them from "
+          "the labels and sends them in the clear", text=True),
 ) + tuple(p for p in PARAMS if p.name in _SHARED)
 
 
@@ -78,6 +80,16 @@ def _check(cfg):
     cfg.check_parties("party")
     if cfg.result_party > cfg.n_parties:
         raise InputError("result_party", f"must be a party rank in 1..{cfg.n_parties}, got {cfg.result_party!r}")
+
+
+def _check_boost(cfg):
+    _check(cfg)
+    if cfg.label_privacy == "paillier":
+        from ..crypto.paillier import check_key_length
+        check_key_length(cfg.key_length, cfg.insecure_key)
+        if cfg.split_method != "hist":
+            raise InputError("split_method", "label_privacy = 'paillier' needs split_method = 'hist' "
+                                             "(encrypted gradients are summed per histogram bin)")
 
 
 def forest_params(cfg):
@@ -93,7 +105,7 @@ MODE = Mode(
 BOOST_MODE = Mode(
     name="vertical_boost", family=VERTICAL, table="boost",
     summary="gradient-boosted trees on the Federated Forest's vertical core (XGBoost's settings)",
-    params=BOOST_PARAMS, impl="fedforest.vertical.boost_roles", check=_check,
+    params=BOOST_PARAMS, impl="fedforest.vertical.boost_roles", check=_check_boost,
     roles=("server_train", "client_train", "server_predict", "client_predict", "warm_up"))
 MODES = (MODE, BOOST_MODE)
 __all__ = ["MODE", "BOOST_MODE", "MODES", "forest_params"]

@@ -33,7 +33,7 @@ from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree import criterion, splitter
 from ..tree.binning import MISSING_BIN
-from ..tree.builder import (EPSILON, PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message, check_fields,
+from ..tree.builder import (PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message, check_fields,
                             gain_scale, int_array, min_leaf_weight, node_list, shown)
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
@@ -266,11 +266,13 @@ class LabelHolderSplitter(PartySplitter):
         nodes = msg["nodes"]
         reply = super()._find(msg) if nodes.size else {"gain": np.empty(0)}
         tree = self._tree["nodes"]
-        stat_nodes = msg["stat_nodes"]
-        ints = node_int_stats(self.spec, self.codes, self._tree["counts"], tree.rows,
-                              *tree.bounds(stat_nodes))
+        ints = self._node_ints(tree.rows, *tree.bounds(msg["stat_nodes"]))
         reply["stats"] = self.key.serialize(self.key.encrypt_many(self.spec.pack_values(ints)))
         return reply
+
+    def _node_ints(self, rows, starts, ends):
+        """The exact integer statistics of nodes, in the slot layout."""
+        return node_int_stats(self.spec, self.codes, self._tree["counts"], rows, starts, ends)
 
 
 class EncryptedHistSplitter(PartySplitter):
@@ -451,6 +453,10 @@ class PaillierGrower(TreeGrower):
             self._family[left] = (p, right)
             self._family[right] = (p, left)
 
+    def _to_float(self, ints):
+        """Float statistics of decrypted slot sums (the tree's label mode may rescale them)."""
+        return self.spec.to_float(ints)
+
     def _decrypt(self, blocks, n_values, what):
         cts = self.key.public.deserialize(blocks, what)
         if len(cts) != self.spec.n_ciphertexts(n_values):
@@ -507,7 +513,7 @@ class PaillierGrower(TreeGrower):
             raise ProtocolIntegrityError(f"node statistics of party {lh + 1} do not match the "
                                          "bootstrap weights; the ciphertexts were altered or made "
                                          "under another key")
-        stats = self.spec.to_float(ints)
+        stats = self._to_float(ints)
         w, imp = criterion.stats_weight_impurity(stats, self.s.is_classification, self.s.crit,
                                                  self.s.reg_lambda)
         self._set_stats(tree, children, stats, w, imp)
@@ -515,7 +521,7 @@ class PaillierGrower(TreeGrower):
         if not cand.size:
             self._store = {}
             return cand, None, pending
-        keep = tree.col["impurity"][cand] > EPSILON
+        keep = self._searchable(tree, cand)
         nodes = cand[keep]
         gains = np.full((n_parties, nodes.size), -np.inf)
         gains[lh] = replies[lh].take("gain", cand.size)[keep]
@@ -579,7 +585,7 @@ class PaillierGrower(TreeGrower):
         cnts = np.empty((len(pairs), N_SLOTS_BIN), dtype=np.int64)
         for k, (i, f) in enumerate(pairs):
             h, cn = store[(p, int(nodes[i]), f)]
-            hists[k] = self.spec.to_float(h)
+            hists[k] = self._to_float(h)
             cnts[k] = cn
         pn = np.array([i for i, _ in pairs], dtype=np.int32)
         pf = np.array([f for _, f in pairs], dtype=np.int32)

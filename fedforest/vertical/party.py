@@ -271,7 +271,7 @@ def _check_batch_trees(trees, first, end, commit):
         raise bad_message(f"'trees' names trees outside the batch being grown ({first} to {end - 1})")
 
 
-def _public_key(data, cfg):
+def public_key(data, cfg):
     """The master's Paillier public key, of the length this party's settings ask."""
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
             and 0 < data.size <= 16_384 // 8):
@@ -288,7 +288,7 @@ def _encrypt_labels(comm, cfg, msg, y):
     """The label holder: encode and encrypt its labels under the master's key."""
     what = f"label column {cfg.label_column!r}"
     codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
-    public = _public_key(msg.get("public_key"), cfg)
+    public = public_key(msg.get("public_key"), cfg)
     params = validate(forest_params(cfg), cfg.task)
     n = codes.shape[0]
     n_total = resolve_max_samples(params.max_samples, n) if params.bootstrap else n
@@ -325,7 +325,7 @@ def _encrypt_labels(comm, cfg, msg, y):
 def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total):
     """The splitter of a party in the encrypted-label mode."""
     is_clf = settings.is_classification
-    public = _public_key(setup.get("public_key"), cfg)
+    public = public_key(setup.get("public_key"), cfg)
     if held is not None:
         if public.fingerprint != held["public"].fingerprint:
             raise InputError(f"party {rank}", "the master's public key changed during setup")

@@ -22,7 +22,7 @@ def test_tables_are_unique_and_owners_found():
     tables = [m.table for m in reg.modes()]
     assert len(tables) == len(set(tables))
     assert {m.name for m in reg.owners("max_depth")} >= {"vertical", "icdta4fl", "fedxgbllr"}
-    assert [m.name for m in reg.owners("label_privacy")] == ["vertical"]
+    assert [m.name for m in reg.owners("label_privacy")] == ["vertical", "vertical_boost"]
 
 
 def test_register_refuses_duplicates_and_unknown_modes():

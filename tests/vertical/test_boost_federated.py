@@ -21,7 +21,12 @@ def _estimator(task, params):
 
 
 def _boost(command, frames, **options):
+    if command == "train":
+        options.setdefault("label_privacy", "plain")
     return run_job(command, frames, mode="vertical_boost", **options)
+
+
+PAILLIER = dict(label_privacy="paillier", key_length=512, insecure_key=True)
 
 
 def _without_label(frames):
@@ -171,3 +176,48 @@ def test_explain_row_and_importances_of_a_boosted_model(tmp_path, capsys):
     assert "decision path of row 'row-00007'" in printed
     assert "[party 1]" in printed or "[party 2]" in printed
     assert out["values"].shape == (1, 2)
+
+
+ENCRYPTED_CASES = [
+    # task, classes, parties, label party, extra settings
+    ("classification", 2, 1, 0, {}),
+    ("classification", 2, 2, 1, {"subsample": 0.7, "label_randomness": "own"}),
+    ("classification", 3, 3, 0, {"colsample_bytree": 0.6}),
+    ("regression", 1, 2, 0, {"early_stopping_rounds": 2, "validation_fraction": 0.2}),
+    ("regression", 1, 4, 2, {"max_bins": 16, "gamma": 1.0}),
+]
+
+
+@pytest.mark.parametrize("task,n_classes,n_parties,label_party,extra", ENCRYPTED_CASES)
+def test_encrypted_gradients_grow_the_plain_and_single_process_trees(tmp_path, task, n_classes, n_parties,
+                                                                     label_party, extra):
+    seed = 5 * n_parties + n_classes
+    X, y = _data(task, n_classes, seed, n=200)
+    frames, order, offsets = _split(X, y, n_parties, seed, label_party=label_party)
+    params = dict(dict(n_estimators=4, max_depth=3, random_state=seed), **extra)
+    opts = dict(task=task, label_column="y", **params)
+    enc = _boost("train", frames, model_dir=str(tmp_path / "enc"), **PAILLIER, **opts)
+    plain = _boost("train", frames, model_dir=str(tmp_path / "plain"), **opts)
+    assert enc["label_privacy"] == "paillier" and enc["key_length"] == 512
+    assert enc["n_trees"] == plain["n_trees"] and enc["best_iteration"] == plain["best_iteration"]
+    if n_parties > 1:
+        assert enc["decrypts_per_tree"] > 0
+    trees = complete_trees(str(tmp_path / "enc"), n_parties, offsets)
+    assert_same_trees(trees, complete_trees(str(tmp_path / "plain"), n_parties, offsets))
+    single = {k: v for k, v in params.items() if k != "label_randomness"}
+    est = _estimator(task, single).fit(X[:, order], y)
+    assert_same_trees(trees, [t for r in est.estimators_ for t in r])
+    out = _boost("predict", _without_label(frames), model_dir=str(tmp_path / "enc"),
+                 output=str(tmp_path / "p.csv"))
+    expected = est.predict_proba(X[:, order]) if task == "classification" else est.predict(X[:, order])
+    assert np.array_equal(out["values"] if task == "classification" else out["values"][:, 0], expected)
+
+
+def test_encrypted_mode_refuses_short_keys_and_exact_splits_before_any_work(tmp_path):
+    X, y = _data("regression", 1, 0, n=60)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    for bad, message in [(dict(label_privacy="paillier", key_length=512), "key_length"),
+                         (dict(PAILLIER, split_method="exact"), "split_method")]:
+        with pytest.raises(InputError, match=message):
+            _boost("train", frames, task="regression", label_column="y", model_dir=str(tmp_path / "m"), **bad)
+    assert not (tmp_path / "m").exists()
