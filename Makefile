@@ -35,12 +35,14 @@ bench: $(VENV)/.test-installed
 	$(PY) experiments/bench_startup.py
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py --dense-rows 100000
+	$(PY) experiments/bench_vertical_boost.py
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
 
 experiments: $(VENV)/.test-installed
 	$(PY) experiments/lossless_vs_sklearn.py
+	$(PY) experiments/vertical_boost_vs_xgboost.py
 	$(PY) experiments/icdta4fl_tables.py
 	$(PY) experiments/icdta4fl_cart.py
 	$(PY) experiments/scaling_vertical.py
