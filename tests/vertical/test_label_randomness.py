@@ -39,6 +39,32 @@ def test_factors_are_uniform_enough_to_hide_equal_plaintexts(keys):
     assert 0.4 < bits.mean() < 0.6
 
 
+def test_factors_cover_every_nth_power_evenly():
+    """Toy primes: the fixed-base factors take every n-th power mod p² and mod q²
+    (the subgroups of order p - 1 and q - 1), about equally often, as r^n of a
+    uniform r does."""
+    p, q = 1019, 1187
+    factors = P._crt_factors(p, q, 30_000)
+    for prime in (p, q):
+        group = {pow(x, prime, prime * prime) for x in range(1, prime)}
+        seen = np.unique([f % (prime * prime) for f in factors], return_counts=True)
+        assert set(seen[0].tolist()) == group
+        expected = len(factors) / len(group)
+        assert seen[1].min() > 0.25 * expected and seen[1].max() < 2.5 * expected
+
+
+def test_fixed_base_powers_equal_modular_powers(keys):
+    import secrets
+    _, priv = keys
+    p = gmpy2.mpz(priv._key.p)
+    base = P._generator_base(p)
+    table = P._power_table(base, p * p, int(p - 1).bit_length())
+    for a in [0, 1, 255, 256, int(p) - 2] + [secrets.randbelow(int(p) - 1) for _ in range(20)]:
+        assert P._fixed_power(table, a, p * p) == gmpy2.powmod(base, a, p * p)
+    big = gmpy2.next_prime(P.TRIAL_BOUND)   # not searched for
+    assert P._small_prime_factors(2 * 3 * 3 * 7 * big) == [2, 3, 7]
+
+
 def test_repeated_or_invalid_factors_are_refused(keys):
     pub, priv = keys
     f = priv.randomness(2)
