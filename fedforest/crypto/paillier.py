@@ -10,7 +10,7 @@ phe's object layer.
 Encryption is the textbook scheme with ``g = n + 1``:
 ``Enc(m) = (1 + m n) · r^n mod n²`` with a fresh uniformly random ``r``;
 no reused randomness.  The factor ``r^n mod n²`` is the expensive part; the
-key holder can compute it about thirty times faster with the CRT and
+key holder can compute it several times faster with the CRT and
 fixed-base tables (:meth:`PrivateKey.randomness`) and hand it to an encrypting party
 (:meth:`PublicKey.encrypt_with`), see docs/protocol.md.
 

@@ -207,6 +207,12 @@ class BoostSplitter(PartySplitter):
     def _statistics(self, msg):
         return GradientLabels(msg["grad"], msg["hess"]).tree_stats(msg["counts"], None)
 
+    def _begin(self, msg):
+        super()._begin(msg)
+        # gradients and hessians lie on an exact grid (gradients()): every sum, and a
+        # parent's histogram minus a child's, is exact, so subtraction changes no bit
+        self._tree["subtract"] = True
+
     def _check_begin(self, msg):
         begin = super()._check_begin(msg)
         for key in ("grad", "hess"):

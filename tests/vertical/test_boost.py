@@ -157,3 +157,27 @@ def test_a_party_refuses_bad_gradients(change, match):
     from fedforest.transport.base import ProtocolError
     with pytest.raises(ProtocolError, match=match):
         _party().handle(_begin(**change))
+
+
+def test_histogram_subtraction_changes_no_tree(monkeypatch):
+    """Gradients on the exact grid make parent - sibling histograms bit-equal to
+    direct ones: the trees with and without subtraction are identical."""
+    X, y = make_classification(4000, 8, n_informative=5, n_classes=3, random_state=4)
+    X[::5, 1] = np.nan
+    kw = dict(n_estimators=6, max_depth=5, subsample=0.8, random_state=3)
+    with_sub = BoostClassifier(**kw).fit(X, y)
+    used = []
+    orig = B.BoostSplitter._begin
+
+    def no_subtraction(self, msg):
+        orig(self, msg)
+        used.append(self._tree["subtract"])
+        self._tree["subtract"] = False
+    monkeypatch.setattr(B.BoostSplitter, "_begin", no_subtraction)
+    without = BoostClassifier(**kw).fit(X, y)
+    assert used and all(used)
+    for ra, rb in zip(with_sub.estimators_, without.estimators_):
+        for a, b in zip(ra, rb):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+    np.testing.assert_array_equal(with_sub.predict_proba(X), without.predict_proba(X))
