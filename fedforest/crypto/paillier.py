@@ -182,18 +182,77 @@ class PrivateKey:
         ``n``-th powers mod ``p²`` and ``q²`` (:func:`_crt_factors`; the
         generators are found once per key); ``workers`` > 1 uses that many
         processes."""
+        with RandomnessMaker(self, workers) as maker:
+            return maker.take(count)
+
+    def _crt_args(self):
         p, q = int(self._key.p), int(self._key.q)
         if getattr(self, "_bases", None) is None:
             self._bases = (int(_generator_base(gmpy2.mpz(p))), int(_generator_base(gmpy2.mpz(q))))
-        bp, bq = self._bases
-        if workers <= 1 or count < 2 * workers:
-            return _crt_factors(p, q, count, bp, bq)
-        size = -(-count // workers)
-        chunks = [min(size, count - i) for i in range(0, count, size)]
-        k = len(chunks)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            parts = pool.map(_crt_factors, [p] * k, [q] * k, chunks, [bp] * k, [bq] * k)
-            return [gmpy2.mpz(v) for part in parts for v in part]
+        return (p, q) + self._bases
+
+
+class RandomnessMaker:
+    """Encryption factors (:meth:`PrivateKey.randomness`) made in ``workers``
+    worker processes that live as long as the maker, so each builds its
+    fixed-base tables once.  :meth:`start` begins a batch in the background
+    (the key holder mostly waits while the parties grow a tree, so the next
+    round's factors cost it no time); :meth:`take` returns that batch, or
+    makes one now.  Use it as a context manager, or call :meth:`close`."""
+
+    CHUNK = 1024   # factors per task: a cancelled batch stops within one chunk
+
+    def __init__(self, private_key, workers=1):
+        self.args = private_key._crt_args()
+        self.workers = max(1, int(workers))
+        self._pool = None
+        self._ahead = None   # (count, futures) of the batch started in the background
+
+    def _executor(self):
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
+        return self._pool
+
+    def start(self, count):
+        """Begin making ``count`` factors in the background (one batch at a time)."""
+        if self._ahead is not None:
+            raise RuntimeError("a batch of randomness is already being made")
+        size = max(1, min(self.CHUNK, -(-count // self.workers)))
+        pool = self._executor()
+        futures = [pool.submit(_crt_factors_cached, *self.args[:2], min(size, count - i), *self.args[2:])
+                   for i in range(0, count, size)]
+        self._ahead = (count, futures)
+
+    def take(self, count):
+        """``count`` fresh factors: the batch :meth:`start` began (it must be
+        of this size), or one made now."""
+        if self._ahead is None:
+            if self.workers == 1 or count < 2 * self.workers:
+                p, q, bp, bq = self.args
+                return [gmpy2.mpz(v) for v in _crt_factors(p, q, count, bp, bq)]
+            self.start(count)
+        started, futures = self._ahead
+        self._ahead = None
+        if started != count:
+            for f in futures:
+                f.cancel()
+            raise RuntimeError(f"{started} factors were made ahead, {count} are needed")
+        return [gmpy2.mpz(v) for f in futures for v in f.result()]
+
+    def close(self):
+        if self._ahead is not None:
+            for f in self._ahead[1]:
+                f.cancel()
+            self._ahead = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 TRIAL_BOUND = 1 << 20   # p - 1 is searched for prime factors below this (see _generator_base)
@@ -253,7 +312,24 @@ def _fixed_power(table, exponent, modulus):
     return acc
 
 
-def _crt_factors(p, q, count, base_p=None, base_q=None):
+_TABLES = {}   # a worker process's fixed-base tables, by (prime, base)
+
+
+def _cached_table(prime, base):
+    key = (int(prime), int(base))
+    if key not in _TABLES:
+        _TABLES.clear()   # one key at a time
+        prime = gmpy2.mpz(prime)
+        _TABLES[key] = _power_table(gmpy2.mpz(base), prime * prime, int(prime - 1).bit_length())
+    return _TABLES[key]
+
+
+def _crt_factors_cached(p, q, count, base_p, base_q):
+    """:func:`_crt_factors` with the tables kept for the process's next call."""
+    return _crt_factors(p, q, count, base_p, base_q, (_cached_table(p, base_p), _cached_table(q, base_q)))
+
+
+def _crt_factors(p, q, count, base_p=None, base_q=None, tables=None):
     """``count`` uniform random ``n``-th residues mod ``n²`` (the factors
     ``r^n mod n²`` of uniform ``r``), built with the CRT.
 
@@ -264,7 +340,8 @@ def _crt_factors(p, q, count, base_p=None, base_q=None):
     distribution of ``r^n mod n²`` for a uniform ``r``.  Both powers come
     from fixed-base tables (:data:`WINDOW`-bit windows): about ``bits(p)/8``
     multiplications modulo ``p²`` each, instead of a full exponentiation.
-    ``base_p``, ``base_q``: the generators, when already found."""
+    ``base_p``, ``base_q``: the generators, when already found; ``tables``:
+    their tables, when already built."""
     p, q = gmpy2.mpz(p), gmpy2.mpz(q)
     if gmpy2.gcd(q, p - 1) != 1 or gmpy2.gcd(p, q - 1) != 1:
         raise ValueError("key primes unsuitable for CRT randomness")
@@ -272,8 +349,9 @@ def _crt_factors(p, q, count, base_p=None, base_q=None):
     psq_inv = gmpy2.invert(psq, qsq)
     bp = _generator_base(p) if base_p is None else gmpy2.mpz(base_p)
     bq = _generator_base(q) if base_q is None else gmpy2.mpz(base_q)
-    tp = _power_table(bp, psq, int(p - 1).bit_length())
-    tq = _power_table(bq, qsq, int(q - 1).bit_length())
+    if tables is None:
+        tables = (_power_table(bp, psq, int(p - 1).bit_length()), _power_table(bq, qsq, int(q - 1).bit_length()))
+    tp, tq = tables
     out = []
     for _ in range(count):
         yp = _fixed_power(tp, secrets.randbelow(int(p) - 1), psq)

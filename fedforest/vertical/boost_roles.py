@@ -49,6 +49,7 @@ __all__ = ["server_train", "client_train", "server_predict", "client_predict", "
 STOP = "stop"              # master -> party: keep only the first trees (early stopping's best round)
 LABEL_INFO = "label_info"  # master -> label holder (paillier): the classes and base margins
 MAX_CLASSES = 1 << 16
+BACKGROUND_FACTORS = 2048  # rounds needing at least this many encryption factors get them made ahead
 
 
 def warm_up(cfg, command):
@@ -126,8 +127,12 @@ class _PlainGradients:
     def losses(self, margins):
         return [B.loss(self.objective, self.target[self.valid], m[self.valid]) for m in margins]
 
-    def round(self, margin, with_loss):
-        """The labels of a round's trees and, if asked, the validation loss at ``margin``."""
+    def close(self):
+        pass
+
+    def round(self, margin, with_loss, more=False):
+        """The labels of a round's trees and, if asked, the validation loss at
+        ``margin`` (``more``: another round follows)."""
         g, h = B.gradients(self.objective, self.target[self.train], margin[self.train], None)
         k_out = g.shape[1]
         return ([B.GradientLabels(g[:, k], h[:, k]) for k in range(k_out)],
@@ -161,6 +166,15 @@ class _EncryptedGradients:
         self.train, self.valid = B.holdout(job.n_rows, params, job.random_state)
         self.spec = EG.GradientSpec(self.train.size, self.public.key_length, cfg.slot_bits)
         self.seconds = {"label_randomness_seconds": 0.0, "label_encrypt_seconds": 0.0}
+        self.maker = None
+        if cfg.label_randomness == "master":
+            # the factors of every round are made in worker processes while the
+            # parties grow the previous round's trees (and, for the first round,
+            # while the job sets up): the master waits only for what is not ready
+            self.maker = paillier.RandomnessMaker(self.private, resolve_n_jobs(cfg.n_jobs))
+            self._ahead = self._factors_needed() >= BACKGROUND_FACTORS
+            if self._ahead:
+                self.maker.start(self._factors_needed())
         self.summary = {"key_length": self.public.key_length, "label_randomness": cfg.label_randomness,
                         "slot_bits": self.spec.width, "values_per_ciphertext": self.spec.per_ciphertext}
 
@@ -177,12 +191,21 @@ class _EncryptedGradients:
                                               self.private, self.spec, self.lh - 1, party_bins)
         return self.grower_
 
-    def _ask(self, margins, with_loss, encrypt):
+    def _factors_needed(self):
+        return self.train.size * self.k_out
+
+    def close(self):
+        if self.maker is not None:
+            self.maker.close()
+
+    def _ask(self, margins, with_loss, encrypt, more=False):
         msg = {"op": EG.GRADIENTS, "margins": np.ascontiguousarray(margins, dtype=np.float64),
                "losses": bool(with_loss and self.valid is not None), "encrypt": bool(encrypt)}
-        if encrypt and self.cfg.label_randomness == "master":
+        if encrypt and self.maker is not None:
             t0 = time.perf_counter()
-            factors = self.private.randomness(self.train.size * self.k_out, resolve_n_jobs(self.cfg.n_jobs))
+            factors = self.maker.take(self._factors_needed())
+            if more and self._ahead:
+                self.maker.start(self._factors_needed())
             msg["randomness"] = self.public.serialize(factors)
             self.seconds["label_randomness_seconds"] += time.perf_counter() - t0
         rep = self.comm.exchange({self.lh: msg})[self.lh]
@@ -195,8 +218,8 @@ class _EncryptedGradients:
     def losses(self, margins):
         return list(self._ask(np.stack(margins), True, False)[1])
 
-    def round(self, margin, with_loss):
-        rep, losses = self._ask(margin[None], with_loss, True)
+    def round(self, margin, with_loss, more=False):
+        rep, losses = self._ask(margin[None], with_loss, True, more)
         if rep.get("fingerprint") != self.public.fingerprint:
             raise encrypted.ProtocolIntegrityError(f"party {self.lh} encrypted the gradients under another key")
         n = self.train.size
@@ -216,9 +239,17 @@ def server_train(comm, cfg):
     cfg.check_train()
     params = boost_params(cfg)
     job = open_training(comm, cfg, params)
+    source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
+    try:
+        return _boost(comm, cfg, params, job, source, t_start)
+    finally:
+        source.close()
+
+
+def _boost(comm, cfg, params, job, source, t_start):
+    """The master's training after the label source is set up."""
     n_rows, label_party, my_dir = job.n_rows, job.label_party, job.my_dir
     is_clf = cfg.task == CLASSIFICATION
-    source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
     classes, objective, train, valid, base = source.classes, source.objective, source.train, source.valid, \
         source.base
     n_classes = classes.size if is_clf else 1
@@ -279,7 +310,7 @@ def server_train(comm, cfg):
     first = start // k_out
     for r in range(first, first if finished else params.n_estimators):
         # the validation loss after the previous round comes with this round's gradients
-        labels, loss = source.round(margin, stopping is not None and r > first)
+        labels, loss = source.round(margin, stopping is not None and r > first, r + 1 < params.n_estimators)
         if loss is not None and stopping.add(r - 1, loss):
             stopped = True
             break

@@ -221,3 +221,27 @@ def test_encrypted_mode_refuses_short_keys_and_exact_splits_before_any_work(tmp_
         with pytest.raises(InputError, match=message):
             _boost("train", frames, task="regression", label_column="y", model_dir=str(tmp_path / "m"), **bad)
     assert not (tmp_path / "m").exists()
+
+
+def test_randomness_made_ahead_grows_the_same_trees(tmp_path, monkeypatch):
+    """The master makes each round's encryption factors in the background while
+    the previous round grows; the trees are the plain mode's."""
+    from fedforest.crypto import paillier
+    from fedforest.vertical import boost_roles
+    started = []
+    orig = paillier.RandomnessMaker.start
+
+    def start(self, count):
+        started.append(count)
+        return orig(self, count)
+    monkeypatch.setattr(paillier.RandomnessMaker, "start", start)
+    monkeypatch.setattr(boost_roles, "BACKGROUND_FACTORS", 1)
+    X, y = _data("classification", 3, 11, n=150)
+    frames, order, offsets = _split(X, y, 2, 11, label_party=1)
+    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3, random_state=11)
+    _boost("train", frames, model_dir=str(tmp_path / "enc"), **PAILLIER, **opts)
+    _boost("train", frames, model_dir=str(tmp_path / "plain"), **opts)
+    # one batch while setting up and one during each round but the last, 3 outputs x 150 rows each
+    assert started == [450, 450, 450]
+    assert_same_trees(complete_trees(str(tmp_path / "enc"), 2, offsets),
+                      complete_trees(str(tmp_path / "plain"), 2, offsets))

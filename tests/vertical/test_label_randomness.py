@@ -91,3 +91,21 @@ def test_master_and_own_randomness_grow_the_plain_forest(tmp_path):
         assert s["label_randomness"] == source
         assert (s["label_randomness_seconds"] > 0) == (source == "master")
         assert_same_trees(complete_trees(md, 2, [0, 3, 6]), ref)
+
+
+def test_factors_made_ahead_are_fresh_and_sized(keys):
+    pub, priv = keys
+    with P.RandomnessMaker(priv, workers=2) as maker:
+        maker.CHUNK = 7                      # several tasks per worker
+        maker.start(30)
+        with pytest.raises(RuntimeError, match="already being made"):
+            maker.start(30)
+        first = maker.take(30)
+        second = maker.take(30)              # nothing started: made now, in the workers
+        maker.start(10)
+        with pytest.raises(RuntimeError, match="10 factors were made ahead, 12 are needed"):
+            maker.take(12)
+        maker.start(5)                       # closing cancels a batch nobody takes
+    allf = [int(f) for f in first + second]
+    assert len(first) == len(second) == 30 and len(set(allf)) == 60
+    assert all(priv.decrypt(f) == 0 and gmpy2.gcd(f, pub.n) == 1 for f in first + second)
