@@ -1121,6 +1121,57 @@ def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
     return int(n_rows) * per_row + 64 * 1024
 
 
+# seconds per row x feature x level of one tree on the busiest party, on the
+# slow side of what the kernels take (plain statistics), and per encrypted
+# row x feature x level with a 2048-bit key (cost grows with the square of the key)
+PLAIN_SECONDS_PER_CELL = 20e-9
+PAILLIER_SECONDS_PER_CELL = 4e-6
+
+
+def estimated_tree_seconds(n_rows, max_party_features, max_depth, key_length=None):
+    """A conservative guess of one tree's growth time, before any is grown."""
+    levels = max(1, int(np.ceil(np.log2(max(int(n_rows), 2)))))
+    if max_depth is not None:
+        levels = min(levels, int(max_depth))
+    cells = float(n_rows) * max(int(max_party_features), 1) * levels
+    if key_length is None:
+        return cells * PLAIN_SECONDS_PER_CELL
+    return cells * PAILLIER_SECONDS_PER_CELL * (int(key_length) / 2048.0) ** 2
+
+
+class BatchPlan:
+    """The sizes of the batches of a training run.  A fixed ``tree_batch``
+    gives batches of that size.  Without one, each batch is as large as the
+    memory bound ``limit`` allows and small enough to end within
+    ``interval_seconds`` (so a checkpoint is written at least that often),
+    judged by ``estimate`` seconds per tree until trees have been grown and
+    by their measured time after; the remaining trees are spread evenly over
+    the batches they need.  Batching never changes a tree."""
+
+    def __init__(self, tree_batch, limit, interval_seconds, estimate):
+        self.fixed = tree_batch
+        self.limit = max(1, int(limit))
+        self.interval = float(interval_seconds)
+        self.per_tree = float(estimate)
+        self.grown, self.seconds = 0, 0.0
+        self.sizes = []
+
+    def next_size(self, remaining):
+        if self.fixed is not None:
+            size = min(int(self.fixed), remaining)
+        else:
+            per_tree = self.seconds / self.grown if self.grown else self.per_tree
+            fit = int(min(self.interval / per_tree, remaining)) if per_tree > 0 else remaining
+            size = max(1, min(self.limit, fit, remaining))
+            size = -(-remaining // -(-remaining // size))   # even batches, none larger than size
+        self.sizes.append(size)
+        return size
+
+    def record(self, trees, seconds):
+        self.grown += int(trees)
+        self.seconds += float(seconds)
+
+
 def resolve_tree_batch(tree_batch, n_estimators, memory_mb, bytes_per_tree):
     """Trees grown together: ``tree_batch`` if given, else as many as fit
     ``memory_mb`` (at least one, at most the forest)."""

@@ -13,6 +13,8 @@ different columns; one party holds the label.
 This module declares the two modes: ``--mode vertical`` (the forest, settings
 in ``[forest]``) and ``--mode vertical_boost`` (settings in ``[boost]``).
 """
+import numbers
+
 from ..constraints import MAX_TREES, Interval, Options
 from ..errors import InputError
 from ..federation.mode import VERTICAL, Mode, Param
@@ -42,8 +44,12 @@ PARAMS = tuple(
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
-          "trees grown together, two exchanges per level for the whole batch (None: the whole "
-          "forest, or as many trees as batch_memory_mb allows)"),
+          "trees grown together, two exchanges per level for the whole batch; each batch ends with a "
+          "checkpoint (None: as many trees as batch_memory_mb allows and checkpoint_minutes lets "
+          "finish in time)"),
+    Param("checkpoint_minutes", 5.0, (Interval(numbers.Real, 0.0, None, closed="neither"),),
+          "with tree_batch = None, batches are sized so that a checkpoint is written at least this "
+          "often (the first from an estimate of the time per tree, later ones from the measured time)"),
     Param("batch_memory_mb", 4096, (Interval(int, 1),),
           "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
     Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),

@@ -122,15 +122,21 @@ def master_train(comm, cfg):
     batch = builder.resolve_tree_batch(cfg.tree_batch, params.n_estimators, cfg.batch_memory_mb,
                                        builder.tree_state_bytes(n_rows, grower.labels.n_stats,
                                                                 cfg.label_privacy, he.get("key_length")))
+    plan = builder.BatchPlan(cfg.tree_batch, batch, 60.0 * cfg.checkpoint_minutes,
+                             builder.estimated_tree_seconds(n_rows, max(feature_counts), params.max_depth,
+                                                            he.get("key_length")))
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
         log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = progress_bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
     writer = model_files.CheckpointWriter(my_dir)
-    done = start
-    for b0 in range(start, params.n_estimators, batch):
-        ids = range(b0, min(b0 + batch, params.n_estimators))
-        trees, acks = grower.grow_batch([seeds[t] for t in ids], first=b0)
+    done = b0 = start
+    while b0 < params.n_estimators:
+        ids = range(b0, b0 + plan.next_size(params.n_estimators - b0))
+        b0 = ids[-1] + 1
+        t_batch = time.perf_counter()
+        trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0])
+        plan.record(len(ids), time.perf_counter() - t_batch)
         # a tree counts as done once every party has stored its part
         stored = min(a["n_trees"] for a in acks)
         for t, tree in zip(ids, trees):
@@ -155,7 +161,7 @@ def master_train(comm, cfg):
         "n_rows": n_rows, "rows_lost": lost, "n_trees": params.n_estimators, "trees_built": n_built,
         "train_seconds": train_seconds, "total_seconds": time.perf_counter() - t_start,
         "rounds_per_tree": train_rounds / max(n_built, 1), "rounds_per_forest": train_rounds,
-        "tree_batch": batch, "n_jobs": n_jobs,
+        "tree_batch": max(plan.sizes, default=0), "batches": plan.sizes, "n_jobs": n_jobs,
         "peak_rss_mb": peak_rss_mb(),
         "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
@@ -164,8 +170,16 @@ def master_train(comm, cfg):
     if he:
         summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
-              f"({plural_rounds(train_rounds)}, batches of {batch} trees)")
+              f"({plural_rounds(train_rounds)}, {_batches(plan.sizes)})")
     return report_training(cfg, summary)
+
+
+def _batches(sizes):
+    """How the trees were batched, for the log: 'one batch of 100 trees', '4 batches of 25 trees'."""
+    if len(set(sizes)) > 1:
+        return f"{len(sizes)} batches of {min(sizes)}-{max(sizes)} trees"
+    n = len(sizes)
+    return f"{'one batch' if n == 1 else f'{n} batches'} of {sizes[0] if sizes else 0} trees"
 
 
 def _check_paillier(params, cfg):

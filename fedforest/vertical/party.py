@@ -262,11 +262,13 @@ def _plain_labels(y, is_clf, n_classes, n_rows, held):
 
 def _check_batch_trees(trees, first, end, commit):
     """The tree numbers of a batch message: trees of the batch being grown
-    (``first`` to ``end - 1``); a commit stores exactly that batch, each tree once."""
+    (at most ``first`` to ``end - 1``; the master may size a batch below that
+    bound); a commit stores the batch's trees from ``first`` on, each tree once
+    (the splitter refuses a commit that leaves a begun tree unfinished)."""
     trees = int_array(trees, "'trees'")
-    if commit and not np.array_equal(trees, np.arange(first, end)):
-        raise bad_message(f"a commit must store trees {first} to {end - 1} (the batch being grown), "
-                          f"got {shown(trees)}")
+    if commit and not (0 < trees.size <= end - first and np.array_equal(trees, np.arange(first, first + trees.size))):
+        raise bad_message(f"a commit must store trees {first} to at most {end - 1} (the batch being grown), "
+                          f"in order from {first}, got {shown(trees)}")
     if trees.size and (trees.min() < first or trees.max() >= end):
         raise bad_message(f"'trees' names trees outside the batch being grown ({first} to {end - 1})")
 

@@ -132,7 +132,40 @@ def test_n_jobs_follows_the_cores_given(monkeypatch):
     assert resolve_n_jobs(None) == 1 and resolve_n_jobs(-2) == 1
 
 
-@pytest.mark.parametrize("name,value", [("tree_batch", 0), ("n_jobs", 0), ("batch_memory_mb", 0)])
+def test_batches_are_sized_to_checkpoint_in_time():
+    # fixed batches
+    plan = builder.BatchPlan(3, 100, 300.0, 1.0)
+    assert [plan.next_size(r) for r in (10, 7, 4, 1)] == [3, 3, 3, 1]
+    # from the estimate: 10 s per tree, a checkpoint every 60 s: six trees, spread evenly
+    plan = builder.BatchPlan(None, 100, 60.0, 10.0)
+    assert plan.next_size(20) == 5            # 20 trees in four batches of five, not 6+6+6+2
+    plan.record(5, 5.0)                       # measured: 1 s per tree
+    assert plan.next_size(15) == 15
+    # the memory bound caps the batch, whatever the time
+    plan = builder.BatchPlan(None, 4, 60.0, 1e-6)
+    assert plan.next_size(10) == 4 and plan.next_size(6) == 3
+    # a tree slower than the interval: one tree per batch
+    assert builder.BatchPlan(None, 100, 60.0, 1e4).next_size(5) == 1
+    # the estimate: plain trees are cheap, encrypted ones far dearer, depth caps the levels
+    plain = builder.estimated_tree_seconds(10 ** 5, 10, 10)
+    assert plain < 1.0 < builder.estimated_tree_seconds(10 ** 5, 10, 10, 2048)
+    assert builder.estimated_tree_seconds(10 ** 5, 10, None) > plain
+
+
+def test_a_short_checkpoint_interval_checkpoints_every_tree_and_grows_the_same_forest(tmp_path):
+    X, y = _data("classification", n=200)
+    frames = party_frames(X, y, GROUPS)
+    opts = dict(task="classification", label_column="y", n_estimators=4, random_state=1, max_depth=3)
+    one = run_vertical("train", frames, model_dir=str(tmp_path / "one"), **opts)
+    each = run_vertical("train", frames, model_dir=str(tmp_path / "each"), checkpoint_minutes=1e-9, **opts)
+    assert one["batches"] == [4] and each["batches"] == [1, 1, 1, 1]
+    assert each["rounds_per_forest"] > one["rounds_per_forest"]
+    assert_same_trees(complete_trees(str(tmp_path / "each"), 3, OFFSETS),
+                      complete_trees(str(tmp_path / "one"), 3, OFFSETS))
+
+
+@pytest.mark.parametrize("name,value", [("tree_batch", 0), ("n_jobs", 0), ("batch_memory_mb", 0),
+                                        ("checkpoint_minutes", 0)])
 def test_bad_batch_settings(tmp_path, name, value):
     X, y = _data("classification", n=60)
     frames = party_frames(X, y, GROUPS)
@@ -140,7 +173,7 @@ def test_bad_batch_settings(tmp_path, name, value):
         run_vertical("train", frames, task="classification", label_column="y",
                      model_dir=str(tmp_path / "m"), n_estimators=2, **{name: value})
     assert not (tmp_path / "m").exists()
-    if name != "batch_memory_mb":
+    if name not in ("batch_memory_mb", "checkpoint_minutes"):
         with pytest.raises(InputError, match=f"{name}: must be"):
             ForestClassifier(n_estimators=2, **{name: value}).fit(X, y)
 

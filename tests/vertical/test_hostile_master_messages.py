@@ -344,7 +344,7 @@ def test_commit_stores_the_batch_being_grown(tmp_path, monkeypatch):
                 out[f"{int(t) + 7}.{rest}"] = v
         return out
     hostile(monkeypatch, builder.COMMIT, change, to=1)
-    refused(tmp_path, "a commit must store trees 0 to 0", rank=1, tree_batch=1)
+    refused(tmp_path, "a commit must store trees 0 to at most 0", rank=1, tree_batch=1)
     assert _party_trees(str(tmp_path / "m"), 1) == []
 
 
@@ -591,3 +591,17 @@ def test_splitter_refuses_a_commit_that_leaves_a_tree_open():
                                fmask=np.ones((1, 3), np.uint8))))
     with pytest.raises(ProtocolError, match="leaves trees \\[0\\] unfinished"):
         sp.handle_batch(_grow({"op": "finish", "importance": np.zeros(1)}, t=1, op=builder.COMMIT))
+
+
+def test_a_commit_may_not_leave_a_begun_tree_unfinished(tmp_path, monkeypatch):
+    """A batch smaller than the party's bound is fine; a commit that drops a
+    begun tree is not."""
+    def change(msg, dest):
+        keep = msg["trees"][:-1]
+        out = {"op": msg["op"], "trees": keep}
+        out.update({k: v for k, v in msg.items() if k not in ("op", "trees")
+                    and int(k.partition(".")[0]) in keep.tolist()})
+        return out
+    hostile(monkeypatch, builder.COMMIT, change, to=1)
+    refused(tmp_path, "the commit leaves trees", rank=1, tree_batch=2)
+    assert _party_trees(str(tmp_path / "m"), 1) == []
