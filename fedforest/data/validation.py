@@ -47,3 +47,36 @@ def encode_labels(y, task, what="y"):
     if classes.size < 2:
         raise InputError(what, f"has only one class ({classes[0].item()!r}); classification needs at least two")
     return codes.astype(np.int32), classes
+
+
+def label_text(v):
+    """A class label as text, the form in which labels are compared (1, 1.0
+    and "1" are the same class), as the ``evaluate`` command compares them."""
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def positive_class_index(classes, positive_class=None, counts=None):
+    """The position in ``classes`` (the two classes in sorted order) of the
+    class whose F1 is scored and reported.
+
+    ``positive_class`` given: that class, compared as text (:func:`label_text`);
+    a value that is not a class is an :class:`InputError` naming the classes
+    (the message of the ``evaluate`` command).  Otherwise the minority class of
+    ``counts`` (rows per class, pooled over every client, in the order of
+    ``classes``); a tie, or no counts, goes to the class that sorts last,
+    the default of ``evaluate``."""
+    names = [label_text(c) for c in classes]
+    if positive_class is not None:
+        pos = label_text(positive_class)
+        if pos not in names:
+            raise InputError("positive_class", f"{pos!r} is not a class; classes: {names}")
+        return names.index(pos)
+    if counts is None:
+        return len(names) - 1
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.shape != (len(names),):
+        raise ValueError(f"expected {len(names)} class counts, got shape {counts.shape}")
+    return int(len(names) - 1 - np.argmin(counts[::-1]))     # the last of the smallest

@@ -42,6 +42,12 @@ _PARTICIPATION = Param(
     "participation", 1.0, (Interval(numbers.Real, 0, 1, closed="right"),),
     "fraction of the clients active in a generation (ibm_tree: in a level), drawn afresh each time; "
     "round(participation * clients) must be at least 1")
+_POSITIVE = (Param(
+    "positive_class", None, (None, str, Interval(int)),
+    "two classes: the class whose F1 is scored (fitness and depth cross-validation where there are any, and "
+    "the reported metrics), matched as text as in the evaluate command; None: the minority class of the "
+    "label counts pooled over the clients (the one that sorts last on a tie), recorded in the summary. "
+    "Must be one of the job's two classes", text=True),)
 _EPSILON = Param("epsilon", 1.0, (Interval(numbers.Real, 0, closed="neither"),), "privacy budget of the Laplace noise")
 
 PARAMS = _DEPTH_RANGE + (
@@ -66,16 +72,16 @@ PARAMS = _DEPTH_RANGE + (
           "regression, Eq. 1: ... and the depths' R^2 vary more than this"),
     Param("unique_threshold", 0.8, (Interval(numbers.Real, 0, 1),),
           "regression, Eq. 2: vote for elitism when the share of distinct targets exceeds this"),
-) + _BINNING + _SEED
+) + _BINNING + _POSITIVE + _SEED
 
-BASELINE_PARAMS = _DEPTH_RANGE + _BINNING + _SEED
+BASELINE_PARAMS = _DEPTH_RANGE + _BINNING + _POSITIVE + _SEED
 
 IBM_PARAMS = (
     Param("max_depth", 6, (Interval(int, 1, DEPTH_LIMIT),), "depth of the global tree"),
     _EPSILON,
     _PARTICIPATION,
     Param("n_bins", 5, (Interval(int, 2, 1024),), "quantile bins per numeric column (always binned)"),
-) + _SEED
+) + _POSITIVE + _SEED
 
 
 def n_active(participation, n_clients):
@@ -87,6 +93,8 @@ def n_active(participation, n_clients):
 def _check(cfg):
     if cfg.data is not None and cfg.n_parties is None:
         cfg.set("n_parties", len(cfg.data))
+    if cfg.values.get("positive_class") is not None and cfg.task == "regression":
+        raise InputError("positive_class", "applies to classification with two classes, not to regression")
     lo = cfg.values.get("min_depth")
     if lo is not None and lo > cfg.max_depth:
         raise InputError("min_depth", f"must be at most max_depth ({cfg.max_depth}), got {lo}")

@@ -12,8 +12,11 @@
   clients send per frontier node, column and code the class counts of their
   rows plus their share of Laplace noise (the shares of the t active clients
   add up to exactly one Laplace(scale) draw per count: each is the difference
-  of two Gamma(1/t, scale) draws); scale = (max_depth + 1) / epsilon, the
-  budget split evenly over the levels.  The server picks per node the split
+  of two Gamma(1/t, scale) draws).  One row adds 1 to one count of every
+  column's histogram of its node, so a level's counts have L1 sensitivity
+  F (the number of columns); there are max_depth + 1 levels, so
+  scale = (max_depth + 1) * F / epsilon (:func:`ibm_scale`) makes the whole
+  tree epsilon-DP.  The server picks per node the split
   ``code <= c`` of least Gini index on the noisy counts.  Numeric columns are
   always binned (quantile bins of each client's training rows), text columns
   are category codes.
@@ -43,7 +46,7 @@ def server_train(comm, cfg):
     clients, infos, enc, setup = start_server(comm, cfg, name)
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     summary = {"mode": name, "task": enc.task, "n_clients": len(clients), "random_state": setup["seed"],
-               "rows": {r: infos[r]["n_rows"] for r in clients}}
+               "rows": {r: infos[r]["n_rows"] for r in clients}, **setup["positive_summary"]}
     common = {}
     if name == "fedga_central":
         data = ask(comm, SEND_ROWS)
@@ -53,7 +56,7 @@ def server_train(comm, cfg):
         if edges:
             X = ga.apply_bins(X, edges)
         depths = list(range(setup["min_depth"], setup["max_depth"] + 1))
-        depth = best_depth(cv_scores(X, y, enc, depths, setup["cv_folds"], setup["seed"]), depths)
+        depth = best_depth(cv_scores(X, y, enc, depths, setup["cv_folds"], setup["seed"], setup["positive"]), depths)
         common = {"tree": cart(X, y, enc, depth, setup["seed"]), "edges": edges}
         summary["depth"] = depth
     elif name == "ibm_tree":
@@ -92,10 +95,24 @@ def best_code_split(hist):
     return out
 
 
+def ibm_scale(depth, n_columns, epsilon):
+    """Laplace scale of every noisy count of an ibm_tree of depth ``depth`` on
+    ``n_columns`` columns for a total budget ``epsilon``.
+
+    The counts of a level are one histogram per column of every frontier node;
+    adding or removing a row changes one count in each column's histogram of
+    its node, so a level has L1 sensitivity ``n_columns``.  The ``depth + 1``
+    levels (the last one gives the leaves' values) share the budget evenly:
+    ``epsilon / (depth + 1)`` per level, noise scale
+    ``(depth + 1) * n_columns / epsilon``."""
+    return (int(depth) + 1) * int(n_columns) / float(epsilon)
+
+
 def ibm_noise(cfg, enc, n_bins):
     """The settings of an ibm_tree level the server and every client agree on:
     codes per column, Laplace scale and the number of noise shares (active clients)."""
-    return {"n_codes": max(code_counts(enc, n_bins)), "scale": (int(cfg.max_depth) + 1) / float(cfg.epsilon),
+    return {"n_codes": max(code_counts(enc, n_bins)),
+            "scale": ibm_scale(cfg.max_depth, len(enc.columns), cfg.epsilon),
             "shares": n_active(cfg.participation, cfg.n_parties)}
 
 
@@ -105,7 +122,7 @@ def grow_ibm(comm, cfg, enc, setup, infos):
     rng = np.random.default_rng([setup["seed"], 0])
     k = n_active(cfg.participation, len(clients))
     depth = int(cfg.max_depth)
-    scale = (depth + 1) / float(cfg.epsilon)
+    scale = ibm_scale(depth, len(enc.columns), cfg.epsilon)
     V = max(code_counts(enc, setup["n_bins"]))
     C = n_classes(enc)
     feature, left, right, threshold, value = [tree_format.LEAF], [-1], [-1], [-2.0], [np.full(C, 1.0 / C)]
@@ -140,7 +157,8 @@ def grow_ibm(comm, cfg, enc, setup, infos):
             nxt += [left[node], right[node]]
         frontier = nxt
     tree = tree_format.binary(left, right, feature, threshold, np.array(value))
-    return tree, {"noise_scale": scale, "depth": depth, "active_per_level": k}
+    return tree, {"noise_scale": scale, "noise_sensitivity_per_level": len(enc.columns),
+                  "epsilon_per_level": float(cfg.epsilon) / (depth + 1), "depth": depth, "active_per_level": k}
 
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@ one-point crossover, node flip, node swap, substring swap), the (mu+lambda)
 update with client-injected members, the weighted fitness average, the active
 subset of a generation.  Client side: the noisy sample size, the regression
 votes (Eq. 1 and 2 of the paper), the stratified fit/validation split, the
-quantile binning of Appendix A, and the fitness scores (F1, MSE).
+quantile binning of Appendix A, and the fitness scores (F1 of the job's
+positive class, macro-F1, MSE).
 """
 import math
 
@@ -239,12 +240,14 @@ def apply_bins(X, edges):
     return X
 
 
-def f1_score(y, pred, n_classes):
-    """F1 of class 1 when there are two classes, else macro-F1 over the classes
-    present in ``y`` or ``pred`` (scikit-learn's ``f1_score`` with ``zero_division=0``)."""
+def f1_score(y, pred, n_classes, positive=1):
+    """F1 of class code ``positive`` when there are two classes (the job's
+    positive class: see :func:`fedforest.data.validation.positive_class_index`),
+    else macro-F1 over the classes present in ``y`` or ``pred`` (scikit-learn's
+    ``f1_score`` with ``zero_division=0``; ``positive`` is then unused)."""
     if n_classes != 2:
         return macro_f1(y, pred)
-    y, pred = np.asarray(y) == 1, np.asarray(pred) == 1
+    y, pred = np.asarray(y) == positive, np.asarray(pred) == positive
     tp2, wrong = 2 * np.count_nonzero(y & pred), np.count_nonzero(y != pred)
     return float(tp2 / (tp2 + wrong)) if tp2 + wrong else 0.0
 

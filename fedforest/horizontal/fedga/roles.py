@@ -15,11 +15,12 @@ import time
 
 import numpy as np
 
+from ...data.validation import label_text, positive_class_index
 from ...errors import InputError
 from ...federation import protocol
 from ...federation.aggregate import client_metrics
 from ...federation.files import replaced_folder, write_summary
-from ...federation.rounds import Done, ask, serve
+from ...federation.rounds import SERVER, Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
 from ...tree.rules import NUMERIC, leaf_rules
@@ -31,6 +32,8 @@ from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, ga, n_active
 PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size
 STRUCTURE = "structure"      # server -> client: the global depth; send your CART structure (and votes)
 EVALUATE = "evaluate"        # server -> client: fit these structures and send their fitness
+LABEL_COUNTS = "label_counts"  # server -> client (set-up, two classes, no positive_class): rows per class
+POSITIVE = "positive_class"  # server -> client (set-up, after label_counts): the code of the positive class
 
 
 
@@ -68,22 +71,24 @@ def predictions(tree, X, enc):
     return values.argmax(axis=1) if is_classification(enc) else values[:, 0]
 
 
-def score(y, pred, enc):
-    """Fitness, higher is better: F1 (binary, or macro) or minus the MSE."""
+def score(y, pred, enc, positive=1):
+    """Fitness, higher is better: F1 (of class code ``positive`` for two
+    classes, else macro) or minus the MSE."""
     if is_classification(enc):
-        return ga.f1_score(y, pred, n_classes(enc))
+        return ga.f1_score(y, pred, n_classes(enc), positive)
     return -ga.mse(y, pred)
 
 
-def metrics(y, pred, enc):
+def metrics(y, pred, enc, positive=1):
     if is_classification(enc):
-        return {"accuracy": float(np.mean(y == pred)), "f1": ga.f1_score(y, pred, n_classes(enc))}
+        return {"accuracy": float(np.mean(y == pred)), "f1": ga.f1_score(y, pred, n_classes(enc), positive)}
     from sklearn.metrics import r2_score
     return {"mse": ga.mse(y, pred), "r2": float(r2_score(y, pred)) if len(y) > 1 else 0.0}
 
 
-def cv_scores(X, y, enc, depths, folds, seed):
-    """``scores[k, j]``: fold k's validation score (F1, or R^2) of a CART of depth ``depths[j]``."""
+def cv_scores(X, y, enc, depths, folds, seed, positive=1):
+    """``scores[k, j]``: fold k's validation score (F1 as in :func:`score`, or
+    R^2) of a CART of depth ``depths[j]``."""
     from sklearn.metrics import r2_score
     from sklearn.model_selection import KFold, StratifiedKFold
     clf = is_classification(enc)
@@ -97,7 +102,7 @@ def cv_scores(X, y, enc, depths, folds, seed):
     for k, (tr, va) in enumerate(splitter.split(X, y)):
         for j, d in enumerate(depths):
             pred = predictions(cart(X[tr], y[tr], enc, d, seed), X[va], enc)
-            out[k, j] = ga.f1_score(y[va], pred, n_classes(enc)) if clf else \
+            out[k, j] = ga.f1_score(y[va], pred, n_classes(enc), positive) if clf else \
                 (r2_score(y[va], pred) if len(va) > 1 else 0.0)
     return out
 
@@ -110,12 +115,14 @@ def best_depth(scores, depths):
 
 class ClientRows:
     """A client's rows after the job's encoding (and binning): training rows,
-    optional test rows, the bin edges and its seed."""
+    optional test rows, the bin edges, its seed and the code of the job's
+    positive class (two classes; 1 otherwise, unused)."""
 
     def __init__(self, comm, cfg, setup, enc, X, y, test):
         self.comm, self.cfg, self.setup, self.enc = comm, cfg, setup, enc
         self.rank = comm.rank
         self.seed = int(setup["seed"]) + self.rank
+        self.positive = int(setup.get("positive", 1))
         self.raw_X, self.raw_test = X, test
         self.edges = bin_edges(X, enc, setup["n_bins"]) if setup.get("binning") else None
         self.X = ga.apply_bins(X, self.edges) if self.edges else X
@@ -129,23 +136,24 @@ class ClientRows:
         s = self.setup
         depths = list(range(s["min_depth"], s["max_depth"] + 1))
         scores = cv_scores(self.X if X is None else X, self.y if y is None else y, self.enc, depths,
-                           s["cv_folds"], self.seed)
+                           s["cv_folds"], self.seed, self.positive)
         return depths, scores
 
     def finish(self, tree, extra=None):
         """Evaluate ``tree`` on the training (and test) rows, save it; the final reply."""
         enc = self.enc
-        reply = {"train": metrics(self.y, predictions(tree, self.X, enc), enc),
+        reply = {"train": metrics(self.y, predictions(tree, self.X, enc), enc, self.positive),
                  "train_rows": int(self.X.shape[0]), "decision_nodes": structure.decision_nodes(tree)}
         if self.test is not None:
-            reply["test"] = metrics(self.test[1], predictions(tree, self.test[0], enc), enc)
+            reply["test"] = metrics(self.test[1], predictions(tree, self.test[0], enc), enc, self.positive)
             reply["test_rows"] = int(self.test[0].shape[0])
         reply.update(extra or {})
         folder = client_dir(self.cfg.model_dir, self.rank)
         with replaced_folder(folder) as stage:      # the old model gives way only to a complete new one
             save_model(stage, {"mode": self.setup["mode"], "encoding": enc.to_dict(),
                                "label_column": self.cfg.label_column, "tree": tree, "client": self.rank,
-                               "bin_edges": self.edges, "metrics": reply})
+                               "bin_edges": self.edges, "metrics": reply,
+                               "positive_class": positive_name(enc, self.positive)})
         reply.update(model_dir=folder, bytes_sent=self.comm.bytes_sent - self.bytes0)
         return Done(folder, reply)
 
@@ -157,6 +165,9 @@ def setup_settings(cfg, name, enc):
     out = {"mode": name, "binning": bool(v.get("binning", name == "ibm_tree")) and is_classification(enc),
            "n_bins": v.get("n_bins", 5), "min_depth": v.get("min_depth", 1),
            "max_depth": v.get("max_depth"), "cv_folds": v.get("cv_folds", 5)}
+    if is_classification(enc):
+        pos = v.get("positive_class")
+        out["positive_class"] = None if pos is None else label_text(pos)
     if name == "fedga":
         out.update(train_ratio=float(cfg.train_ratio), epsilon=float(cfg.epsilon),
                    phi_threshold=float(cfg.phi_threshold), theta_threshold=float(cfg.theta_threshold),
@@ -174,10 +185,66 @@ def start_server(comm, cfg, name):
         if folds is not None and infos[r]["n_rows"] < folds:
             raise InputError(client_what(r), f"has {infos[r]['n_rows']} rows, fewer than the {folds} "
                                              "cross-validation folds (cv_folds)")
+    given = cfg.values.get("positive_class")
+    if given is not None:           # a clear error before any work
+        if len(enc.classes) != 2:
+            raise InputError("positive_class", f"applies to two classes; the clients' labels hold "
+                                               f"{len(enc.classes)}: {enc.classes} (F1 is macro-averaged)")
+        positive_class_index(enc.classes, given)
     setup = {"op": protocol.SETUP, "encoding": enc.to_dict(), "seed": job_seed(cfg),
              **setup_settings(cfg, name, enc)}
     comm.bcast(setup)
+    setup = dict(setup, **server_positive(comm, cfg, enc, given))
     return clients, infos, enc, setup
+
+
+def positive_name(enc, code):
+    """The name of the positive class (two classes), else None."""
+    return enc.classes[code] if is_classification(enc) and len(enc.classes) == 2 else None
+
+
+def server_positive(comm, cfg, enc, given):
+    """The job's positive class (two classes): ``positive_class`` when set,
+    else the minority class of the clients' label counts, pooled (one set-up
+    round, then its code to every client).  Returns ``{"positive": code}`` and
+    what the summary records about it."""
+    if not is_classification(enc) or len(enc.classes) != 2:
+        return {"positive": 1, "positive_summary": {}}
+    if given is not None:
+        code = positive_class_index(enc.classes, given)
+        return {"positive": code,
+                "positive_summary": {"positive_class": enc.classes[code], "positive_class_from": "setting"}}
+    replies = ask(comm, LABEL_COUNTS)
+    pooled = np.zeros(2)
+    for r in comm.clients:
+        counts = replies[r].get("counts") if isinstance(replies[r], dict) else None
+        try:
+            counts = np.asarray(counts, dtype=np.float64)
+        except (TypeError, ValueError):
+            counts = np.empty(0)
+        if counts.shape != (2,) or not np.isfinite(counts).all() or counts.min() < 0:
+            raise InputError(client_what(r), "sent label counts that are not two counts")
+        pooled += counts
+    code = positive_class_index(enc.classes, None, pooled)
+    comm.bcast({"op": POSITIVE, "positive": code})
+    return {"positive": code,
+            "positive_summary": {"positive_class": enc.classes[code],
+                                 "positive_class_from": "minority of the pooled label counts",
+                                 "label_counts": {c: int(n) for c, n in zip(enc.classes, pooled)}}}
+
+
+def client_positive(comm, cfg, enc, y):
+    """The client side of :func:`server_positive`: the code of the positive
+    class (1 when there are not two classes)."""
+    if not is_classification(enc) or len(enc.classes) != 2:
+        return 1
+    given = cfg.values.get("positive_class")
+    if given is not None:
+        return positive_class_index(enc.classes, given)
+    protocol.expect(comm.recv(SERVER), LABEL_COUNTS)
+    comm.send(SERVER, {"counts": np.bincount(np.asarray(y, dtype=np.int64), minlength=2)[:2]})
+    msg = protocol.expect(comm.recv(SERVER), POSITIVE)
+    return whole_number(POSITIVE, "positive", field_of(msg, POSITIVE, "positive"), 0, 1)
 
 
 def start_client(comm, cfg):
@@ -186,6 +253,7 @@ def start_client(comm, cfg):
     setup, enc, X, y, test = client_setup(comm, cfg, MIXED, cfg.task)
     checked = same_settings(setup, protocol.SETUP, setup_settings(cfg, cfg.mode, enc))
     checked["seed"] = job_seed_of(setup, protocol.SETUP, cfg)
+    checked["positive"] = client_positive(comm, cfg, enc, y)
     return ClientRows(comm, cfg, checked, enc, X, y, test)
 
 
@@ -226,7 +294,7 @@ def server_train(comm, cfg):
     summary = {"mode": "fedga", "task": enc.task, "n_clients": len(clients), "population_size": P,
                "random_state": setup["seed"],
                "generations": cfg.generations, "active_per_generation": k,
-               "rows": {r: infos[r]["n_rows"] for r in clients}}
+               "rows": {r: infos[r]["n_rows"] for r in clients}, **setup["positive_summary"]}
 
     # initialization: depths and noisy sizes, then the clients' structures (and votes)
     first = ga.choose_active(rng, clients, k)
@@ -374,7 +442,7 @@ def client_train(comm, cfg):
         rows_fit, rows_val = (all_rows, all_rows) if use_all else (fit_rows, val_rows)
         batch = structure.fit_batch(c.X, c.y, rows_fit, pop, n_classes(enc))
         Xv, yv = c.X[rows_val], c.y[rows_val]
-        return np.array([score(yv, predictions(structure.batch_tree(batch, p), Xv, enc), enc)
+        return np.array([score(yv, predictions(structure.batch_tree(batch, p), Xv, enc), enc, c.positive)
                          for p in range(pop.shape[0])])
 
     def own_structure(depth):
