@@ -18,7 +18,9 @@ processes' load while CPU time hardly does; both learners are single-threaded.
 Both trees learn test-then-train (prequential accuracy): river one row at a
 time (``predict_one`` then ``learn_one``); fedforest's tree predicts each chunk
 of ``CHUNK`` rows before learning it (its prediction lags by up to a chunk,
-which can only cost it accuracy).  Same settings in both: grace period 200,
+which can only cost it accuracy) and, in the ``per_row_*`` figures, one row at
+a time as river does (``EFDT.predict_one`` then ``EFDT.learn_one``: the same
+trees as by chunk, without the chunk's bookkeeping).  Same settings in both: grace period 200,
 delta 1e-7, tau 0.05, information gain, nba leaves, multiway categorical splits;
 categorical features declared nominal to river; fedforest bins numeric features
 over 32 quantile bins of the stream.
@@ -36,7 +38,11 @@ fedforest on the whole stream, river on the first ``RIVER_DEFAULT_ROWS`` rows on
 clients, 200 rounds, satellite split in 4 stratified parts, 1 % proxy rows)
 per strategy, the server's mean time to choose the base tree and merge.
 Written to ``experiments/results/bench_efdt.json``.
+
+``--smoke``: the first ``SMOKE_ROWS`` rows of each stream, every figure but
+the aggregation, nothing written (a check that the script runs).
 """
+import argparse
 import os
 import sys
 import tempfile
@@ -56,6 +62,7 @@ RESULT = os.path.join(ROOT, "experiments", "results", "bench_efdt.json")
 DATA = os.path.join(ROOT, "..", "shared", "data")
 CHUNK = 100
 RIVER_DEFAULT_ROWS = 2_000
+SMOKE_ROWS = 1_000
 OFF = 10 ** 9
 N_BINS = 32
 
@@ -109,6 +116,17 @@ def ours(codes, y, schema, C, reevaluate):
     return y.size / (time.process_time() - t0), ok / y.size, tree.n_nodes
 
 
+def ours_per_row(codes, y, schema, C, reevaluate):
+    """Rows per CPU second and prequential accuracy, one row at a time."""
+    tree = ht.EFDT(schema, C, min_samples_reevaluate=reevaluate)
+    ok = 0
+    t0 = time.process_time()
+    for row, t in zip(codes, y):
+        ok += int(tree.predict_one(row).argmax() == t)
+        tree.learn_one(row, t)
+    return y.size / (time.process_time() - t0), ok / y.size
+
+
 def river(records, y, nominal, reevaluate, n=None):
     from river.tree import ExtremelyFastDecisionTreeClassifier
     model = ExtremelyFastDecisionTreeClassifier(min_samples_reevaluate=reevaluate, nominal_attributes=nominal)
@@ -144,42 +162,60 @@ def aggregation(folder):
 
 
 def main(argv=None):
-    prov = provenance.start(__doc__, argv)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true",
+                    help=f"first {SMOKE_ROWS} rows of each stream, no aggregation, nothing written")
+    provenance.add_arguments(ap)
+    args = ap.parse_args(argv)
+    prov = None if args.smoke else provenance.record(args)
     results = {}
     for name in ("dna", "satellite", "agrawal"):
         records, nominal, codes, schema, y, C = stream(name)
+        if args.smoke:
+            records, codes, y = records[:SMOKE_ROWS], codes[:SMOKE_ROWS], y[:SMOKE_ROWS]
         ours(codes[:1000], y[:1000], schema, C, 20)   # numba compiles (or loads) its kernels: not timed
+        ours_per_row(codes[:100], y[:100], schema, C, 20)
         sps, acc, nodes = ours(codes, y, schema, C, OFF)
         rsps, racc = river(records, y, nominal, OFF)
+        row_sps, row_acc = ours_per_row(codes, y, schema, C, OFF)
         sps20, acc20, nodes20 = ours(codes, y, schema, C, 20)
         rsps20, racc20 = river(records, y, nominal, 20, RIVER_DEFAULT_ROWS)
         results[name] = {"rows": int(y.size), "samples_per_second": sps, "river_samples_per_second": rsps,
                          "speedup_vs_river": sps / rsps, "accuracy": acc, "river_accuracy": racc,
+                         "per_row_samples_per_second": row_sps, "per_row_speedup_vs_river": row_sps / rsps,
+                         "per_row_accuracy": row_acc,
                          "nodes": nodes, "samples_per_second_reevaluate_20": sps20,
                          "accuracy_reevaluate_20": acc20, "nodes_reevaluate_20": nodes20,
                          "river_samples_per_second_reevaluate_20": rsps20,
                          "river_accuracy_reevaluate_20": racc20,
                          "river_rows_reevaluate_20": int(min(RIVER_DEFAULT_ROWS, y.size))}
-        log(f"{name}: {sps:,.0f} rows/s (river {rsps:,.0f}), accuracy {acc:.4f} (river {racc:.4f}); "
+        log(f"{name}: {sps:,.0f} rows/s by chunks of {CHUNK}, {row_sps:,.0f} row by row (river {rsps:,.0f}), "
+            f"accuracy {acc:.4f}, row by row {row_acc:.4f} (river {racc:.4f}); "
             f"defaults: {sps20:,.0f} rows/s acc {acc20:.4f}, river {rsps20:,.0f} rows/s acc {racc20:.4f} "
             f"(first {results[name]['river_rows_reevaluate_20']} rows)")
+    rows = []
+    for name, r in results.items():
+        rows += [(f"{name} samples_per_second", r["samples_per_second"], "", None),
+                 (f"{name} per_row_samples_per_second", r["per_row_samples_per_second"], "", None),
+                 (f"{name} river_samples_per_second", r["river_samples_per_second"], "", None),
+                 (f"{name} speedup_vs_river", r["speedup_vs_river"], ">= 50", r["speedup_vs_river"] >= 50),
+                 (f"{name} per_row_speedup_vs_river", r["per_row_speedup_vs_river"], "", None),
+                 (f"{name} accuracy", r["accuracy"], ">= river", r["accuracy"] >= r["river_accuracy"]),
+                 (f"{name} per_row_accuracy", r["per_row_accuracy"], "", None),
+                 (f"{name} river_accuracy", r["river_accuracy"], "", None)]
+    if args.smoke:
+        print_table(rows)
+        return 0
     with tempfile.TemporaryDirectory() as folder:
         agg = aggregation(folder)
     out = {"streams": results, "aggregation": agg,
            "aggregation_seconds_per_round": agg["syn"]["aggregation_seconds_per_round"],
-           "setup": {"chunk": CHUNK, "n_bins": N_BINS, "grace_period": 200, "delta": 1e-7, "tau": 0.05,
+           "setup": {"chunk": CHUNK, "per_row": "EFDT.predict_one then EFDT.learn_one", "n_bins": N_BINS, "grace_period": 200, "delta": 1e-7, "tau": 0.05,
                      "leaf_prediction": "nba", "binary_split": False, "river_default_rows": RIVER_DEFAULT_ROWS,
                      "aggregation": "satellite, 4 clients, 200 rounds, binary_split, merge delta",
                      "clock": "process CPU time",
                      "command": "make bench (experiments/bench_efdt.py)"},
            "machine": machine_info(), "provenance": prov}
-    rows = []
-    for name, r in results.items():
-        rows += [(f"{name} samples_per_second", r["samples_per_second"], "", None),
-                 (f"{name} river_samples_per_second", r["river_samples_per_second"], "", None),
-                 (f"{name} speedup_vs_river", r["speedup_vs_river"], ">= 50", r["speedup_vs_river"] >= 50),
-                 (f"{name} accuracy", r["accuracy"], ">= river", r["accuracy"] >= r["river_accuracy"]),
-                 (f"{name} river_accuracy", r["river_accuracy"], "", None)]
     for strategy, a in agg.items():
         rows.append((f"aggregation_seconds_per_round ({strategy}, 4 clients)", a["aggregation_seconds_per_round"],
                      "", None))

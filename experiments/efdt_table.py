@@ -1,11 +1,13 @@
 """Federated streaming EFDT: Syn, Sem, Ind against local and centralized
 streaming trees (shape of the paper's Tables 1-2 and Figs. 2-3).
 
-Per data set and seed: 1 % of the rows (stratified, except for soybean whose 7 proxy rows cannot
-cover its 19 classes) is set aside as the
-server's proxy set (Sem); the rest is shuffled and split into 4 stratified
-equal shares, one rows file per client, streamed in file order in ``rounds``
-chunks.  Every run is the product's horizontal protocol in one process
+Per data set and seed: a stratified holdout (``--holdout``, 30 % of the
+rows) is set aside to score the final trees; 1 % of the rows (stratified,
+except for soybean whose 7 proxy rows cannot cover its 19 classes) is set
+aside as the server's proxy set (Sem); the rest is split into 4 stratified
+equal shares, one rows file per client, each shuffled (``--order shuffled``,
+the default) or kept in the data set's file order (``--order file``), and
+streamed in ``rounds`` chunks.  Every run is the product's horizontal protocol in one process
 (``fedforest.run_horizontal(mode="efdt")``: server and 4 client threads over
 the in-process transport) with the paper's tree settings: river's EFDT
 defaults (grace period 200, delta 1e-7, tau 0.05, re-evaluation every 20
@@ -14,7 +16,8 @@ rows, information gain, nba leaves) and ``binary_split`` true.
 Accuracy at round r: prequential (test-then-train) accuracy over rounds 1..r,
 pooled over the clients: each client predicts its next chunk with its current
 tree before learning it (centralized: the server's tree predicts every
-client's chunk).  Methods: Syn, Sem, Ind with ``merge = "delta"`` (statistics
+client's chunk).  Holdout accuracy: every client's final tree (Syn, Sem,
+Centralized: the one shared tree) scores the holdout, mean over the clients.  Methods: Syn, Sem, Ind with ``merge = "delta"`` (statistics
 since the last broadcast) and with ``merge = "total"`` (the paper's literal
 aggregation), Local (no federation) and Centralized (the pooled stream).
 
@@ -23,6 +26,7 @@ least): housevotes84 and soybean have ~107 and ~169 rows per client.
 
     .venv/bin/python experiments/efdt_table.py                   # 10 seeds, every data set
     .venv/bin/python experiments/efdt_table.py --seeds 2 --datasets dna,satellite
+    .venv/bin/python experiments/efdt_table.py --seeds 1 --datasets mushroom --order file
 
 Each data set's runs are kept in ``experiments/results/efdt_<name>.json`` (with
 the command, commit and time that produced them) and its plot in
@@ -64,39 +68,59 @@ def git_state():
     return (commit or "")[:12], bool(dirty), bool(dirty)
 
 
-def write_clients(folder, df, target, seed):
+def write_clients(folder, df, target, seed, holdout=0.3, order="shuffled"):
+    """The clients' rows files, the proxy file and the holdout file; returns
+    (client paths, fewest rows of a client, holdout path or None)."""
+    test_path = None
+    if holdout > 0:
+        df, test = train_test_split(df, test_size=holdout, stratify=df[target], random_state=seed)
+        df = df.sort_index()                   # the remaining rows keep the file order
+        test_path = os.path.join(folder, "holdout.csv")
+        test.to_csv(test_path, index=False)
     n_proxy = max(1, round(0.01 * len(df)))   # stratified unless it is smaller than the classes (soybean)
     strata = df[target] if n_proxy >= df[target].nunique() else None
     rest, proxy = train_test_split(df, test_size=n_proxy, stratify=strata, random_state=seed)
+    rest = rest.sort_index()
     proxy.to_csv(os.path.join(folder, "proxy.csv"), index=False)
     paths, sizes = [], []
     folds = StratifiedKFold(CLIENTS, shuffle=True, random_state=seed).split(rest, rest[target])
     for k, (_, idx) in enumerate(folds, start=1):
-        part = rest.iloc[np.random.default_rng(seed + k).permutation(idx)]
+        part = rest.iloc[np.random.default_rng(seed + k).permutation(idx) if order == "shuffled" else np.sort(idx)]
         paths.append(os.path.join(folder, f"client{k}.csv"))
         part.to_csv(paths[-1], index=False)
         sizes.append(len(idx))
-    return paths, min(sizes)
+    return paths, min(sizes), test_path
 
 
-def run_seed(name, target, seed, rounds_cap):
+def run_seed(name, target, seed, rounds_cap, holdout=0.3, order="shuffled"):
     df = pd.read_csv(os.path.join(DATA, f"{name}.csv"), keep_default_na=False, na_values=["NA", ""])
     out = {}
     with tempfile.TemporaryDirectory() as folder:
-        paths, fewest = write_clients(folder, df, target, seed)
+        paths, fewest, test_path = write_clients(folder, df, target, seed, holdout, order)
         rounds = min(rounds_cap, fewest)
         for label, strategy, merge in METHODS:
             s = run_horizontal(paths, mode="efdt", task="classification", label_column=target, strategy=strategy,
                                merge=merge, rounds=rounds, binary_split=True,
                                proxy_data=os.path.join(folder, "proxy.csv"),
+                               test_data=[test_path] * CLIENTS if test_path else None,
                                model_dir=os.path.join(folder, f"m-{strategy}-{merge}"))
             out[label] = {"round_accuracy": s["round_accuracy"], "seconds": s["seconds"],
-                          "aggregation_seconds_per_round": s.get("aggregation_seconds_per_round")}
+                          "aggregation_seconds_per_round": s.get("aggregation_seconds_per_round"),
+                          "holdout_accuracy": s.get("test_accuracy")}
     return out, rounds
 
 
 def cell(runs, label, r):
     vals = [100 * run[label]["round_accuracy"][r - 1] for run in runs]
+    return f"{np.mean(vals):.2f} ± {np.std(vals):.2f}"
+
+
+def holdout_cell(runs, label):
+    """Mean ± std over seeds of the final trees' holdout accuracy (%); "—" for records without one."""
+    vals = [run[label].get("holdout_accuracy") for run in runs]
+    if any(v is None for v in vals):
+        return "—"
+    vals = [100 * v for v in vals]
     return f"{np.mean(vals):.2f} ± {np.std(vals):.2f}"
 
 
@@ -127,10 +151,11 @@ def record_path(name):
     return os.path.join(OUT, f"efdt_{name}.json")
 
 
-def save_record(name, runs, rounds, seeds, argv, seconds):
+def save_record(name, runs, rounds, seeds, argv, seconds, holdout=0.3, order="shuffled"):
     """One data set's runs and their provenance (``efdt_<name>.json``)."""
     commit, dirty, dirty_elsewhere = git_state()
     rec = {"rounds": rounds, "seeds": seeds, "runs": runs, "seconds": seconds, "date": str(datetime.date.today()),
+           "holdout": holdout, "order": order,
            "command": ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`",
            "commit": commit, "dirty": dirty, "dirty_elsewhere": dirty_elsewhere}
     with open(record_path(name), "w") as fh:
@@ -150,9 +175,11 @@ def write():
     records = {n: json.load(open(record_path(n))) for n in DATASETS if os.path.isfile(record_path(n))}
     lines = ["# Federated streaming EFDT (shape of the paper's Tables 1-2)", "",
              "Mean ± std over seeds of the prequential accuracy (%) pooled over 4 clients, at the given rounds "
-             "(cumulative from round 1). 1 % of the rows (stratified; soybean: random, its 7 rows cannot cover "
-             "19 classes) is the server's proxy set; the rest is split in 4 stratified equal shares, each "
-             "client's share shuffled and streamed in `rounds` chunks. Trees: river's EFDT defaults with "
+             "(cumulative from round 1), and the final trees' accuracy on a stratified holdout (mean over the "
+             "clients' final trees) where the record has one. 1 % of the remaining rows (stratified; soybean: "
+             "random, its 7 rows cannot cover 19 classes) is the server's proxy set; the rest is split in 4 "
+             "stratified equal shares, each client's share shuffled or kept in file order (each section says "
+             "which) and streamed in `rounds` chunks. Trees: river's EFDT defaults with "
              "`binary_split` true. Syn/Sem/Ind merge the statistics gathered since the last broadcast "
              "(`merge = \"delta\"`); the *total* columns merge the totals (the paper's literal aggregation). "
              "Every run is the product's protocol in one process (server and 4 client threads, encrypted "
@@ -171,26 +198,34 @@ def write():
     for name, rec in records.items():
         R, runs = rec["rounds"], rec["runs"]
         shown = [r for r in SHOWN if r < R] + [R]
-        lines += [f"## {name} ({R} rounds)", "", provenance_text(rec), "",
+        split = (f"holdout {100 * rec['holdout']:.0f} %, " if rec.get("holdout") else "no holdout, ") + (
+            f"streams in {rec.get('order', 'shuffled')} order")
+        lines += [f"## {name} ({R} rounds)", "", provenance_text(rec) + f" {split[0].upper() + split[1:]}.", "",
                   "| round | " + " | ".join(label for label, _, _ in METHODS) + " |",
                   "|---|" + "---|" * len(METHODS)]
         for r in shown:
             lines.append(f"| {r} | " + " | ".join(cell(runs, label, r) for label, _, _ in METHODS) + " |")
+        lines.append("| final tree, holdout | " + " | ".join(holdout_cell(runs, label) for label, _, _ in METHODS)
+                     + " |")
         agg = {label: np.mean([run[label]["aggregation_seconds_per_round"] for run in runs]) * 1e3
                for label, strategy, _ in METHODS if strategy in ("syn", "sem", "ind")}
         lines += ["", "Server aggregation per round (ms): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in agg.items()) + ".", "",
                   f"![accuracy vs round]({os.path.basename(plot_path(name))})", ""]
     lines += ["## At the last round", "",
-              "Prequential accuracy (%) after the last round, mean over seeds; gain = strategy − Local, "
-              "gap = Centralized − strategy; total − delta compares the two merges of the same strategy.", "",
+              "Prequential accuracy (%) after the last round, mean over seeds, and in brackets the final "
+              "trees' accuracy on the holdout; gain = strategy − Local, gap = Centralized − strategy; "
+              "total − delta compares the two merges of the same strategy (prequential).", "",
               "| data set | Local | Syn | Sem | Ind | Centralized | Syn gain | Syn gap | Syn total − delta | "
               "Sem total − delta | Ind total − delta |", "|---|" + "---|" * 10]
     for name, rec in records.items():
         last = {label: 100 * np.mean([run[label]["round_accuracy"][-1] for run in rec["runs"]])
                 for label, _, _ in METHODS}
-        lines.append(f"| {name} | {last['Local']:.2f} | {last['Syn']:.2f} | {last['Sem']:.2f} | {last['Ind']:.2f} | "
-                     f"{last['Centralized']:.2f} | {last['Syn'] - last['Local']:+.2f} | "
+        held = {label: [run[label].get("holdout_accuracy") for run in rec["runs"]] for label, _, _ in METHODS}
+        both = {label: f"{last[label]:.2f}" + ("" if None in held[label] else f" ({100 * np.mean(held[label]):.2f})")
+                for label in last}
+        lines.append(f"| {name} | {both['Local']} | {both['Syn']} | {both['Sem']} | {both['Ind']} | "
+                     f"{both['Centralized']} | {last['Syn'] - last['Local']:+.2f} | "
                      f"{last['Centralized'] - last['Syn']:+.2f} | {last['Syn total'] - last['Syn']:+.2f} | "
                      f"{last['Sem total'] - last['Sem']:+.2f} | {last['Ind total'] - last['Ind']:+.2f} |")
     text = "\n".join(lines) + "\n"
@@ -208,6 +243,10 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--holdout", type=float, default=0.3,
+                    help="share of the rows set aside (stratified) to score the final trees (0: none)")
+    ap.add_argument("--order", choices=("shuffled", "file"), default="shuffled",
+                    help="each client's rows streamed shuffled or in the data set's file order")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
     provenance.record(args)          # refuses uncommitted code unless --allow-dirty
@@ -221,13 +260,15 @@ def main(argv=None):
         t0 = time.perf_counter()
         runs = []
         for seed in range(args.seeds):
-            out, rounds = run_seed(name, DATASETS[name], seed, args.rounds)
+            out, rounds = run_seed(name, DATASETS[name], seed, args.rounds, args.holdout, args.order)
             runs.append(out)
-            print(f"{name} seed {seed}: " + ", ".join(f"{k} {100 * v['round_accuracy'][-1]:.2f}"
-                                                    for k, v in out.items())
+            print(f"{name} seed {seed}: " + ", ".join(
+                f"{k} {100 * v['round_accuracy'][-1]:.2f}"
+                + ("" if v["holdout_accuracy"] is None else f" (holdout {100 * v['holdout_accuracy']:.2f})")
+                for k, v in out.items())
                   + f" ({time.perf_counter() - t0:.0f}s)", flush=True)
         plot(name, runs, rounds, plot_path(name))
-        save_record(name, runs, rounds, args.seeds, argv_text, time.perf_counter() - t0)
+        save_record(name, runs, rounds, args.seeds, argv_text, time.perf_counter() - t0, args.holdout, args.order)
         write()
     return 0
 

@@ -13,11 +13,15 @@ its feature).  Every node, inner nodes included, keeps
 * ``nijk[node, offsets[i] + j, k]``: the rows seen by the node since it was
   created with code ``j`` of feature ``i`` and class ``k``;
 * ``dcounts``/``dnijk``: the same, gathered since the last :meth:`EFDT.reset_deltas`
-  (what a federated client sends so that the server merges new rows only).
+  (what a federated client sends so that the server merges new rows only);
+* ``seen``: the n of its Hoeffding bound, the rows it has learnt plus (with
+  ``new_leaf_seen="inherited"``, the default) the weight it inherited.
 
 A node splits in one of three ways: ``MULTI`` (one child per code of a
 categorical feature), ``EQ`` (code == value left, any other code right) or
-``LE`` (a numeric feature's bin <= value left, greater bins and missing right).
+``LE`` (a numeric feature's bin <= value left, greater bins and missing right);
+a categorical feature offers ``EQ`` splits (``binary_split``), ``MULTI``
+(``multiway_only``) or both, the best winning (the default, as river).
 
 Learning (:func:`learn_kernel`) walks each row from the root, adds it to
 every node on its path, re-evaluates an inner node's split once
@@ -25,8 +29,11 @@ every node on its path, re-evaluates an inner node's split once
 (the clock is reset at each evaluation) and replaces it when another
 feature's merit exceeds the current one by more than the Hoeffding bound, or
 by more than ``tau / 2`` once the bound is below ``tau``; a leaf tries to
-split once ``grace_period`` rows have reached it since its last attempt and
-splits when the best merit exceeds the bound (or the bound is below ``tau``).
+split once ``grace_period`` rows have reached it since its creation or last
+attempt, unless one class holds more than ``max_share_to_split`` of its
+counts, and splits when the best merit exceeds the bound (or the bound is
+below ``tau``).  The range of information gain in the bound counts the classes
+present at the node (``merit_range="node"``) or in the job (``"job"``).
 """
 import math
 
@@ -44,9 +51,18 @@ MC, NB, NBA = 0, 1, 2
 CRITERIA = {"info_gain": INFO_GAIN, "gini": GINI}
 LEAF_PREDICTIONS = {"mc": MC, "nb": NB, "nba": NBA}
 MIN_BRANCH_FRACTION = 0.01   # information gain: two branches must hold 1 % of the rows each (as river)
+# the splits a categorical feature offers: one branch per code, code vs the rest, or both (the best wins)
+CAT_MULTI, CAT_EQ, CAT_BOTH = 0, 1, 2
+# the class count of the merit range R: the classes present at the node, or every class of the job
+RANGE_NODE, RANGE_JOB = 0, 1
+MERIT_RANGES = {"node": RANGE_NODE, "job": RANGE_JOB}
+# where a new leaf's row count (the n of its Hoeffding bound) starts
+SEEN_INHERITED, SEEN_ZERO = 0, 1
+NEW_LEAF_SEEN = {"inherited": SEEN_INHERITED, "zero": SEEN_ZERO}
 
 # layout of the float settings handed to the kernel
-P_GRACE, P_DELTA, P_TAU, P_REEVAL, P_CRIT, P_LEAF, P_BINARY, P_DEPTH = range(8)
+(P_GRACE, P_DELTA, P_TAU, P_REEVAL, P_CRIT, P_LEAF, P_BINARY, P_DEPTH, P_SEEN, P_RANGE, P_MAX_SHARE,
+ P_RESPLIT) = range(12)
 
 NODE_INT = ("feature", "kind", "value", "first", "n_children", "depth")
 NODE_FLOAT = ("seen", "clock", "mc_ok", "nb_ok")
@@ -172,12 +188,18 @@ def split_merit(block, kind, value, real, crit):
 
 
 @njit(cache=True)
-def best_feature_split(block, numeric, real, binary, crit):
+def best_feature_split(block, numeric, real, cat, crit):
     """The best split of one feature: (merit, kind, value); merit -inf when none.
-    One pass over the codes: running left counts (LE) or each code against the
-    rest (EQ), same merits as :func:`split_merit`."""
-    if not numeric and not binary:
-        return split_merit(block, MULTI, -1, real, crit), MULTI, -1
+    ``cat`` (categorical features): CAT_MULTI offers the one-branch-per-code
+    split, CAT_EQ every code-vs-rest split, CAT_BOTH all of them (multiway on
+    ties).  One pass over the codes: running left counts (LE) or each code
+    against the rest (EQ), same merits as :func:`split_merit`."""
+    if not numeric and cat != CAT_EQ:
+        multi = split_merit(block, MULTI, -1, real, crit)
+        if cat == CAT_MULTI:
+            return multi, MULTI, -1
+    else:
+        multi = -np.inf
     C = block.shape[1]
     total = np.zeros(C)
     for j in range(block.shape[0]):
@@ -200,23 +222,36 @@ def best_feature_split(block, numeric, real, binary, crit):
         m = _two_way_from(left, total, imp, crit)
         if m > best:
             best, best_v = m, v
+    if cat == CAT_BOTH and not best > multi:
+        return multi, MULTI, -1
     return best, EQ, best_v
 
 
 @njit(cache=True)
-def best_split(stats, offsets, numeric, real, binary, crit):
+def best_split(stats, offsets, numeric, real, cat, crit):
     """The best split of a node from its ``stats[code, class]``: (feature, kind,
     value, merit, merit of every feature); feature -1 when no split has a
-    positive merit."""
+    positive merit.  ``cat``: the categorical splits offered (see
+    :func:`best_feature_split`; False and True mean CAT_MULTI and CAT_EQ)."""
     F = offsets.shape[0] - 1
     merits = np.full(F, -np.inf)
     best_f, best_k, best_v, best_m = -1, LEAF_KIND, -1, 0.0
     for f in range(F):
-        m, k, v = best_feature_split(stats[offsets[f]:offsets[f + 1]], numeric[f], real[f], binary, crit)
+        m, k, v = best_feature_split(stats[offsets[f]:offsets[f + 1]], numeric[f], real[f], cat, crit)
         merits[f] = m
         if m > best_m:
             best_f, best_k, best_v, best_m = f, k, v, m
     return best_f, best_k, best_v, best_m, merits
+
+
+@njit(cache=True)
+def classes_present(counts, node):
+    """The number of classes with a positive count at ``node``."""
+    n = 0
+    for k in range(counts.shape[1]):
+        if counts[node, k] > 0.0:
+            n += 1
+    return n
 
 
 # ---------------------------------------------------------------------------
@@ -224,20 +259,32 @@ def best_split(stats, offsets, numeric, real, binary, crit):
 # ---------------------------------------------------------------------------
 @njit(cache=True)
 def nb_scores(nijk, counts, node, row, offsets, out):
-    """log P(k) + sum_i log P(x_i | k) at ``node`` (Laplace-smoothed counts;
-    a code outside the feature, such as -1 for an unseen category, is skipped).
-    The factors are multiplied and their product logged whenever it gets small
-    (one log per few dozen features instead of one per feature)."""
+    """log P(k) + sum_i log P(x_i | k) at ``node``.  The prior is the node's
+    class fractions as they are: a class without a count at the node scores
+    -inf, so naive Bayes never predicts a class the node has not seen (when
+    no class has a count, every class scores 0).  The likelihoods are
+    Laplace-smoothed over the rows the node has seen since it was created,
+    ``(n_ijk + 1) / (n_k + codes of feature i)``; a code outside the feature,
+    such as -1 for an unseen category, is skipped.  The factors are
+    multiplied and their product logged whenever it gets small (one log per
+    few dozen features instead of one per feature)."""
     C = counts.shape[1]
     F = offsets.shape[0] - 1
     n = 0.0
     for k in range(C):
         n += counts[node, k]
+    if n <= 0.0:
+        for k in range(C):
+            out[k] = 0.0
+        return
     for k in range(C):
+        if counts[node, k] <= 0.0:
+            out[k] = -np.inf
+            continue
         nk = 0.0
         for j in range(offsets[0], offsets[1]):
             nk += nijk[node, j, k]
-        acc = math.log((counts[node, k] + 1.0) / (n + C))
+        acc = math.log(counts[node, k] / n)
         prod = 1.0
         for f in range(F):
             width = offsets[f + 1] - offsets[f]
@@ -262,9 +309,11 @@ def _argmax(a):
 
 @njit(cache=True)
 def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth, child,
-                   counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real):
+                   counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta, offsets, real, inherit):
     """Turn ``node`` into a split; its new leaves start with the class counts
-    the split sends them (from the node's own statistics)."""
+    the split sends them (from the node's own statistics) and, with
+    ``inherit``, with those counts' sum as their row count ``seen`` (else 0);
+    their clocks start at ``seen``."""
     C = counts.shape[1]
     lo, hi = offsets[f], offsets[f + 1]
     m = hi - lo if kind == MULTI else 2
@@ -279,8 +328,6 @@ def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth,
         first[nd] = -1
         nch[nd] = 0
         depth[nd] = depth[node] + 1
-        seen[nd] = 0.0
-        clock[nd] = 0.0
         mc_ok[nd] = 0.0
         nb_ok[nd] = 0.0
         for k in range(C):
@@ -301,6 +348,12 @@ def _make_children(node, kind, f, v, feature, kindarr, value, first, nch, depth,
             if take:
                 for k in range(C):
                     counts[nd, k] += nijk[node, j, k]
+        w = 0.0
+        if inherit:
+            for k in range(C):
+                w += counts[nd, k]
+        seen[nd] = w
+        clock[nd] = w
     meta[1] += m
     meta[2] += 1
     feature[node] = f
@@ -323,6 +376,15 @@ def _route(node, row, feature, kind, value, first, child, real):
 
 
 @njit(cache=True)
+def _range_of(counts, node, C, crit, range_mode):
+    """R of the bound at ``node``: over the classes present at the node
+    (RANGE_NODE) or over every class of the job (RANGE_JOB)."""
+    if range_mode == RANGE_JOB:
+        return merit_range(C, crit)
+    return merit_range(classes_present(counts, node), crit)
+
+
+@njit(cache=True)
 def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child,
                  counts, nijk, dcounts, dnijk, seen, clock, mc_ok, nb_ok, meta,
                  offsets, numeric, real, params):
@@ -339,8 +401,10 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
     grace, delta, tau = params[P_GRACE], params[P_DELTA], params[P_TAU]
     reeval = params[P_REEVAL]
     crit, leaf_pred = int(params[P_CRIT]), int(params[P_LEAF])
-    binary, max_depth = params[P_BINARY] > 0, int(params[P_DEPTH])
-    R = merit_range(C, crit)
+    cat, max_depth = int(params[P_BINARY]), int(params[P_DEPTH])
+    inherit = int(params[P_SEEN]) == SEEN_INHERITED
+    range_mode, max_share = int(params[P_RANGE]), params[P_MAX_SHARE]
+    resplit = params[P_RESPLIT] > 0
     scores = np.empty(C)
     for i in range(start, n):
         if meta[0] + 2 * widest > cap_nodes or meta[1] + 2 * widest > cap_child:
@@ -366,18 +430,21 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
             if is_leaf:
                 if seen[node] - clock[node] >= grace and (max_depth < 0 or depth[node] < max_depth):
                     clock[node] = seen[node]
-                    nobs = seen[node]
-                    f, k, v, m, _ = best_split(nijk[node], offsets, numeric, real, binary, crit)
-                    eps = hoeffding_bound(R, delta, nobs)
+                    total = 0.0
+                    for k in range(C):
+                        total += counts[node, k]
+                    if counts[node, _argmax(counts[node])] > max_share * total:
+                        break                   # one class dominates: no split attempt
+                    f, k, v, m, _ = best_split(nijk[node], offsets, numeric, real, cat, crit)
+                    eps = hoeffding_bound(_range_of(counts, node, C, crit, range_mode), delta, seen[node])
                     if f >= 0 and (m > eps or eps < tau):
                         _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
                                        counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
-                                       offsets, real)
+                                       offsets, real, inherit)
                 break
             if seen[node] - clock[node] >= reeval:
                 clock[node] = seen[node]
-                nobs = seen[node]
-                f, k, v, m, merits = best_split(nijk[node], offsets, numeric, real, binary, crit)
+                f, k, v, m, merits = best_split(nijk[node], offsets, numeric, real, cat, crit)
                 cf = feature[node]
                 current = split_merit(nijk[node, offsets[cf]:offsets[cf + 1]], kind[node], value[node],
                                       real[cf], crit)
@@ -385,7 +452,7 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
                     current = 0.0
                 best_m = m if f >= 0 else 0.0   # no split at all has merit 0
                 gain = best_m - current
-                eps = hoeffding_bound(R, delta, nobs)
+                eps = hoeffding_bound(_range_of(counts, node, C, crit, range_mode), delta, seen[node])
                 if gain > eps or (eps < tau and gain > tau / 2.0):
                     if f < 0:                   # the split no longer pays: the node becomes a leaf
                         kind[node] = LEAF_KIND
@@ -395,13 +462,35 @@ def learn_kernel(codes, y, start, feature, kind, value, first, nch, depth, child
                         first[node] = -1
                         nch[node] = 0
                         break
-                    if f != cf:                 # another feature wins: new split, new leaves
+                    # another feature wins (or, with ``resplit``, another test of the same
+                    # feature): new split, new leaves
+                    if f != cf or (resplit and (k != kind[node] or v != value[node])):
                         _make_children(node, k, f, v, feature, kind, value, first, nch, depth, child,
                                        counts, nijk, seen, clock, mc_ok, nb_ok, dcounts, dnijk, meta,
-                                       offsets, real)
+                                       offsets, real, inherit)
                         break
             node = _route(node, row, feature, kind, value, first, child, real)
     return n
+
+
+@njit(cache=True)
+def walk_kernel(codes, feature, kind, value, first, child, real, offsets):
+    """The node where each coded row stops, walking the learner's own arrays
+    (the same routes as the export walked by :func:`tree_format.apply`): a
+    leaf, or a multiway or ``EQ`` node testing a feature whose code the row
+    does not have (-1: a category unseen in the job)."""
+    n = codes.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        node = 0
+        while kind[node] != LEAF_KIND:
+            f = feature[node]
+            code = codes[i, f]
+            if kind[node] != LE and (code < 0 or code >= offsets[f + 1] - offsets[f]):
+                break
+            node = _route(node, codes[i], feature, kind, value, first, child, real)
+        out[i] = node
+    return out
 
 
 @njit(cache=True)
@@ -433,6 +522,14 @@ def leaf_proba_kernel(codes, node_of_row, counts, nijk, mc_ok, nb_ok, is_leaf, o
             for k in range(C):
                 out[i, k] = counts[node, k] / s if s > 0 else 1.0 / C
     return out
+
+
+@njit(cache=True)
+def proba_kernel(codes, feature, kind, value, first, child, real, counts, nijk, mc_ok, nb_ok, offsets, leaf_pred):
+    """Class probabilities of coded rows in the learner's arrays: :func:`walk_kernel`
+    then :func:`leaf_proba_kernel`."""
+    node = walk_kernel(codes, feature, kind, value, first, child, real, offsets)
+    return leaf_proba_kernel(codes, node, counts, nijk, mc_ok, nb_ok, kind == LEAF_KIND, offsets, leaf_pred)
 
 
 # ---------------------------------------------------------------------------
@@ -510,25 +607,50 @@ class Schema:
 class EFDT:
     """A Hoeffding Anytime Tree over a :class:`Schema` with ``n_classes`` classes.
 
-    ``learn(codes, y)`` learns rows in order; ``state()``/``from_state`` give
-    and take the tree as a dict of compact arrays (nodes in breadth-first
-    order); ``export()`` gives the :mod:`~fedforest.tree.format` tree."""
+    ``learn(codes, y)`` learns rows in order, ``learn_one(row, y)`` one row;
+    ``predict_proba(codes)`` and ``predict_one(row)`` predict (the same
+    numbers whichever is used); ``state()``/``load_state`` give and take the
+    tree as a dict of compact arrays (nodes in breadth-first order);
+    ``export()`` gives the :mod:`~fedforest.tree.format` tree.
+
+    The settings beyond the paper's (defaults: river's semantics):
+
+    * ``multiway_only``: with ``binary_split`` False, a categorical feature
+      offers only its one-branch-per-code split (default: that split and every
+      code-vs-rest split, the best wins);
+    * ``new_leaf_seen``: a new leaf's row count ``seen`` (the n of its bound)
+      starts at the weight it inherits from its parent ("inherited") or at 0
+      ("zero");
+    * ``merit_range``: R of the bound counts the classes present at the node
+      ("node") or every class of the job ("job");
+    * ``max_share_to_split``: a leaf where one class holds more than this
+      share of the counts makes no split attempt (1: always attempt);
+    * ``resplit_same_column``: re-evaluation may replace a split by a better
+      test of the same column (fresh leaves), not only by another column.
+    """
 
     def __init__(self, schema, n_classes, grace_period=200, delta=1e-7, tau=0.05,
                  min_samples_reevaluate=20, criterion="info_gain", leaf_prediction="nba",
-                 binary_split=False, max_depth=None, capacity=64):
+                 binary_split=False, max_depth=None, multiway_only=False, new_leaf_seen="inherited",
+                 merit_range="node", max_share_to_split=0.99, resplit_same_column=False, capacity=64):
         self.schema, self.n_classes = schema, int(n_classes)
+        if not 0.0 < float(max_share_to_split) <= 1.0:
+            raise ValueError(f"max_share_to_split must be in (0, 1], got {max_share_to_split!r}")
         self.settings = dict(grace_period=grace_period, delta=delta, tau=tau,
                              min_samples_reevaluate=min_samples_reevaluate, criterion=criterion,
-                             leaf_prediction=leaf_prediction, binary_split=binary_split, max_depth=max_depth)
+                             leaf_prediction=leaf_prediction, binary_split=binary_split, max_depth=max_depth,
+                             multiway_only=multiway_only, new_leaf_seen=new_leaf_seen, merit_range=merit_range,
+                             max_share_to_split=max_share_to_split, resplit_same_column=resplit_same_column)
+        cat = CAT_EQ if binary_split else CAT_MULTI if multiway_only else CAT_BOTH
         self.params = np.array([grace_period, delta, tau, min_samples_reevaluate, CRITERIA[criterion],
-                                LEAF_PREDICTIONS[leaf_prediction], float(bool(binary_split)),
-                                -1 if max_depth is None else max_depth], dtype=np.float64)
-        self._alloc(max(capacity, 1), max(capacity, 2))
+                                LEAF_PREDICTIONS[leaf_prediction], cat, -1 if max_depth is None else max_depth,
+                                NEW_LEAF_SEEN[new_leaf_seen], MERIT_RANGES[merit_range],
+                                float(max_share_to_split), float(bool(resplit_same_column))], dtype=np.float64)
+        self._leaf_pred = LEAF_PREDICTIONS[leaf_prediction]
         self.meta = np.array([1, 0, 0], dtype=np.int64)   # nodes, children, structure version
+        self._alloc(max(capacity, 1), max(capacity, 2))
         self.a["feature"][0] = tree_format.LEAF
         self._clean = 0          # structure version of the last compaction
-        self._walk = (-1, None)  # (structure version, export) of the last prediction
 
     def _alloc(self, nodes, pool):
         S, C = int(self.schema.offsets[-1]), self.n_classes
@@ -538,6 +660,18 @@ class EFDT:
         a["counts"], a["dcounts"] = np.zeros((nodes, C)), np.zeros((nodes, C))
         a["nijk"], a["dnijk"] = np.zeros((nodes, S, C)), np.zeros((nodes, S, C))
         self.a = a
+        self._bind()
+
+    def _bind(self):
+        """The kernels' argument tuples over the current arrays (rebuilt when
+        the arrays are reallocated, so that a call per row costs no lookups)."""
+        a, s = self.a, self.schema
+        self._learn_args = (a["feature"], a["kind"], a["value"], a["first"], a["n_children"], a["depth"],
+                            a["child"], a["counts"], a["nijk"], a["dcounts"], a["dnijk"], a["seen"], a["clock"],
+                            a["mc_ok"], a["nb_ok"], self.meta, s.offsets, s.numeric, s.real,
+                            self.params)
+        self._proba_args = (a["feature"], a["kind"], a["value"], a["first"], a["child"], s.real, a["counts"],
+                            a["nijk"], a["mc_ok"], a["nb_ok"], s.offsets, self._leaf_pred)
 
     def _grow(self):
         old, n, p = self.a, int(self.meta[0]), int(self.meta[1])
@@ -549,28 +683,51 @@ class EFDT:
 
     @property
     def n_nodes(self):
+        """Nodes of the tree (after dropping the subtrees re-evaluation replaced)."""
+        self._compact()
         return int(self.meta[0])
+
+    def _make_room(self):
+        """Compact, and grow the arrays when the next split might not fit."""
+        self._compact()
+        room = 2 * int(max(2, self.schema.n_codes.max()))
+        cap_n, cap_c = self.a["feature"].shape[0], self.a["child"].shape[0]
+        if (self.meta[0] + room > cap_n or self.meta[1] + room > cap_c
+                or self.meta[0] * 2 > cap_n or self.meta[1] * 2 > cap_c):
+            self._grow()
 
     def learn(self, codes, y):
         """Learn the rows ``codes`` (int, ``(n, n_features)``) with classes ``y`` in order."""
         codes = np.ascontiguousarray(codes, dtype=np.int32)
         y = np.ascontiguousarray(y, dtype=np.int64)
-        i, a, s = 0, self.a, self.schema
+        i = 0
         while i < codes.shape[0]:
-            i = learn_kernel(codes, y, i, a["feature"], a["kind"], a["value"], a["first"], a["n_children"],
-                             a["depth"], a["child"], a["counts"], a["nijk"], a["dcounts"], a["dnijk"],
-                             a["seen"], a["clock"], a["mc_ok"], a["nb_ok"], self.meta, s.offsets, s.numeric, s.real,
-                             self.params)
+            i = learn_kernel(codes, y, i, *self._learn_args)
             if i < codes.shape[0]:
-                self._compact()
-                room = 2 * int(max(2, s.n_codes.max()))
-                cap_n, cap_c = self.a["feature"].shape[0], self.a["child"].shape[0]
-                if (self.meta[0] + room > cap_n or self.meta[1] + room > cap_c
-                        or self.meta[0] * 2 > cap_n or self.meta[1] * 2 > cap_c):
-                    self._grow()
-                a = self.a
+                self._make_room()
         self._compact()
         return self
+
+    def learn_one(self, row, y):
+        """Learn one coded row (``n_features`` ints) of class ``y``: the same tree
+        as learning it within a chunk, without the per-chunk bookkeeping (the
+        node order is tidied when the state is next read)."""
+        codes = np.asarray(row, dtype=np.int32).reshape(1, -1)
+        yy = np.array([y], dtype=np.int64)
+        while learn_kernel(codes, yy, 0, *self._learn_args) == 0:
+            self._make_room()
+        return self
+
+    def predict_proba(self, codes):
+        """Class probabilities of coded rows (``-1``: a category unseen in the
+        job): the learner's own arrays walked as :func:`state_proba` walks the
+        export, then the leaf prediction."""
+        codes = np.ascontiguousarray(codes, dtype=np.int32)
+        return proba_kernel(codes, *self._proba_args)
+
+    def predict_one(self, row):
+        """Class probabilities of one coded row (``n_features`` ints)."""
+        return proba_kernel(np.asarray(row, dtype=np.int32).reshape(1, -1), *self._proba_args)[0]
 
     def reset_deltas(self):
         """Start gathering new statistics (after a broadcast)."""
@@ -607,7 +764,8 @@ class EFDT:
     def state(self, deltas=True):
         """The tree as compact arrays (breadth-first node order); without the
         delta arrays when ``deltas`` is False."""
-        st = state_of(self.a, np.arange(self.n_nodes))
+        self._compact()
+        st = state_of(self.a, np.arange(int(self.meta[0])))
         if not deltas:
             st.pop("dcounts")
             st.pop("dnijk")
@@ -629,27 +787,12 @@ class EFDT:
     def export(self):
         return export(self.state(deltas=False), self.schema)
 
-    def predict_proba(self, codes):
-        """Class probabilities of coded rows (as :func:`state_proba`); the export
-        the walk needs is rebuilt only when the structure changed."""
-        self._compact()
-        if self._walk[0] != self.meta[2]:
-            st = {k: self.a[k][:self.n_nodes] for k in NODE_INT + ("counts",)}
-            st["child"] = self.a["child"][:self.meta[1]]
-            self._walk = (int(self.meta[2]), export(st, self.schema))
-        codes = np.ascontiguousarray(codes, dtype=np.int32)
-        node = tree_format.apply(self._walk[1], codes.astype(np.float64))
-        a = self.a
-        return leaf_proba_kernel(codes, node, a["counts"], a["nijk"], a["mc_ok"], a["nb_ok"],
-                                 a["kind"] == LEAF_KIND, self.schema.offsets,
-                                 LEAF_PREDICTIONS[self.settings["leaf_prediction"]])
-
 
 STATE_KEYS = NODE_INT + NODE_FLOAT + ("child", "counts", "nijk")
 KINDS = (LEAF_KIND, MULTI, EQ, LE)
 
 
-def check_state(st, schema, n_classes, what, binary_split=None, max_depth=None):
+def check_state(st, schema, n_classes, what, binary_split=None, max_depth=None, multiway_only=None):
     """Validate a compact state (without deltas) from a message or a file; returns
     it as arrays in the dtypes :class:`EFDT` keeps (a new dict).  Raises
     :class:`fedforest.errors.InputError` ``(what, ...)`` unless the arrays are
@@ -659,8 +802,9 @@ def check_state(st, schema, n_classes, what, binary_split=None, max_depth=None):
     every node but the root is the child of exactly one split, after it and one
     level deeper; a split tests a feature of the schema the way learning does
     (numeric: ``LE`` on a real bin; categorical: ``EQ`` on a code when
-    ``binary_split``, else ``MULTI`` with one child per code) and has the
-    children of its kind; a leaf has none.  ``max_depth``: no node deeper."""
+    ``binary_split``, ``MULTI`` with one child per code when ``binary_split``
+    is False and ``multiway_only``, else either) and has the children of its
+    kind; a leaf has none.  ``max_depth``: no node deeper."""
     from ..errors import InputError
 
     if not isinstance(st, dict) or set(st) != set(STATE_KEYS):
@@ -703,8 +847,9 @@ def check_state(st, schema, n_classes, what, binary_split=None, max_depth=None):
         raise InputError(what, f"a split of the tree state tests no feature of the {F}")
     f = np.where(split, feature, 0)
     numeric, n_codes, real = schema.numeric[f], schema.n_codes[f], schema.real[f]
-    want = np.where(numeric, LE, MULTI if binary_split is False else EQ if binary_split else kind)
-    if np.any(split & ((kind == LE) != numeric)) or (binary_split is not None and np.any(split & (kind != want))):
+    cat_kind = EQ if binary_split else MULTI if (binary_split is False and multiway_only) else kind
+    want = np.where(numeric, LE, cat_kind)
+    if np.any(split & ((kind == LE) != numeric)) or np.any(split & (kind != want)):
         raise InputError(what, "a split of the tree state has a kind its feature does not take")
     if np.any(split & (nch != np.where(kind == MULTI, n_codes, 2))):
         raise InputError(what, "a split of the tree state has the wrong number of children")

@@ -126,6 +126,52 @@ def test_unseen_category_stops_at_the_inner_node(tmp_path):
     np.testing.assert_allclose(proba[0], st["counts"][0] / st["counts"][0].sum())
 
 
+def test_tree_settings_reach_every_tree(tmp_path):
+    """The settings beyond the paper's travel with the job: the centralized tree
+    equals one tree learning the pooled stream with the same settings."""
+    paths, tests, _ = _clients(tmp_path, numeric=False, n=1200)
+    opts = dict(new_leaf_seen="zero", merit_range="job", max_share_to_split=1.0, multiway_only=True,
+                resplit_same_column=True)
+    s = _run(paths, tmp_path, strategy="centralized", rounds=10, **opts)
+    assert {k: s["settings"][k] for k in opts} == opts
+    doc = load_model(s["model_dirs"][0])
+    assert {k: doc["settings"][k] for k in opts} == opts
+    st = load_state(doc)
+    assert ht.EQ not in st["kind"]
+    enc = doc["encoding"]
+    schema = ht.Schema.from_dict(doc["schema"])
+    parts = [pd.read_csv(p, keep_default_na=False, na_values=["NA", ""]) for p in paths]
+    tree = ht.EFDT(schema, 2, **doc["settings"])
+    for r in range(10):
+        chunk = pd.concat([part.iloc[lo:hi] for part in parts for lo, hi in [chunks(len(part), 10)[r]]])
+        X = encode_rows(chunk.drop(columns=["id", "label"]), enc, "rows").astype(np.int32)
+        tree.learn(X, enc.labels(chunk["label"], "labels"))
+    want = tree.state(deltas=False)
+    for k in st:
+        np.testing.assert_array_equal(st[k], want[k], err_msg=k)
+
+
+def test_bin_edges_from_the_head_of_each_stream(tmp_path):
+    paths, _, _ = _clients(tmp_path, n=2000)
+    s = _run(paths, tmp_path, strategy="local", rounds=5, shuffle=True, random_state=5, edge_rows=100)
+    assert s["edge_rows"] == 100
+    doc = load_model(s["model_dirs"][1])
+    for j, c in enumerate(doc["encoding"].columns):
+        if c not in ("x0", "x1"):
+            assert doc["edges"][j] is None
+            continue
+        sketches = []
+        for rank, path in enumerate(paths, start=1):
+            x = pd.read_csv(path)[c].to_numpy(dtype=np.float64)
+            head = np.random.default_rng(5 + rank).permutation(x.size)[:100]   # the stream's first rows
+            sketches.append(ht.quantile_sketch(x[head], 32))
+        np.testing.assert_array_equal(doc["edges"][j], ht.agree_edges(sketches, 32))
+    whole = _run(paths, tmp_path, strategy="local", rounds=5, model_dir=str(tmp_path / "w"))
+    whole = load_model(whole["model_dirs"][1])
+    j = doc["encoding"].columns.index("x0")
+    assert not np.array_equal(doc["edges"][j], whole["edges"][j])
+
+
 def test_chunks_and_short_streams():
     assert chunks(10, 4) == [(0, 2), (2, 5), (5, 8), (8, 10)]
     assert all(hi > lo for lo, hi in chunks(201, 200))
@@ -189,6 +235,10 @@ def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
     ({"delta": 1.5}, "delta: must be"),
     ({"leaf_prediction": "knn"}, "leaf_prediction: must be one of"),
     ({"n_bins": 1}, "n_bins: must be an int in"),
+    ({"edge_rows": 0}, "edge_rows: must be"),
+    ({"max_share_to_split": 0}, "max_share_to_split: must be"),
+    ({"new_leaf_seen": "half"}, "new_leaf_seen: must be one of"),
+    ({"merit_range": "tree"}, "merit_range: must be one of"),
     ({"strategy": "sem", "proxy_data": None}, "proxy_data: must name the server's proxy rows file"),
     ({"strategy": "sem", "proxy_data": "/no/such.csv"}, "does not exist"),
     ({"task": "regression"}, "supports classification only"),

@@ -2,8 +2,10 @@
 against plain numpy references, export to the flat format, merging along
 matching paths, tree edit distance against apted, and river on one stream."""
 import math
+import os
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedforest.tree import format as tree_format
@@ -72,16 +74,24 @@ def test_best_split_picks_the_most_informative_feature():
 # Learning against a plain reference
 # ---------------------------------------------------------------------------
 class RefTree:
-    """Plain-python Hoeffding Anytime Tree with the documented rules."""
+    """Plain-python Hoeffding Anytime Tree with the documented rules.  ``cat``:
+    the categorical splits offered ("multi", "eq" or "both"); ``inherit``: a new
+    leaf's row count starts at its inherited weight; ``range_mode``: R over the
+    classes at the node ("node") or of the job ("job"); ``max_share``: no split
+    attempt above this majority share; ``resplit``: a better test on the same
+    column replaces the split."""
 
-    def __init__(self, schema, C, grace, delta, tau, reeval, crit, binary):
+    def __init__(self, schema, C, grace, delta, tau, reeval, crit, cat, inherit=False, range_mode="job",
+                 max_share=1.0, resplit=False):
         self.s, self.C = schema, C
-        self.grace, self.delta, self.tau, self.reeval, self.crit, self.binary = grace, delta, tau, reeval, crit, binary
+        self.grace, self.delta, self.tau, self.reeval, self.crit, self.cat = grace, delta, tau, reeval, crit, cat
+        self.inherit, self.range_mode, self.max_share, self.resplit = inherit, range_mode, max_share, resplit
         self.root = self.leaf(np.zeros(C))
 
     def leaf(self, counts):
+        seen = float(counts.sum()) if self.inherit else 0.0
         return {"split": None, "kids": [], "counts": counts.astype(float),
-                "nijk": np.zeros((self.s.offsets[-1], self.C)), "seen": 0.0, "mark": 0.0}
+                "nijk": np.zeros((self.s.offsets[-1], self.C)), "seen": seen, "mark": seen}
 
     def merits(self, nijk):
         out = []
@@ -89,10 +99,10 @@ class RefTree:
             b = nijk[self.s.offsets[f]:self.s.offsets[f + 1]]
             if self.s.numeric[f]:
                 cands = [(ht.LE, v, [b[:v + 1].sum(0), b[v + 1:].sum(0)]) for v in range(self.s.real[f] - 1)]
-            elif self.binary:
-                cands = [(ht.EQ, v, [b[v], b.sum(0) - b[v]]) for v in range(len(b))]
             else:
-                cands = [(ht.MULTI, -1, list(b))]
+                cands = [(ht.MULTI, -1, list(b))] if self.cat in ("multi", "both") else []
+                if self.cat in ("eq", "both"):
+                    cands += [(ht.EQ, v, [b[v], b.sum(0) - b[v]]) for v in range(len(b))]
             best = (-np.inf, None, None)
             for k, v, parts in cands:
                 m = _ref_merit(parts, self.crit)
@@ -108,9 +118,10 @@ class RefTree:
             return None, 0.0
         return (f, ms[f][1], ms[f][2]), ms[f][0]
 
-    def bound(self, n):
-        R = 1.0 if self.crit == ht.GINI else math.log2(max(self.C, 2))
-        return ht.hoeffding_bound(R, self.delta, n)
+    def bound(self, node):
+        classes = self.C if self.range_mode == "job" else int((node["counts"] > 0).sum())
+        R = 1.0 if self.crit == ht.GINI else math.log2(max(classes, 2))
+        return ht.hoeffding_bound(R, self.delta, node["seen"])
 
     def split(self, node, split):
         f, k, v = split
@@ -142,8 +153,10 @@ class RefTree:
             if node["split"] is None:
                 if node["seen"] - node["mark"] >= self.grace:
                     node["mark"] = node["seen"]
+                    if node["counts"].max() > self.max_share * node["counts"].sum():
+                        return
                     split, m = self.best(node["nijk"])
-                    eps = self.bound(node["seen"])
+                    eps = self.bound(node)
                     if split is not None and (m > eps or eps < self.tau):
                         self.split(node, split)
                 return
@@ -159,13 +172,13 @@ class RefTree:
                 current = _ref_merit(parts, self.crit)
                 current = 0.0 if current == -np.inf else current
                 gain = m - current
-                eps = self.bound(node["seen"])
+                eps = self.bound(node)
                 del cur
                 if gain > eps or (eps < self.tau and gain > self.tau / 2):
                     if split is None:
                         node["split"], node["kids"] = None, []
                         return
-                    if split[0] != f:
+                    if split[0] != f or (self.resplit and split != node["split"]):
                         self.split(node, split)
                         return
             node = self.route(node, row)
@@ -175,7 +188,7 @@ class RefTree:
         out, queue = [], [self.root]
         while queue:
             n = queue.pop(0)
-            out.append((n["split"], n["counts"], n["nijk"]))
+            out.append((n["split"], n["counts"], n["nijk"], (n["seen"], n["mark"])))
             queue.extend(n["kids"])
         return out
 
@@ -200,26 +213,38 @@ def _state_nodes(st):
     for i in range(len(st["feature"])):
         split = None if st["kind"][i] == ht.LEAF_KIND else (int(st["feature"][i]), int(st["kind"][i]),
                                                             int(st["value"][i]))
-        out.append((split, st["counts"][i], st["nijk"][i]))
+        out.append((split, st["counts"][i], st["nijk"][i], (st["seen"][i], st["clock"][i])))
     return out
 
 
-@pytest.mark.parametrize("binary,crit,drift", [(True, ht.INFO_GAIN, False), (False, ht.GINI, True),
-                                               (True, ht.INFO_GAIN, True)])
-def test_learning_equals_the_reference(binary, crit, drift):
+OLD_SEMANTICS = dict(new_leaf_seen="zero", merit_range="job", max_share_to_split=1.0)
+
+
+@pytest.mark.parametrize("binary,crit,drift,opts", [
+    (True, ht.INFO_GAIN, False, {}), (False, ht.GINI, True, {}), (True, ht.INFO_GAIN, True, {}),
+    (False, ht.INFO_GAIN, True, {}), (False, ht.INFO_GAIN, True, dict(multiway_only=True)),
+    (True, ht.INFO_GAIN, False, OLD_SEMANTICS), (False, ht.GINI, True, dict(OLD_SEMANTICS, multiway_only=True)),
+    (True, ht.INFO_GAIN, True, OLD_SEMANTICS), (True, ht.INFO_GAIN, True, dict(resplit_same_column=True)),
+    (True, ht.GINI, True, dict(max_share_to_split=0.7)), (False, ht.INFO_GAIN, True, dict(merit_range="job"))])
+def test_learning_equals_the_reference(binary, crit, drift, opts):
     schema, codes, y = _stream(3000, 5, drift)
-    kw = dict(grace=50, delta=1e-3, tau=0.05, reeval=20, crit=crit, binary=binary)
-    ref = RefTree(schema, 2, **kw)
+    C = 3 if opts.get("merit_range") == "job" else 2     # a class never seen: R counts it only with "job"
+    cat = "eq" if binary else "multi" if opts.get("multiway_only") else "both"
+    kw = dict(grace=50, delta=1e-3, tau=0.05, reeval=20, crit=crit, cat=cat,
+              inherit=opts.get("new_leaf_seen", "inherited") == "inherited",
+              range_mode=opts.get("merit_range", "node"), max_share=opts.get("max_share_to_split", 0.99),
+              resplit=opts.get("resplit_same_column", False))
+    ref = RefTree(schema, C, **kw)
     for row, t in zip(codes, y):
         ref.learn(row, t)
-    tree = ht.EFDT(schema, 2, grace_period=50, delta=1e-3, min_samples_reevaluate=20,
-                   criterion="gini" if crit == ht.GINI else "info_gain", binary_split=binary, capacity=2)
+    tree = ht.EFDT(schema, C, grace_period=50, delta=1e-3, min_samples_reevaluate=20,
+                   criterion="gini" if crit == ht.GINI else "info_gain", binary_split=binary, capacity=2, **opts)
     for lo in range(0, 3000, 250):                      # chunks: the same as one pass
         tree.learn(codes[lo:lo + 250], y[lo:lo + 250])
     got, want = _state_nodes(tree.state()), ref.flat()
     assert len(got) == len(want) > 3
-    for (s1, c1, n1), (s2, c2, n2) in zip(got, want):
-        assert s1 == s2
+    for (s1, c1, n1, w1), (s2, c2, n2, w2) in zip(got, want):
+        assert s1 == s2 and w1 == w2
         np.testing.assert_array_equal(c1, c2)
         np.testing.assert_array_equal(n1, n2)
 
@@ -329,7 +354,10 @@ def test_delta_merge_equals_centralized_counts_on_matched_paths():
         clients.append(c.state())
     merged = ht.merge(clients[0], clients[1:], "delta")
     cst = central.state()
-    pairs = ht.matched_pairs(merged, cst)
+    # the nodes of the shared start (a leaf split later by one client and by the
+    # centralized tree at another time holds different rows since its split)
+    shared = {j for _, j in ht.matched_pairs(base, merged)}
+    pairs = [(i, j) for i, j in ht.matched_pairs(merged, cst) if i in shared]
     assert len(pairs) >= 3
     for i, j in pairs:
         np.testing.assert_array_equal(merged["nijk"][i], cst["nijk"][j])
@@ -439,3 +467,204 @@ def test_same_or_better_prequential_accuracy_than_river(binary):
         river.learn_one(x, t)
     assert ok / len(y) >= rok / len(y) - 0.01, (ok / len(y), rok / len(y))
     assert ok / len(y) > 0.5
+
+
+# ---------------------------------------------------------------------------
+# Naive Bayes leaves: the mushroom stream in file order
+# ---------------------------------------------------------------------------
+MUSHROOM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "mushroom.csv.gz")
+
+
+def _mushroom():
+    """The mushroom table as codes (sorted categories per column, NA a category) and classes."""
+    df = pd.read_csv(MUSHROOM, keep_default_na=False, na_values=["NA", ""])
+    y = (df.pop("class") == "poisonous").to_numpy().astype(np.int64)
+    codes, widths = [], []
+    for c in df.columns:
+        col = df[c].fillna("NA").astype(str)
+        values = sorted(col.unique())
+        codes.append(col.map({v: i for i, v in enumerate(values)}).to_numpy())
+        widths.append(len(values))
+    return np.stack(codes, axis=1).astype(np.int32), y, ht.Schema(widths, [False] * len(widths))
+
+
+def test_mushroom_in_file_order_naive_bayes_leaves_are_not_worse_than_majority_class():
+    """A leaf that inherits edible 913 : poisonous 0 and then sees a few dozen
+    edible rows must not predict poisonous for edible rows whose values it has
+    not seen yet (a class without counts gets no naive Bayes vote)."""
+    from sklearn.model_selection import train_test_split
+
+    codes, y, schema = _mushroom()
+    train, test = train_test_split(np.arange(y.size), test_size=0.3, stratify=y, random_state=0)
+    train = np.sort(train)                      # streamed in file order
+    holdout = {}
+    for lp in ("mc", "nb", "nba"):
+        tree = ht.EFDT(schema, 2, leaf_prediction=lp)
+        for lo in range(0, train.size, 100):
+            tree.learn(codes[train[lo:lo + 100]], y[train[lo:lo + 100]])
+        holdout[lp] = (tree.predict_proba(codes[test]).argmax(1) == y[test]).mean()
+    assert holdout["nba"] >= holdout["mc"] > 0.98, holdout
+    assert holdout["nb"] > 0.98, holdout
+
+
+def test_naive_bayes_gives_no_vote_to_a_class_without_counts():
+    schema = ht.Schema([4] * 22, [False] * 22)
+    S = int(schema.offsets[-1])
+    counts = np.array([[950.0, 0.0]])
+    nijk = np.zeros((1, S, 2))
+    nijk[0, schema.offsets[:-1], 0] = 37.0        # 37 rows of class 0 at the leaf, every feature at code 0
+    row = np.full(22, 3, dtype=np.int32)           # values the leaf has not seen with any class
+    out = np.empty(2)
+    ht.nb_scores(nijk, counts, 0, row, schema.offsets, out)
+    assert np.isfinite(out[0]) and out[1] == -np.inf
+    proba = ht.leaf_proba_kernel(row[None], np.zeros(1, np.int64), counts, nijk, np.zeros(1), np.zeros(1),
+                                 np.array([True]), schema.offsets, ht.NB)
+    np.testing.assert_array_equal(proba, [[1.0, 0.0]])
+    # no counts at all: every class alike
+    ht.nb_scores(nijk, np.zeros((1, 2)), 0, row, schema.offsets, out)
+    np.testing.assert_array_equal(out, [0.0, 0.0])
+    # both classes counted: Laplace-smoothed likelihoods over the leaf's rows, prior from its counts
+    counts[0, 1] = 50.0
+    ht.nb_scores(nijk, counts, 0, row, schema.offsets, out)
+    want = [math.log(950 / 1000) + 22 * math.log(1 / 41), math.log(50 / 1000) + 22 * math.log(1 / 4)]
+    np.testing.assert_allclose(out, want)
+
+
+# ---------------------------------------------------------------------------
+# The settings that depart from (or follow) river, one by one
+# ---------------------------------------------------------------------------
+def _split_at_root(codes, y, schema, C=2, **kw):
+    tree = ht.EFDT(schema, C, **kw).learn(codes, y)
+    return tree, tree.state()
+
+
+def test_new_leaf_seen_starts_at_the_inherited_weight_or_zero():
+    schema, codes, y = _stream(400, 7)
+    for mode in ("inherited", "zero"):
+        tree, st = _split_at_root(codes[:200], y[:200], schema, grace_period=200, delta=0.01, binary_split=True,
+                                  new_leaf_seen=mode)
+        assert st["kind"][0] != ht.LEAF_KIND
+        kids = st["child"][st["first"][0]:st["first"][0] + st["n_children"][0]]
+        want = st["counts"][kids].sum(axis=1) if mode == "inherited" else np.zeros(kids.size)
+        np.testing.assert_array_equal(st["seen"][kids], want)
+        np.testing.assert_array_equal(st["clock"][kids], want)     # the grace period counts from the split
+    # leaves split sooner when they count their inherited weight: y = x0 AND x1 (15 % noise)
+    # needs a second level, reached after fewer rows
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 2, size=(2000, 3)).astype(np.int32)
+    y = ((codes[:, 0] == 1) & (codes[:, 1] == 1)).astype(np.int64)
+    y[rng.random(2000) < 0.15] ^= 1
+    schema = ht.Schema([2, 2, 2], [False] * 3)
+    second_level = {}
+    for mode in ("inherited", "zero"):
+        tree = ht.EFDT(schema, 2, grace_period=50, binary_split=True, new_leaf_seen=mode)
+        for i in range(y.size):
+            tree.learn_one(codes[i], y[i])
+            if tree.n_nodes >= 5:
+                second_level[mode] = i
+                break
+    assert second_level["inherited"] + 50 <= second_level["zero"], second_level
+
+
+def test_categorical_columns_offer_multiway_and_value_vs_rest_splits():
+    # one code holds 97 % of the rows: the multiway split has a single branch above 1 % of
+    # the rows (no split), that code against the rest is a valid split
+    block = np.array([[480.0, 502.0], [0.0, 5.0], [0.0, 5.0], [8.0, 0.0]])
+    assert ht.best_feature_split(block, False, 4, ht.CAT_MULTI, ht.INFO_GAIN)[0] == -np.inf
+    m, kind, v = ht.best_feature_split(block, False, 4, ht.CAT_BOTH, ht.INFO_GAIN)
+    assert (kind, v) == (ht.EQ, 0) and m == ht.best_feature_split(block, False, 4, ht.CAT_EQ, ht.INFO_GAIN)[0] > 0
+    # otherwise the multiway split is at least as good (it refines any value-vs-rest split) and wins ties
+    block = np.array([[40.0, 2.0], [3.0, 30.0], [10.0, 12.0]])
+    m, kind, v = ht.best_feature_split(block, False, 3, ht.CAT_BOTH, ht.GINI)
+    assert kind == ht.MULTI and m == ht.split_merit(block, ht.MULTI, -1, 3, ht.GINI)
+    # check_state takes both kinds unless multiway_only
+    schema = ht.Schema([4, 2], [False, False])
+    rng = np.random.default_rng(0)
+    rare = np.zeros(3000, dtype=np.int32)        # codes 1-3 on 1.7 % of the rows, 0.6 % each
+    rare[::60] = 1 + np.arange(50) % 3
+    codes = np.stack([rare, rng.integers(0, 2, 3000)], axis=1).astype(np.int32)
+    y = (rare > 0).astype(np.int64)
+    st = ht.EFDT(schema, 2, grace_period=1000, max_share_to_split=1.0).learn(codes, y).state(deltas=False)
+    assert ht.EQ in st["kind"]
+    ht.check_state(st, schema, 2, "tree", binary_split=False)
+    with pytest.raises(ht_input_error(), match="a kind its feature does not take"):
+        ht.check_state(st, schema, 2, "tree", binary_split=False, multiway_only=True)
+    st2 = ht.EFDT(schema, 2, grace_period=1000, max_share_to_split=1.0, multiway_only=True).learn(codes, y).state(
+        deltas=False)
+    assert ht.EQ not in st2["kind"]
+
+
+def ht_input_error():
+    from fedforest.errors import InputError
+    return InputError
+
+
+def test_merit_range_counts_the_classes_at_the_node_or_in_the_job():
+    # a 4-class job whose rows hold 2 classes, told apart by feature 0: the gain is 1 bit;
+    # after 30 rows the bound is 0.52 with R = log2(2) and 1.04 with R = log2(4)
+    schema = ht.Schema([2, 2], [False, False])
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 2, size=(30, 2)).astype(np.int32)
+    y = codes[:, 0].astype(np.int64)
+    assert ht.hoeffding_bound(1.0, 1e-7, 30) < 1.0 < ht.hoeffding_bound(2.0, 1e-7, 30)
+    node = ht.EFDT(schema, 4, grace_period=30).learn(codes, y)
+    job = ht.EFDT(schema, 4, grace_period=30, merit_range="job").learn(codes, y)
+    assert node.n_nodes == 3 and job.n_nodes == 1
+
+
+def test_max_share_to_split():
+    # 995 : 5 with a feature that separates them (Gini, tie rule): one class holds more than 99 %
+    schema = ht.Schema([2], [False])
+    codes = np.zeros((1000, 1), dtype=np.int32)
+    codes[:5] = 1
+    y = codes[:, 0].astype(np.int64)
+    kw = dict(grace_period=1000, delta=0.5, criterion="gini")
+    assert ht.EFDT(schema, 2, **kw).learn(codes, y).n_nodes == 1
+    assert ht.EFDT(schema, 2, max_share_to_split=0.995, **kw).learn(codes, y).n_nodes == 3   # not above it
+    assert ht.EFDT(schema, 2, max_share_to_split=1.0, **kw).learn(codes, y).n_nodes == 3
+    with pytest.raises(ValueError, match="max_share_to_split"):
+        ht.EFDT(schema, 2, max_share_to_split=0.0)
+
+
+def test_resplit_same_column():
+    """The class follows code 0 of feature 0, then code 1 of it: the root keeps
+    its test unless ``resplit_same_column``, which moves it to code 1."""
+    rng = np.random.default_rng(3)
+    schema = ht.Schema([3, 2], [False, False])
+    codes = np.stack([rng.integers(0, 3, 8000), rng.integers(0, 2, 8000)], axis=1).astype(np.int32)
+    y = np.where(np.arange(8000) < 1000, codes[:, 0] == 0, codes[:, 0] == 1).astype(np.int64)
+    roots = {}
+    for resplit in (False, True):
+        tree = ht.EFDT(schema, 2, grace_period=100, binary_split=True, resplit_same_column=resplit)
+        tree.learn(codes[:1000], y[:1000])
+        assert tuple(tree.state()["value"][:1]) == (0,) and tree.state()["feature"][0] == 0
+        st = tree.learn(codes[1000:], y[1000:]).state()
+        roots[resplit] = (int(st["feature"][0]), int(st["kind"][0]), int(st["value"][0]))
+    assert roots == {False: (0, ht.EQ, 0), True: (0, ht.EQ, 1)}
+
+
+# ---------------------------------------------------------------------------
+# One row at a time
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("lp", ["nba", "mc", "nb"])
+def test_per_row_use_equals_chunked_use(lp):
+    schema, codes, y = _stream(3000, 8, drift=True)
+    rows = ht.EFDT(schema, 2, grace_period=50, leaf_prediction=lp, capacity=2)
+    chunked = ht.EFDT(schema, 2, grace_period=50, leaf_prediction=lp, capacity=2)
+    one = np.empty((y.size, 2))
+    for i in range(y.size):
+        one[i] = rows.predict_one(codes[i])
+        rows.learn_one(codes[i], y[i])
+    many = np.concatenate([chunked.predict_proba(codes[lo:lo + 100]) for lo in range(0, y.size, 100)
+                           if chunked.learn(codes[max(lo - 100, 0):lo], y[max(lo - 100, 0):lo]) is not None])
+    a, b = rows.state(), chunked.learn(codes[-100:], y[-100:]).state()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # the same tree predicts the same numbers row by row, by chunk and through the export
+    test = codes[:500].copy()
+    test[::7, 0] = -1                       # unseen categories stop at inner nodes
+    per_row = np.array([rows.predict_one(r) for r in test])
+    np.testing.assert_array_equal(per_row, rows.predict_proba(test))
+    np.testing.assert_allclose(per_row, ht.state_proba(a, schema, test, lp))
+    # within the stream, the prediction of a row before it is learnt: per row it sees every earlier row
+    assert (one.argmax(1) == y).mean() >= (many.argmax(1) == y).mean() - 0.02

@@ -20,7 +20,9 @@ matching paths into a base tree and sends the result back:
 broadcast (matched paths then hold the pooled stream's counts); ``"total"``
 adds their totals, the literal reading of the paper's aggregation, which
 counts older rows again every round.  Numeric columns are binned over edges
-the server agrees once from the clients' quantile sketches.  See docs/efdt.md.
+the server agrees once from the clients' quantile sketches (of each client's
+whole file, or of the first ``edge_rows`` rows of its stream).  See
+docs/efdt.md.
 
 This module declares the mode; the implementation is in :mod:`.roles`
 (imported when the mode runs).
@@ -55,7 +57,26 @@ PARAMS = (
           "categorical splits as 'value vs the rest' instead of one branch per value (numeric splits are "
           "always binary)"),
     Param("max_depth", None, (None, Interval(int, 1, MAX_DEPTH)), "depth limit of the trees (None: no limit)"),
+    Param("multiway_only", False, (bool,),
+          "with binary_split false, a categorical column offers only its one-branch-per-value split (default: "
+          "that split and every 'value vs the rest' split, the best wins, as river)"),
+    Param("new_leaf_seen", "inherited", (Options("inherited", "zero"),),
+          "row count a new leaf starts with, the n of its Hoeffding bound: the weight it inherits from its "
+          "parent ('inherited', as river and MOA) or 0 ('zero': leaves split later after every split)",
+          text=True),
+    Param("merit_range", "node", (Options("node", "job"),),
+          "classes counted in the range R of the information-gain bound, log2(classes): those present at the "
+          "node ('node', as river) or every class of the job ('job')", text=True),
+    Param("max_share_to_split", 0.99, (Interval(numbers.Real, 0, 1, closed="right"),),
+          "a leaf where one class holds more than this share of the rows makes no split attempt (as river; "
+          "1: always attempt)"),
+    Param("resplit_same_column", False, (bool,),
+          "re-evaluation may replace a split by a better test on the same column (another value, threshold or "
+          "kind; the subtree is replaced by fresh leaves); default: only another column replaces a split"),
     Param("n_bins", 32, (Interval(int, 2, 1024),), "bins of a numeric column (edges agreed once per job)"),
+    Param("edge_rows", None, (None, Interval(int, 1)),
+          "rows at the head of each client's stream (after shuffle) whose quantiles set the bin edges "
+          "(None: every row of the client's file, a look-ahead over the stream)"),
     Param("shuffle", False, (bool,), "shuffle each client's rows (seed: random_state + rank) before streaming"),
     Param("random_state", None, (None, Interval(int, 0)),
           "seed of the shuffles (None: a fresh seed, recorded in the summary)"),

@@ -32,16 +32,18 @@ STATE_FILE = "efdt_state.npz"
 # ---------------------------------------------------------------------------
 # Set-up: the clients describe their tables, the server agrees columns, classes, categories and bin edges
 # ---------------------------------------------------------------------------
-def describe(table, n_bins):
+def describe(table, n_bins, head=None):
     """A client's description: columns and their kinds, classes, the category
-    values of text columns and a quantile sketch of numeric ones."""
+    values of text columns and a quantile sketch of numeric ones, over the
+    rows ``head`` (positions: the head of the stream) or every row (None)."""
     cats, sketches, kinds = [], [], []
     for c in table.X.columns:
         col = table.X[c]
         if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
             kinds.append("numeric")
             cats.append(None)
-            sketches.append(ht.quantile_sketch(col.to_numpy(dtype=np.float64), n_bins))
+            x = col.to_numpy(dtype=np.float64)
+            sketches.append(ht.quantile_sketch(x if head is None else x[head], n_bins))
         else:
             kinds.append("text")
             cats.append(sorted({text_of(v) for v in col.dropna()}) + ([MISSING] if col.isna().any() else []))
@@ -132,7 +134,17 @@ def _settings(cfg):
     return dict(grace_period=cfg.grace_period, delta=float(cfg.delta), tau=float(cfg.tau),
                 min_samples_reevaluate=cfg.min_samples_reevaluate, criterion=cfg.split_criterion,
                 leaf_prediction=cfg.leaf_prediction, binary_split=bool(cfg.binary_split),
-                max_depth=cfg.max_depth)
+                max_depth=cfg.max_depth, multiway_only=bool(cfg.multiway_only), new_leaf_seen=cfg.new_leaf_seen,
+                merit_range=cfg.merit_range, max_share_to_split=float(cfg.max_share_to_split),
+                resplit_same_column=bool(cfg.resplit_same_column))
+
+
+def stream_order(n_rows, shuffle, seed, rank):
+    """Positions of a client's rows in its stream: file order, or shuffled
+    with seed ``seed + rank``."""
+    if shuffle:
+        return np.random.default_rng(seed + rank).permutation(n_rows)
+    return np.arange(n_rows)
 
 
 def chunks(n_rows, rounds):
@@ -208,7 +220,9 @@ def server_train(comm, cfg):
     proxy_df = _read_proxy(cfg)   # before any exchange: a bad file stops the job at once
     _connect(comm, cfg)
     clients = comm.clients
-    infos = comm.exchange({r: {"op": protocol.LOAD, "n_bins": cfg.n_bins} for r in clients})
+    seed = job_seed(cfg)   # before the descriptions: bin edges may come from the head of a shuffled stream
+    infos = comm.exchange({r: {"op": protocol.LOAD, "n_bins": cfg.n_bins, "edge_rows": cfg.edge_rows,
+                               "seed": seed} for r in clients})
     enc, edges = agree_stream(infos, cfg.n_bins)
     rows = {r: infos[r]["n_rows"] for r in clients}
     short = {r: n for r, n in rows.items() if n < cfg.rounds}
@@ -219,14 +233,13 @@ def server_train(comm, cfg):
     proxy = to_codes(encode_rows(proxy_df, enc, "proxy_data"), edges) if proxy_df is not None else None
     schema = schema_of(enc, edges)
     settings = _settings(cfg)
-    seed = job_seed(cfg)
     comm.bcast({"op": protocol.SETUP, "encoding": enc.to_dict(), "edges": edges, "settings": settings,
                 "rounds": cfg.rounds, "strategy": cfg.strategy, "mode": cfg.mode, "seed": seed})
     log(cfg, f"efdt: {len(clients)} clients, {sum(rows.values())} rows, strategy {cfg.strategy}, merge "
              f"{cfg.merge}, {cfg.rounds} rounds")
     summary = {"mode": cfg.mode, "strategy": cfg.strategy, "merge": cfg.merge, "n_clients": len(clients),
                "rows": rows, "rounds": cfg.rounds, "settings": settings, "random_state": seed,
-               "n_bins": [None if e is None else len(e) + 1 for e in edges]}
+               "n_bins": [None if e is None else len(e) + 1 for e in edges], "edge_rows": cfg.edge_rows}
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
     correct, seen = np.zeros(cfg.rounds), np.zeros(cfg.rounds)
     agg_seconds, bases, nodes = [], [], []
@@ -295,9 +308,10 @@ def server_train(comm, cfg):
 # ---------------------------------------------------------------------------
 # Client
 # ---------------------------------------------------------------------------
-def check_setup(setup, cfg, info):
-    """The server's ``setup`` message against this client's settings and table
-    description ``info``: (Encoding, bin edges, the client's own settings, seed)."""
+def check_setup(setup, cfg, info, seed=None):
+    """The server's ``setup`` message against this client's settings, table
+    description ``info`` and the seed of the load message: (Encoding, bin
+    edges, the client's own settings, seed)."""
     op = protocol.SETUP
     same_settings(setup, op, {"mode": cfg.mode, "strategy": cfg.strategy, "rounds": cfg.rounds})
     settings = same_settings(setup, op, {"settings": _settings(cfg)})["settings"]
@@ -320,7 +334,10 @@ def check_setup(setup, cfg, info):
         if e.size > cfg.n_bins or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
             raise bad_message(op, "edges", f"column {j} needs at most {cfg.n_bins} increasing finite edges")
         out.append(e)
-    return enc, out, settings, job_seed_of(setup, op, cfg)
+    got = job_seed_of(setup, op, cfg)
+    if seed is not None and got != seed:
+        raise bad_message(op, "seed", f"expected the seed of the load message ({seed}), got {got}")
+    return enc, out, settings, got
 
 
 def client_train(comm, cfg):
@@ -330,18 +347,19 @@ def client_train(comm, cfg):
     _connect(comm, cfg)
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
     same_setting("n_bins", field_of(msg, protocol.LOAD, "n_bins"), cfg.n_bins)
+    same_setting("edge_rows", field_of(msg, protocol.LOAD, "edge_rows"), cfg.edge_rows)
+    load_seed = job_seed_of(msg, protocol.LOAD, cfg)
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
     if table.X.shape[0] == 0:
         raise InputError(what, f"{cfg.data[rank - 1]!r} has no rows")
-    info = describe(table, cfg.n_bins)
+    order = stream_order(table.X.shape[0], cfg.shuffle, load_seed, rank)
+    info = describe(table, cfg.n_bins, None if cfg.edge_rows is None else order[:cfg.edge_rows])
     comm.send(SERVER, info)
-    enc, edges, settings, seed = check_setup(protocol.expect(comm.recv(SERVER), protocol.SETUP), cfg, info)
+    enc, edges, settings, seed = check_setup(protocol.expect(comm.recv(SERVER), protocol.SETUP), cfg, info,
+                                             load_seed)
     schema = schema_of(enc, edges)
-    codes = to_codes(encode_rows(table.X, enc, what), edges)
-    y = enc.labels(table.y, what)
-    if cfg.shuffle:
-        perm = np.random.default_rng(seed + rank).permutation(y.size)
-        codes, y = codes[perm], y[perm]
+    codes = to_codes(encode_rows(table.X, enc, what), edges)[order]
+    y = enc.labels(table.y, what)[order]
     test = None
     if cfg.test_data:
         tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
@@ -369,7 +387,7 @@ def client_train(comm, cfg):
             return None
         try:
             return ht.check_state(st, schema, len(enc.classes), "tree", binary_split=bool(cfg.binary_split),
-                                  max_depth=cfg.max_depth)
+                                  max_depth=cfg.max_depth, multiway_only=bool(cfg.multiway_only))
         except InputError as exc:
             raise bad_message(op, "tree", exc.problem) from None
 
