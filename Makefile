@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 MPIEXEC = $(VENV)/bin/mpiexec
 DEMO    = build/demo
 
-.PHONY: venv demo test bench experiments clean
+.PHONY: venv demo test bench experiments clean slurm-check
 
 # the demo's set-up installs what a job needs; tests, benchmarks and experiments add their extras
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -48,6 +48,10 @@ experiments: $(VENV)/.test-installed
 	$(PY) experiments/scaling_vertical.py
 	$(PY) experiments/scaling_vertical.py --sweeps none --big --out experiments/results/scaling_vertical_big
 	$(PY) experiments/plots.py
+
+# opt-in: a throw-away one-node Slurm cluster runs launch/fedforest.sbatch (root, slurm-wlm, munge)
+slurm-check: venv
+	launch/slurm-check.sh
 
 clean:
 	rm -rf build .pytest_cache

@@ -64,23 +64,30 @@ def setting_names():
     return names
 
 
-def _add_job_flags(p):
+def _add_job_flags(p, shown=None):
+    """Every setting as a flag; with ``shown`` (a set of names), the others are
+    accepted but left out of ``--help`` (a command's own options only)."""
+    def helped(name, text):
+        return text if shown is None or name in shown else argparse.SUPPRESS
     p.add_argument("--config", help="TOML job file: a [job] table and the mode's table (docs/config.md)")
     job = p.add_argument_group("job settings (TOML table [job]; every mode)")
     for param in JOB_PARAMS:
         text = _flag_help(param, None)
         if param.name == "mode":
             text = f"the algorithm to run, one of: {', '.join(REGISTRY.names())} [default 'vertical']"
-        _add_flag(job, param, text)
+        _add_flag(job, param, helped(param.name, text))
     done = {param.name for param in JOB_PARAMS}
     for mode in REGISTRY.modes():
         new = [q for q in mode.params if q.name not in done]
         if not new:
             continue
-        group = p.add_argument_group(f"mode {mode.name} (TOML table [{mode.table}])", mode.summary)
+        if shown is not None and not any(q.name in shown for q in new):
+            group = p.add_argument_group()      # accepted, not listed
+        else:
+            group = p.add_argument_group(f"mode {mode.name} (TOML table [{mode.table}])", mode.summary)
         for q in new:
             owners = REGISTRY.owners(q.name)
-            _add_flag(group, q, _flag_help(q, owners) if len(owners) > 1 else _flag_help(q, None))
+            _add_flag(group, q, helped(q.name, _flag_help(q, owners) if len(owners) > 1 else _flag_help(q, None)))
             done.add(q.name)
 
 
@@ -91,11 +98,18 @@ def _flags(args):
 
 def _mpi_command(args, server_role, client_role):
     """Run one role of a job on this MPI rank."""
+    from .transport.watch import maybe_supervise
+    maybe_supervise()       # a rank that gets killed is named by its watcher (transport/watch.py)
     from .transport.base import Comm
     from .transport.mpi import world_transport
     from .transport.runner import run_master, run_rank
     comm = Comm(world_transport())
     configure_logging(rank=comm.rank if comm.size > 1 else None)
+    unconnected = _pmi_not_connected(comm.size)
+    if unconnected:
+        if _launcher_rank() == 0:
+            print(f"error: {unconnected}", file=sys.stderr, flush=True)
+        return 2
     try:
         cfg = resolve(args.config, _flags(args))
         role = cfg.spec.role(server_role if comm.rank == 0 else client_role)
@@ -105,6 +119,10 @@ def _mpi_command(args, server_role, client_role):
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     cfg.spec.prepare_rank(cfg, "train" if server_role == "server_train" else "predict")
+    if comm.rank == 0 and job_setting(args.config, _flags(args), "progress") is None:
+        # left open: the master's stderr is the launcher's pipe, so look further (logs.py)
+        from .logs import progress_choice
+        cfg.set("progress", progress_choice(under_launcher=comm.size > 1))
     if comm.rank != 0:
         cfg.set("progress", False)
         cfg.set("quiet", True)
@@ -112,6 +130,20 @@ def _mpi_command(args, server_role, client_role):
     else:
         run_master(comm, lambda c: role(c, cfg), verbose=lambda: bool(cfg.verbose))
     return 0
+
+
+def _pmi_not_connected(world_size, environ=None):
+    """Why a job cannot run when Slurm started several tasks but MPI sees a
+    world of one (each task its own job: srun without a PMI plugin MPICH
+    speaks), or None."""
+    import os
+    env = os.environ if environ is None else environ
+    tasks = env.get("SLURM_NTASKS", "")
+    if world_size != 1 or not tasks.isdigit() or int(tasks) < 2 or "SLURM_PROCID" not in env:
+        return None
+    return (f"Slurm started {tasks} tasks, but MPI sees each as a job of 1 rank: PMI is not "
+            "connected. Start the ranks with `srun --mpi=pmi2 ...` (check `srun --mpi=list`), or with "
+            "`mpiexec -launcher slurm -n $SLURM_NTASKS ...` inside the allocation (docs/slurm.md)")
 
 
 def cmd_train(args):
@@ -145,6 +177,10 @@ PREDICT_SETTINGS = {"mode", "task", "n_parties", "data", "id_column", "label_col
                     "na_values", "categorical_columns",
                     "summary_json", "reply_timeout", "progress", "verbose", "quiet", "result_party",
                     "predict_method", "explain_row", "explain_trees"}
+
+
+# serve's [job] settings: each party names its own data, so the master takes none
+SERVE_SHOWN = {p.name for p in JOB_PARAMS} - {"data", "test_data", "n_parties"}
 
 
 def _predict_summary_path(path):
@@ -268,11 +304,13 @@ def cmd_warm_up(args):
 def cmd_keygen(args):
     from .crypto.identity import keygen
     key, cert, fp = keygen(args.out, args.name)
-    print(f"private key:  {key}  (keep it; never send it)")
-    print(f"certificate:  {cert}  (send it to the master)")
+    print(f"private key:  {key}  (keep it here; never send it)")
+    print(f"certificate:  {cert}  (public: a party sends it to the master, whose job file lists it; "
+          "the master keeps its own)")
     print(f"fingerprint:  {fp}")
-    print("read the fingerprint to the other organisations over a second channel (phone, video call); "
-          "they pin it in their configuration files")
+    print("confirm the fingerprint with the other organisations over a second channel (phone, video "
+          "call): the master pins each party's in its job file, each party pins the master's in its "
+          "party file (docs/network.md)")
     return 0
 
 
@@ -281,8 +319,13 @@ def cmd_serve(args):
     configure_logging(rank=None)
     if not args.config:
         raise InputError("--config", "serve needs the job file with its [network] table")
+    from .transport.tcp import ListenFailed
     flags = _flags(args)
-    return serve(args.config, flags, command="predict" if args.predict else "train")
+    try:
+        return serve(args.config, flags, command="predict" if args.predict else "train")
+    except ListenFailed as exc:
+        print(f"error: {exc.strerror}", file=sys.stderr, flush=True)
+        return 2
 
 
 def cmd_join(args):
@@ -303,11 +346,11 @@ def cmd_demo_report(args):
     return 0
 
 
-def _job_parser(sub, name, func, help_text, description):
-    """A command that runs a job: every setting is a flag."""
+def _job_parser(sub, name, func, help_text, description, shown=None, epilog=None):
+    """A command that runs a job: every setting is a flag (``--help`` lists those in ``shown``)."""
     p = sub.add_parser(name, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="modes:\n" + _mode_list(), help=help_text, description=description)
-    _add_job_flags(p)
+                       epilog=epilog or "modes:\n" + _mode_list(), help=help_text, description=description)
+    _add_job_flags(p, shown)
     p.set_defaults(func=func)
     return p
 
@@ -324,7 +367,9 @@ def build_parser():
                 "predict with a trained model (vertical: under mpiexec; horizontal: locally)",
                 "Predict with a trained model.  A vertical model is split across the parties: predict "
                 "runs as a job under mpiexec.  A horizontal model predicts one rows file locally "
-                "(--data FILE).")
+                "(--data FILE).  Every other setting is the model's own.",
+                shown=PREDICT_SETTINGS,
+                epilog="The model knows its mode; --mode is needed only to override it.")
     p = sub.add_parser("keygen", help="create this participant's key pair and certificate for network jobs",
                        description="Write NAME.key (private key) and NAME.crt (self-signed certificate) into "
                                    "DIR and print the certificate's SHA-256 fingerprint (docs/network.md).")
@@ -334,7 +379,12 @@ def build_parser():
     p = _job_parser(sub, "serve", cmd_serve,
                     "run the master of a network job (TCP + TLS; parties start fedforest join)",
                     "Run the master of a network job: listen for the parties pinned in the job file's "
-                    "[network] table, send them the job, run the mode's server role (docs/network.md).")
+                    "[network] table, send them the job, run the mode's server role (docs/network.md).  "
+                    "Each party names its own data in its party file.",
+                    shown=SERVE_SHOWN,
+                    epilog="Every setting of the mode's table is also a flag, as for train (--max-depth, "
+                           "--n-estimators, ...): `python -m fedforest train --help` lists them, "
+                           "`python -m fedforest modes` lists them per mode.")
     p.add_argument("--predict", action="store_true",
                    help="run prediction with a trained vertical model instead of training")
     p = sub.add_parser("join", help="run one party of a network job (connects to the master)",

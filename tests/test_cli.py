@@ -127,3 +127,95 @@ def test_a_job_rank_loads_its_kernels_and_freezes_its_start_up_heap_before_the_j
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {"warm": [["exact", False]], "predict_warm": False, "frozen": True, "enabled": True,
                    "modes_enabled": True, "modes_frozen": 0}
+
+
+def _help(command):
+    proc = subprocess.run([sys.executable, "-m", "fedforest", command, "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_predict_and_serve_help_show_their_own_options():
+    train, predict, serve = _help("train"), _help("predict"), _help("serve")
+    assert "--max-depth VALUE" in train and "--n-estimators VALUE" in train
+    for text in (predict, serve):
+        assert "--max-depth VALUE" not in text and "--n-estimators VALUE" not in text
+        assert "--label-privacy" not in text
+        assert len(text.splitlines()) < len(train.splitlines()) / 4
+    assert "--output" in predict and "--predict-method" in predict and "--model-dir" in predict
+    assert "--predict" in serve and "--reply-timeout" in serve and "--data" not in serve
+    assert "python -m fedforest train --help" in serve
+
+
+def test_keygen_says_who_sends_what(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fedforest", "keygen", "--out", str(tmp_path), "--name", "m"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "send it to the master)" not in proc.stdout
+    assert "a party sends it to the master" in proc.stdout and "the master keeps its own" in proc.stdout
+
+
+def test_progress_choice_and_lines_for_logs(monkeypatch):
+    import io
+    from tqdm import tqdm
+    from fedforest import logs
+
+    class Pipe(io.StringIO):
+        def isatty(self):
+            return False
+    assert logs.progress_choice({}, Pipe()) is False
+    assert logs.progress_choice({"FEDFOREST_PROGRESS": "0"}, Pipe(), under_launcher=True) is False
+    assert logs.progress_choice({"FEDFOREST_PROGRESS": "1"}, Pipe()) is True
+    out = Pipe()
+    monkeypatch.setattr(sys, "stderr", out)
+    bar = tqdm(total=5, desc="training trees", **logs.progress_options())
+    for _ in range(5):
+        bar.update(1)
+    bar.close()
+    assert "\r" not in out.getvalue() and "training trees" in out.getvalue()
+    assert all(line.startswith("training trees") for line in out.getvalue().splitlines())
+    logs.progress_choice({}, Pipe())                # back to the default style
+    assert logs.progress_options() == {}
+
+
+def test_the_master_shows_progress_when_mpiexec_runs_at_a_terminal(tmp_path):
+    """Ranks only see pipes; rank 0 looks at the terminal of the mpiexec that started it."""
+    import os
+    import select
+    from _util import find_mpiexec
+    X, y = make_classification(200, 6, random_state=0)
+    job = write_job(str(tmp_path), party_frames(X, y, [[0, 1, 2], [3, 4, 5]]), "classification",
+                    n_estimators=5)
+    with open(job) as fh:
+        text = fh.read().replace("progress = false\n", "")
+    with open(job, "w") as fh:
+        fh.write(text)
+    env = {k: v for k, v in os.environ.items() if k != "FEDFOREST_PROGRESS"}
+    master_fd, slave_fd = os.openpty()
+    proc = subprocess.Popen([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train",
+                             "--config", job], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=slave_fd)
+    os.close(slave_fd)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master_fd], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master_fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if proc.poll() is not None and not select.select([master_fd], [], [], 0.5)[0]:
+            break
+    proc.communicate(timeout=120)
+    os.close(master_fd)
+    assert proc.returncode == 0, seen
+    assert b"training trees" in seen and b"5/5" in seen, seen
+    # without a terminal anywhere: no bar
+    proc = subprocess.run([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train", "--config",
+                           job, "--overwrite"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0 and "training trees" not in proc.stdout + proc.stderr, proc.stderr

@@ -26,6 +26,7 @@ from ..crypto.identity import Certificate, check_name, client_context, normalize
 from ..errors import FedForestError, InputError, RemoteError
 from ..transport.base import Comm, JobAborted
 from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
+from ..transport.watch import DIED
 from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, Party, PeerLost, accept_parties, connect_master,
                              resolve_hosts, split_address)
 from ..version import __version__
@@ -340,6 +341,8 @@ def serve(config_path, flags, command="train", on_listen=None):
     except BaseException as exc:  # noqa: BLE001 - every failure stops every party
         code = 2 if isinstance(exc, InputError) or (
             isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
+        if isinstance(exc, PeerLost):
+            code = DIED     # a party's process died or was stopped: the exit code of a dead rank
         print(_master_failure(raw, exc, bool(cfg.verbose)), file=sys.stderr, flush=True)
         raw.abort(code)
         return code

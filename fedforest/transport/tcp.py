@@ -29,6 +29,7 @@ every peer an abort frame, so each of them stops at once.
 """
 import asyncio
 import collections
+import errno
 import json
 import logging
 import os
@@ -244,7 +245,14 @@ class TCPTransport(RawTransport):
             self._cond.notify_all()
 
     def _lost_error(self, rank):
-        return PeerLost(f"{self.describe(rank)} {self.lost[rank]}")
+        reason = self.lost[rank]
+        if self.rank == 0 and rank != 0 and not reason.startswith("stopped"):
+            conn = self.conns.get(rank)
+            host = conn.address.rpartition(":")[0] if conn is not None and conn.address else None
+            where = f" on host {host}" if host else ""
+            return PeerLost(f"{self.describe(rank)}{where} {reason} during the job: its process died or "
+                            "was stopped, or its machine or network went away")
+        return PeerLost(f"{self.describe(rank)} {reason}")
 
     # -- RawTransport --------------------------------------------------------------
     def _take(self, sources, tag):
@@ -391,6 +399,17 @@ def resolve_hosts(host):
         return set()
 
 
+class ListenFailed(OSError):
+    """The master cannot listen on its address (port in use, no such local
+    address, a port below 1024 without privileges): bad input, one line."""
+
+
+# pinned certificates are trusted by their fingerprint, not by their validity
+# period (OpenSSL's X509_V_FLAG_NO_CHECK_TIME; the parties do not check the
+# master's dates either)
+_NO_CHECK_TIME = 0x200000
+
+
 class JoinFailed(FedForestError):
     """Not every party joined the job (each missing one is named)."""
 
@@ -409,11 +428,20 @@ async def _refuse(conn, text, refused):
 
 
 async def _accept(host, port, ctx, parties, timeout, log, bound):
-    """Master: accept one authenticated connection per party (or fail naming
-    the missing ones after ``timeout`` seconds)."""
+    """Master: accept one authenticated connection per party; fail naming
+    the missing ones after ``timeout`` seconds, or at once when a party's
+    connection is refused for a reason it will not get over by retrying
+    (its pin of the master, its name, address or version).  The parties
+    already accepted are then told why the job cannot start."""
     by_fp = {p.fingerprint: (rank, p) for rank, p in enumerate(parties, start=1)}
-    conns, refused = {}, []
+    conns, refused, final = {}, [], []
     everyone = asyncio.Event()
+
+    async def refuse_party(conn, text):
+        log(f"refused {conn.address}: {text}")
+        await _refuse(conn, text, refused)
+        final.append(text)
+        everyone.set()
 
     async def on_connect(reader, writer):
         peer = writer.get_extra_info("peername") or ("?", 0)
@@ -443,20 +471,20 @@ async def _accept(host, port, ctx, parties, timeout, log, bound):
                 ssl.SSLError):
             hello = None
         if not isinstance(hello, dict):
-            await _refuse(conn, f"party {party.name!r} closed the connection without its hello (does "
-                                "its file pin this master's fingerprint?)", refused)
+            await refuse_party(conn, f"party {party.name!r} closed the connection without its hello (does "
+                                     "its file pin this master's fingerprint?)")
             return
         if hello.get("name") != party.name:
-            await _refuse(conn, f"the certificate pinned for party {party.name!r} was presented by a "
-                                f"process calling itself {hello.get('name')!r}", refused)
+            await refuse_party(conn, f"the certificate pinned for party {party.name!r} was presented by a "
+                                     f"process calling itself {hello.get('name')!r}")
             return
         if party.hosts is not None and peer[0] not in party.hosts:
-            await _refuse(conn, f"party {party.name!r} connected from {peer[0]}, which is not its "
-                                "address in the job file", refused)
+            await refuse_party(conn, f"party {party.name!r} connected from {peer[0]}, which is not its "
+                                     "address in the job file")
             return
         if hello.get("version") != __version__:
-            await _refuse(conn, f"party {party.name!r} runs fedforest {hello.get('version')}, the "
-                                f"master {__version__}; both must run the same version", refused)
+            await refuse_party(conn, f"party {party.name!r} runs fedforest {hello.get('version')}, the "
+                                     f"master {__version__}; both must run the same version")
             return
         if rank in conns:
             await _refuse(conn, f"party {party.name!r} is already connected", refused)
@@ -466,22 +494,35 @@ async def _accept(host, port, ctx, parties, timeout, log, bound):
         if len(conns) == len(parties):
             everyone.set()
 
-    server = await asyncio.start_server(on_connect, host, port, limit=STREAM_BUFFER)
+    try:
+        server = await asyncio.start_server(on_connect, host, port, limit=STREAM_BUFFER)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            why += " (another process, an earlier serve perhaps, holds it: stop it or pick another port)"
+        raise ListenFailed(exc.errno, f"network.listen: cannot listen on {host}:{port}: {why}") from None
     bound.append(server.sockets[0].getsockname()[:2])
     try:
-        await asyncio.wait_for(everyone.wait(), timeout)
-    except asyncio.TimeoutError:
-        for c in conns.values():
-            await c.close()
+        try:
+            await asyncio.wait_for(everyone.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        if len(conns) == len(parties) and not final:
+            return conns
         missing = [f"{p.name!r} (rank {r})" for r, p in enumerate(parties, start=1) if r not in conns]
-        text = f"part{'ies' if len(missing) > 1 else 'y'} {', '.join(missing)} did not join within " \
-               f"{timeout:g} s (connect_timeout)"
-        if refused:
-            text += "; refused connections: " + "; ".join(refused)
-        raise JoinFailed(text) from None
+        if final:
+            text = "the job cannot start: " + "; ".join(final)
+        else:
+            text = f"part{'ies' if len(missing) > 1 else 'y'} {', '.join(missing)} did not join within " \
+                   f"{timeout:g} s (connect_timeout)"
+            if refused:
+                text += "; refused connections: " + "; ".join(refused)
+        for c in conns.values():    # they did nothing wrong: tell them what did go wrong
+            told = text if final else f"the job cannot start: {text}"
+            await _refuse(c, told + f" (nothing is wrong with party {c.name!r})", [])
+        raise JoinFailed(text)
     finally:
         server.close()
-    return conns
 
 
 def accept_parties(listen, ctx, parties, master_name, timeout, log=lambda text: None, on_listen=None):
@@ -490,6 +531,7 @@ def accept_parties(listen, ctx, parties, master_name, timeout, log=lambda text: 
     its pinned certificate; returns the master's :class:`TCPTransport`."""
     ev = EventLoop()
     bound = []
+    ctx.verify_flags = ctx.verify_flags | _NO_CHECK_TIME
     fut = ev.submit(_accept(listen[0], listen[1], ctx, parties, timeout, log, bound))
     while not bound and not fut.done():
         time.sleep(0.01)

@@ -11,7 +11,7 @@ from ..data.io import check_ids, encode_features, read_table
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation.files import write_summary
-from ..logs import status
+from ..logs import progress_options, status
 from . import model_files
 
 MASTER = 0
@@ -22,7 +22,8 @@ def log(cfg, text):
 
 
 def progress_bar(cfg, **kw):
-    return tqdm(disable=not cfg.progress or cfg.quiet, **kw)
+    # to a log (FEDFOREST_PROGRESS=1 without a terminal): a plain line now and then, no redraws
+    return tqdm(disable=not cfg.progress or cfg.quiet, **{**progress_options(), **kw})
 
 
 def plural_rounds(n):

@@ -152,23 +152,106 @@ def test_impostor_and_wrong_certificates_are_refused_by_name(tmp_path, keys, fra
     job = write_job(str(tmp_path), keys, pin_files={"p2": keys["p1"][1]})
     with pytest.raises(InputError, match="party 'p2': certificate .* not the one that was agreed on"):
         serve(job, {})
-    # an impostor key under p1's name, and p2 pinning another certificate than the master's
+    # an impostor key under p1's name: refused at the TLS handshake, where the master cannot tell
+    # who it was, so it waits out connect_timeout; p2, accepted, learns why the job cannot start
     job = write_job(str(tmp_path), keys, network="connect_timeout = 3")
     run = InProcess(job)
     run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port, identity="impostor"))
-    run.join("p2", write_party(str(tmp_path), keys, "p2", frames[1], run.port, master_pin=_fp(keys, "p2")))
+    run.join("p2", write_party(str(tmp_path), keys, "p2", frames[1], run.port))
     codes = run.wait()
     err = capsys.readouterr().err
     assert codes == {"master": 1, "p1": 1, "p2": 1}
-    assert "parties 'p1' (rank 1), 'p2' (rank 2) did not join within 3 s" in err
+    assert "party 'p1' (rank 1) did not join within 3 s" in err
     assert "refused connections: 127.0.0.1:" in err and "TLS handshake failed" in err
     assert re.search(r"party 'p1': the master \(127.0.0.1:\d+\) (closed the connection|dropped the connection "
                      r"\(reset\)|connection broke .*) "
                      r"before the job started: the master refused this party's certificate, or stopped; its "
                      f"job file must pin fingerprint {_fp(keys, 'impostor')} for 'p1'", err), err
-    assert "party 'p2' closed the connection without its hello" in err
+    assert re.search(r"error: party 'p2': the master \(127.0.0.1:\d+\) refused this connection: the job "
+                     r"cannot start: party 'p1' \(rank 1\) did not join within 3 s.*\(nothing is wrong with "
+                     r"party 'p2'\)", err), err
+    assert f"for 'p2'" not in err                   # p2 is not told to pin its own fingerprint
+
+
+def test_a_party_that_refuses_the_master_ends_the_start_at_once(tmp_path, keys, frames, capsys):
+    """p2 pins another certificate than the master's: it hangs up; the master stops
+    waiting at once (not after connect_timeout), and p1, already accepted, is told that
+    p2 is the problem, not asked to check its own fingerprint."""
+    job = write_job(str(tmp_path), keys, network="connect_timeout = 60")
+    run = InProcess(job)
+    started = time.monotonic()
+    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port))
+    time.sleep(2.0)                                 # p1 is in before p2 knocks
+    run.join("p2", write_party(str(tmp_path), keys, "p2", frames[1], run.port, master_pin=_fp(keys, "p2")))
+    codes = run.wait()
+    err = capsys.readouterr().err
+    assert codes == {"master": 1, "p1": 1, "p2": 1}
+    assert run.ended["master"] - started < 20
+    assert "error: the job cannot start: party 'p2' closed the connection without its hello" in err
     assert f"party 'p2': the master at 127.0.0.1:{run.port} presented certificate {_fp(keys, 'master')}, " \
            f"but this party's file pins {_fp(keys, 'p2')}: refused" in err
+    assert re.search(r"error: party 'p1': the master \(127.0.0.1:\d+\) refused this connection: the job cannot "
+                     r"start: party 'p2' closed the connection without its hello .*\(nothing is wrong with "
+                     r"party 'p1'\)", err), err
+    assert "must pin fingerprint" not in err
+
+
+def _expired_identity(folder, name):
+    """A key and a self-signed certificate whose validity ended a year ago."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    from fedforest.crypto.identity import fingerprint
+    os.makedirs(folder, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=800))
+            .not_valid_after(now - datetime.timedelta(days=365))
+            .sign(key, hashes.SHA256()))
+    key_path, cert_path = os.path.join(folder, f"{name}.key"), os.path.join(folder, f"{name}.crt")
+    with open(key_path, "wb") as fh:
+        fh.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()))
+    with open(cert_path, "wb") as fh:
+        fh.write(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path, fingerprint(cert.public_bytes(serialization.Encoding.DER))
+
+
+def test_an_expired_pinned_certificate_is_accepted_as_docs_say(tmp_path, keys, frames, capsys):
+    """The pin decides, not the validity period, on both sides (docs/network.md)."""
+    ids = dict(keys, p2=_expired_identity(str(tmp_path / "old"), "p2"))
+    job = write_job(str(tmp_path), ids)
+    run = InProcess(job)
+    run.join("p1", write_party(str(tmp_path), ids, "p1", frames[0], run.port))
+    run.join("p2", write_party(str(tmp_path), ids, "p2", frames[1], run.port))
+    assert run.wait(timeout=120) == {"master": 0, "p1": 0, "p2": 0}, capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, keys):
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        job = write_job(str(tmp_path), keys)
+        with open(job) as fh:
+            text = fh.read().replace('listen = "127.0.0.1:0"', f'listen = "127.0.0.1:{port}"')
+        with open(job, "w") as fh:
+            fh.write(text)
+        proc = subprocess.run([sys.executable, "-m", "fedforest", "serve", "--config", job], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"error: network.listen: cannot listen on 127.0.0.1:{port}: Address already in use (another "
+        "process, an earlier serve perhaps, holds it: stop it or pick another port)"], proc.stderr
 
 
 def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames, capsys):
@@ -182,9 +265,9 @@ def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames, cap
     gone = time.monotonic()
     codes = run.wait()
     err = capsys.readouterr().err
-    assert codes == {"master": 1, "p1": 1}
-    assert re.search(r"error: party 'p2' \(rank 2\) (closed|dropped) the connection", err), err
-    assert re.search(r"party 'p1': the master \('master' at 127.0.0.1:\d+\) stopped the job \(exit code 1\)",
+    assert codes == {"master": 3, "p1": 3}      # a party that died: the exit code of a dead rank
+    assert re.search(r"error: party 'p2' \(rank 2\) on host 127.0.0.1 (closed|dropped) the connection", err), err
+    assert re.search(r"party 'p1': the master \('master' at 127.0.0.1:\d+\) stopped the job \(exit code 3\)",
                      err), err
     assert run.ended["master"] - gone < 60         # found at once, within reply_timeout
 
@@ -299,7 +382,8 @@ def test_a_closed_party_connection_is_named(keys):
     comms = _tcp_star(keys)
     _handshake(comms)
     comms[1].raw.close()
-    with pytest.raises(PeerLost, match=r"party 'p1' \(rank 1\) (closed the connection|connection broke)"):
+    with pytest.raises(PeerLost, match=r"party 'p1' \(rank 1\) on host 127.0.0.1 "
+                                  r"(closed the connection|connection broke)"):
         comms[0].recv(1)
     comms[0].raw.abort(1)
     comms[2].raw.close()
