@@ -331,7 +331,7 @@ def cmd_serve(args):
 def cmd_join(args):
     from .federation.network import join
     configure_logging(rank=None)
-    return join(args.config, resume=args.resume)
+    return join(args.config, resume=args.resume, data=args.data)
 
 
 def cmd_demo_data(args):
@@ -394,6 +394,9 @@ def build_parser():
     p.add_argument("--config", required=True, help="the party file: [job] data, [network], [policy]")
     p.add_argument("--resume", action="store_true",
                    help="continue from this party's checkpoint (the master runs serve --resume)")
+    p.add_argument("--data", default=None, metavar="FILE",
+                   help="this party's data file in place of the party file's [job] data (e.g. the rows "
+                        "to predict, with the same party file)")
     p.set_defaults(func=cmd_join)
     p = sub.add_parser("modes", help="list the modes and their settings")
     p.add_argument("--markdown", action="store_true", help="print the settings reference as markdown tables")

@@ -480,11 +480,15 @@ def _accept_job(msg, local, policy, name):
     return command, rank, size, names, cfg
 
 
-def join(config_path, resume=False):
-    """``fedforest join``: run one party of a network job; returns the exit code."""
+def join(config_path, resume=False, data=None):
+    """``fedforest join``: run one party of a network job; returns the exit
+    code.  ``data``: a data file in place of the party file's (prediction
+    on another table with the same party file)."""
     doc = load_toml(config_path)
     net = PartyNetwork(doc, config_path)
     policy = Policy(doc)
+    if data is not None:
+        doc.setdefault(JOB, {})["data"] = os.path.abspath(data)
     local = _party_local(doc, config_path, policy)
     if resume:
         local["resume"] = True

@@ -109,6 +109,23 @@ def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
     ref_dir = str(tmp_path / "ref")
     run_vertical("train", frames, task="classification", label_column="y", model_dir=ref_dir,
                  n_estimators=N_TREES, max_depth=3, random_state=11, n_jobs=1)
+    # prediction on other rows with the same party files: join --data names them
+    new_rows = [f.iloc[::3].drop(columns=["y"], errors="ignore") for f in frames]
+    master = _start(["serve", "--config", str(tmp_path / "job.toml"), "--predict"])
+    port = _port(master)
+    procs = []
+    for name, rows in zip(("p1", "p2"), new_rows):
+        rows.to_csv(tmp_path / f"{name}-new.csv", index=False)
+        party = write_party(str(tmp_path), keys, name, None, port, data=str(tmp_path / f"{name}.csv"))
+        procs.append(_start(["join", "--config", party, "--data", str(tmp_path / f"{name}-new.csv")]))
+    _, err = master.communicate(timeout=300)
+    assert master.returncode == 0 and all(p.wait(timeout=60) == 0 for p in procs), err
+    written = [p for p in tmp_path.rglob("predictions*.csv")]
+    assert len(written) == 1, written
+    got = pd.read_csv(written[0])
+    ref = run_vertical("predict", new_rows, model_dir=ref_dir, output=str(tmp_path / "ref.csv"))
+    assert len(got) == len(new_rows[0])
+    assert np.allclose(got[["proba_0", "proba_1"]].to_numpy(), ref["values"], rtol=0, atol=1e-12)
     # each party keeps its part of the model in its own folder; gather them as one model folder
     for rank, name in ((1, "p1"), (2, "p2")):
         os.rename(str(tmp_path / f"model-{name}" / f"party-{rank}"),
