@@ -240,20 +240,34 @@ def plot(rows, path):
                                  ("lightgbm_seconds", "v--", "LightGBM RF")):
             have = [r for r in pts if key in r]
             if have:
-                ax.plot([r["value"] for r in have], [r[key] for r in have], style, label=name)
+                ax.plot([r["value"] for r in have], [r[key] for r in have], style,
+                        label=name + (" (pooled data: one fit per point, no parties)" if sweep == "parties"
+                                      else ""))
+        missing = [r["value"] for r in pts if "xgboost_seconds" not in r]
+        if missing and any("xgboost_seconds" in r for r in pts):
+            ax.text(0.02, 0.02, f"peers not run at {', '.join(f'{v:,}' for v in missing)}",
+                    transform=ax.transAxes, fontsize=7)
         _axis(ax, x, label, logx, "training seconds")
         ax.set_title(f"time vs {label}")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
         ax = axes[1, col]
-        ax.plot(x, [r["bytes_total"] / 2 ** 20 for r in pts], "o-", color="C3", label="MiB sent")
+        ax.plot(x, [r["bytes_total"] / 2 ** 20 for r in pts], "o-", color="C3", label="MiB sent (all ranks)")
         _axis(ax, x, label, logx, "MiB sent (all ranks)")
         ax2 = ax.twinx()
-        ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4")
+        ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4",
+                 label="peak RSS of the largest rank")
         ax2.set_ylabel("peak RSS of a rank, MiB", color="C4")
         ax2.set_ylim(bottom=0)
+        lines = ax.get_legend_handles_labels()
+        more = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
         ax.set_title(f"bytes and memory vs {label}")
+    busy = [r for r in rows if r.get("cpu_busy_by_others", 0) > 0.25]
+    note = (f"; {len(busy)} point(s) measured while other processes used > 25 % of the CPU: noisy"
+            if busy else "")
     fig.suptitle("Vertical Federated Forest scaling (20 features, depth 10, synthetic data; "
-                 "rows sweep with 20 trees, other sweeps on 20,000 rows)")
+                 "rows sweep with 20 trees, other sweeps on 20,000 rows; peers fit the same pooled "
+                 f"data in the same run){note}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
