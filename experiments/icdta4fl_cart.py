@@ -6,20 +6,21 @@ Protocol, per seed s in (0, 1, 2), data set and number of clients K:
   (``train_test_split(stratify=y, random_state=s)``);
 * the other 90 % cut into K disjoint stratified shards
   (``StratifiedKFold(K, shuffle=True, random_state=s)``), one rows file per client;
-* inside each client, 20 % of its shard is held out to score the other clients'
-  trees (the tree filter) and its CART tree (depth 5, gini) is fitted on the other
-  80 % (``validation_fraction = 0.2``);
+* each client fits its CART tree (depth 5, gini) on its whole shard and scores
+  the other clients' trees on it (the tree filter; ``validation_fraction`` at its
+  default, 0);
 * numeric columns as they are, text columns as sorted ordinal codes, a missing
   value as a code of its own (-1).
 
 Every job runs through the product (``fedforest.run_horizontal``: the server and
 K client threads over the in-process transport).  Reported, on the shared test
-set: the global tree of ICDTA4FL-CART with the default settings; the same with
-the method's text taken literally (``merge_bounds = "loose"``,
-``rule_weight = "none"``, ``global_max_depth = 5``); and the mean over the clients
-of each client's own tree (the same trees ICDTA4FL merges).  The "published"
-column holds the accuracy of the method's published code on the same protocol
-(where it was measured).
+set: the global tree of ICDTA4FL-CART with the mode's default settings (read
+from the mode's declaration when the script runs, and written into the result's
+header); the same with the method's text taken literally (:data:`LITERAL`); the
+mean over the clients of each client's own tree (the same trees ICDTA4FL
+merges); and, for both global trees, the merged rules, the nodes and the depth
+of the tree.  The "published" column holds the accuracy of the method's
+published code on the same protocol (where it was measured).
 
 It also measures the peak memory (tracemalloc) of one rule aggregation step of
 10 000 rules x 64 rules over 60 features, the case where materialising every
@@ -30,6 +31,8 @@ compatible pair before applying ``max_rules`` needed 1.25 GiB.
     # one process per data set, then one table from their records:
     .venv/bin/python experiments/icdta4fl_cart.py --datasets dna --name icdta4fl_cart_dna
     .venv/bin/python experiments/icdta4fl_cart.py --combine icdta4fl_cart_spambase,icdta4fl_cart_dna,...
+    # smoke run, results outside the repository:
+    .venv/bin/python experiments/icdta4fl_cart.py --seeds 1 --clients 2 --datasets spambase --out /tmp/r --allow-dirty
 """
 import argparse
 import json
@@ -55,8 +58,22 @@ CLIENTS = [2, 5, 10]
 #: accuracy (%) of the method's published code on this protocol
 PUBLISHED = {("spambase", 2): 91.2, ("spambase", 5): 90.9, ("satellite", 5): 80.6, ("soybean", 5): 73.0,
              ("dna", 5): 89.5}
+#: the method's text taken literally: every setting where fedforest's defaults differ from it
 LITERAL = {"merge_bounds": "loose", "rule_weight": "none", "global_max_depth": 5, "filter_min_trees": 1,
-           "over_max_rules": "coarsen"}
+           "over_max_rules": "coarsen", "global_splits": "any", "validation_fraction": 0.0}
+#: the settings the header reports
+SHOWN = ("filter", "filter_min_trees", "validation_fraction", "merge_bounds", "rule_weight", "max_rules",
+         "over_max_rules", "global_splits", "global_max_depth", "global_max_nodes")
+
+
+def defaults():
+    """The icdta4fl mode's default settings, as its declaration gives them."""
+    from fedforest.horizontal.icdta4fl import PARAMS
+    return {p.name: p.default for p in PARAMS}
+
+
+def settings_text(settings):
+    return ", ".join(f"`{k} = {json.dumps(settings[k])}`" for k in SHOWN if k in settings)
 
 
 def load(name):
@@ -90,23 +107,29 @@ def write_clients(folder, X, y, k, seed):
     return paths, test_path
 
 
+def run_settings(tree_filter="mean", max_rules=10_000):
+    """``{"default": settings, "literal": settings}``: the icdta4fl settings of the two runs."""
+    d = dict({k: v for k, v in defaults().items() if k in SHOWN}, filter=tree_filter, max_rules=max_rules)
+    return {"default": d, "literal": dict(d, **LITERAL)}
+
+
 def run_one(name, X, y, k, seed, tree_filter="mean", max_rules=10_000):
     from fedforest import run_horizontal
     out = {}
     with tempfile.TemporaryDirectory() as work:
         paths, test = write_clients(work, X, y, k, seed)
         base = dict(mode="icdta4fl", tree_type="cart", task="classification", label_column="label",
-                    max_depth=5, criterion="gini", random_state=seed, validation_fraction=0.2, filter=tree_filter,
-                    max_rules=max_rules,
-                    test_data=[test] * k, overwrite=True)
-        for label, extra in (("default", {}), ("literal", LITERAL)):
+                    max_depth=5, criterion="gini", random_state=seed, test_data=[test] * k, overwrite=True)
+        for label, settings in run_settings(tree_filter, max_rules).items():
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                s = run_horizontal(paths, model_dir=os.path.join(work, f"model-{label}"), **base, **extra)
+                s = run_horizontal(paths, model_dir=os.path.join(work, f"model-{label}"), **base, **settings)
             out[label] = {"acc": s["test_accuracy"], "f1": s["test_f1"], "seconds": time.perf_counter() - t0,
                           "merged_rules": s["merged_rules"], "kept": len(s["kept_trees"]),
-                          "capped": s["rules_capped"], "aggregate_seconds": s["aggregate_seconds"]}
+                          "capped": s["rules_capped"], "aggregate_seconds": s["aggregate_seconds"],
+                          "nodes": s["global_tree_nodes"], "depth": s["global_tree_depth"],
+                          "truncated": s["global_tree_truncated"]}
             out["local"] = {"acc": s["local_test_accuracy"], "f1": s["local_test_f1"]}
     return out
 
@@ -147,9 +170,20 @@ def pct(v):
     return f"{100 * v:.1f}" if v is not None else "—"
 
 
+def size(runs, key):
+    """Mean merged rules, nodes and depth of a run's global trees ("—" for runs that did not record them)."""
+    if not all("nodes" in r[key] for r in runs):
+        return "—"
+    mean = {f: np.mean([r[key][f] for r in runs]) for f in ("merged_rules", "nodes", "depth")}
+    cut = "*" if any(r[key].get("truncated") for r in runs) else ""
+    return f"{mean['merged_rules']:.0f} / {mean['nodes']:.0f}{cut} / {mean['depth']:.1f}"
+
+
 def table(results, datasets, clients):
-    lines = ["| set | clients | ICDTA4FL-CART (default) | ICDTA4FL-CART (text literally) | local CART mean | "
-             "published code | default ≥ local | default ≥ published |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| set | clients | ICDTA4FL-CART (default) | rules / nodes / depth (default) | "
+             "ICDTA4FL-CART (text literally) | rules / nodes / depth (literally) | local CART mean | "
+             "published code | default ≥ local | default ≥ published |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name in datasets:
         for k in clients:
             runs = results.get(f"{name}/{k}")
@@ -161,7 +195,8 @@ def table(results, datasets, clients):
             pub = PUBLISHED.get((name, k))
             ok_pub = "—" if pub is None else ("yes" if 100 * d >= pub - 1e-9 else "**no**")
             lines.append(f"| {name} | {k} | {pct(d)} ± {100 * np.std([r['default']['acc'] for r in runs]):.1f} | "
-                         f"{pct(lit)} | {pct(loc)} | {pub if pub is not None else '—'} | "
+                         f"{size(runs, 'default')} | {pct(lit)} | {size(runs, 'literal')} | {pct(loc)} | "
+                         f"{pub if pub is not None else '—'} | "
                          f"{'yes' if d >= loc - 1e-12 else '**no**'} | {ok_pub} |")
     return "\n".join(lines)
 
@@ -207,6 +242,7 @@ def main(argv=None):
     ap.add_argument("--name", default="icdta4fl_cart", help="base name of the result files")
     ap.add_argument("--filter", default="mean", help="the tree filter of every run (default: the method's 'mean')")
     ap.add_argument("--max-rules", type=int, default=10_000, help="max_rules of every run (default 10000)")
+    ap.add_argument("--out", default=OUT, help=f"folder of the result files (default {OUT})")
     ap.add_argument("--combine", default=None,
                     help="comma-separated base names of earlier result files (JSON) to tabulate together "
                          "instead of running")
@@ -215,15 +251,20 @@ def main(argv=None):
     prov = provenance.record(args)
     datasets = args.datasets.split(",")
     clients = [int(c) for c in args.clients.split(",")]
+    out_dir = args.out
     results, runs_from = {}, None
+    settings = run_settings(args.filter, args.max_rules)
     t_all = time.perf_counter()
     if args.combine:
-        runs_from = {}
+        runs_from, recorded = {}, []
         for base in args.combine.split(","):
-            with open(os.path.join(OUT, f"{base}.json")) as fh:
+            with open(os.path.join(out_dir, f"{base}.json")) as fh:
                 doc = json.load(fh)
             results.update(doc["results"])
             runs_from[base] = doc["provenance"]
+            recorded.append(doc.get("settings"))
+        # the header reports what the combined runs ran with, not what this code would run
+        settings = recorded[0] if all(r == recorded[0] for r in recorded) else None
         datasets = [d for d in datasets if any(key.startswith(f"{d}/") for key in results)]
     for name in (datasets if not args.combine else []):
         X, y = load(name)
@@ -240,30 +281,36 @@ def main(argv=None):
     print(f"aggregation of 10000 x 64 rules over 60 features: peak {memory['peak_mib']:.1f} MiB "
           f"({memory['compatible_pairs']} compatible pairs; holding them all: "
           f"{memory['all_pairs_arrays_mib']:.0f} MiB)", flush=True)
-    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
     md = table(results, datasets, clients)
-    png = os.path.join(OUT, f"{args.name}.png")
+    png = os.path.join(out_dir, f"{args.name}.png")
     plot(results, datasets, clients, png)
-    with open(os.path.join(OUT, f"{args.name}.json"), "w") as fh:
-        json.dump({"filter": args.filter, "max_rules": args.max_rules, "results": results, "aggregation_memory": memory, "provenance": prov, "runs_from": runs_from,
+    with open(os.path.join(out_dir, f"{args.name}.json"), "w") as fh:
+        json.dump({"filter": args.filter, "max_rules": args.max_rules, "settings": settings, "results": results,
+                   "aggregation_memory": memory, "provenance": prov, "runs_from": runs_from,
                    "seconds": time.perf_counter() - t_all}, fh, indent=1, default=float)
+    if settings is None:
+        described = ("*Default* and *text literally*: the combined result files were run with different or "
+                     "unrecorded settings (see their JSON).")
+    else:
+        described = (f"*Default* (the mode's defaults): {settings_text(settings['default'])}. "
+                     f"*Text literally*: {settings_text(settings['literal'])}.")
     text = [f"# ICDTA4FL-CART on numeric data ({args.seeds} seeds, tree filter '{args.filter}', max_rules {args.max_rules})", "",
             f"`{prov['command']}` at commit `{(prov['git_commit'] or '?')[:12]}`"
             f"{' (uncommitted changes)' if prov['fedforest_uncommitted_changes'] else ''}, {prov['date']}"
             + (" from the runs of " + ", ".join(f"`{b}.json` (commit `{(p['git_commit'] or '?')[:12]}`)"
                                                 for b, p in runs_from.items()) if runs_from else "") + ".", "",
             "Test accuracy (%) on the shared 10 % test set, mean over seeds (± standard deviation for the "
-            "default). *Default*: `merge_bounds = \"intersect\"`, `rule_weight = \"mass\"`, no global depth "
-            "limit (`global_max_nodes = 2000`), `filter_min_trees = 2`, `over_max_rules = \"drop_sets\"`. "
-            "*Text literally*: `merge_bounds = \"loose\"`, "
-            "`rule_weight = \"none\"`, `global_max_depth = 5`, `filter_min_trees = 1`. *Local*: mean over the clients of each "
-            "client's own tree. *Published code*: the method's published code on the same protocol.", "",
+            "default); *rules / nodes / depth*: the merged rules, the global tree's nodes (* when it reached "
+            "`global_max_nodes`) and its depth, means over seeds. " + described + " *Local*: mean over the "
+            "clients of each client's own tree. *Published code*: the method's published code on the same "
+            "protocol.", "",
             md, "", f"![accuracy against clients]({os.path.basename(png)})", "",
             "Peak memory of one aggregation step of 10 000 x 64 rules over 60 features "
             f"(`max_rules = 10000`): {memory['peak_mib']:.1f} MiB (tracemalloc), "
             f"{memory['compatible_pairs']} compatible pairs, {memory['kept_rules']} rules kept; holding every "
             f"compatible pair before the cap would take {memory['all_pairs_arrays_mib']:.0f} MiB of arrays.", ""]
-    with open(os.path.join(OUT, f"{args.name}.md"), "w") as fh:
+    with open(os.path.join(out_dir, f"{args.name}.md"), "w") as fh:
         fh.write("\n".join(text))
     print(md)
 

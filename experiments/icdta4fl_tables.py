@@ -20,14 +20,23 @@ Methods (tree_type, mode):
   (mean accuracy of a tree on the other clients' rows);
 * Federated-ID3: mode ``federated_id3``.
 
-Preprocessing, as the paper does for trees that need it: for ID3, numeric
-columns with more than 8 distinct values are cut into 4 quantile bins over
-the whole table (the experiment's preprocessing, before the split); for
-CART, text categories become their integer codes and missing values -1.
-Depths: ID3 |features|/2 (the paper's default), CART 5.
+Every mode runs at its current defaults (recorded in the result with the
+commit).  Preprocessing, as the paper does for trees that need it: for ID3,
+numeric columns with more than 8 distinct values are cut into 4 quantile bins
+over the whole table before the split (so every ID3 method, the ``local``
+baseline included, sees the same categories; the modes' own ``numeric_bins``
+then leaves them as they are); for CART, text categories become their integer
+codes and missing values -1.
+Depths: ID3 |features|/2 (the paper's default), CART 5.  The ICDTA4FL rows
+also report the merged rules and the global tree's nodes and depth.
+
+The script writes ``icdta4fl_tables.md``, ``.json`` and ``.png``; the figure
+shows only runs made with the modes' current defaults (``--replot`` redraws it
+from the JSON and leaves out runs recorded with other settings, or none).
 
     .venv/bin/python experiments/icdta4fl_tables.py              # full run
-    .venv/bin/python experiments/icdta4fl_tables.py --quick      # smoke run
+    .venv/bin/python experiments/icdta4fl_tables.py --quick --out /tmp/r --allow-dirty   # smoke run
+    .venv/bin/python experiments/icdta4fl_tables.py --replot     # the figure from the JSON
 """
 import argparse
 import datetime
@@ -67,11 +76,22 @@ def load(name):
 
 
 def for_id3(df):
+    """Numeric columns with more than 8 distinct values as 4 quantile bins of the whole table."""
     out = df.copy()
     for c in out.columns:
         col = out[c]
         if pd.api.types.is_numeric_dtype(col) and col.nunique() > 8:
             out[c] = pd.qcut(col, 4, labels=False, duplicates="drop").astype("Int64").astype(str)
+    return out
+
+
+def current_settings():
+    """Per method, the settings its runs use: the mode's declared defaults and the tree type."""
+    from fedforest.federation.registry import get_mode
+    out = {}
+    for label, tree_type, mode in METHODS:
+        defaults = {p.name: p.default for p in get_mode(mode).params}
+        out[label] = dict(defaults, mode=mode, tree_type=tree_type)
     return out
 
 
@@ -121,7 +141,8 @@ def run_one(name, X_by_type, y, k, dist, seed, workdir):
                                    model_dir=os.path.join(workdir, f"model-{tree_type}-{mode}"), overwrite=True)
             out[label] = {"acc": s["test_accuracy"], "f1": s["test_f1"],
                           "seconds": time.perf_counter() - t0,
-                          "merged_rules": s.get("merged_rules"), "kept": len(s.get("kept_trees", []))}
+                          "merged_rules": s.get("merged_rules"), "kept": len(s.get("kept_trees", [])),
+                          "nodes": s.get("global_tree_nodes"), "depth": s.get("global_tree_depth")}
         except InputError as exc:
             out[label] = {"error": str(exc)}
     return out
@@ -133,8 +154,16 @@ def main(argv=None):
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--clients", default=",".join(map(str, CLIENTS)))
     ap.add_argument("--quick", action="store_true", help="1 seed, housevotes84 and spambase, 2 and 5 clients")
+    ap.add_argument("--out", default=OUT, help=f"folder of the result files (default {OUT})")
+    ap.add_argument("--replot", action="store_true",
+                    help="redraw icdta4fl_tables.png from icdta4fl_tables.json instead of running")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    if args.replot:
+        with open(os.path.join(args.out, "icdta4fl_tables.json")) as fh:
+            doc = json.load(fh)
+        print(plot(doc.get("results", {}), doc.get("settings"), os.path.join(args.out, "icdta4fl_tables.png")))
+        return 0
     prov = provenance.record(args)
     datasets = args.datasets.split(",")
     clients = [int(c) for c in args.clients.split(",")]
@@ -156,7 +185,8 @@ def main(argv=None):
                 cells = {m: np.mean([r[m]["acc"] for r in runs if "acc" in r[m]]) for m, _, _ in METHODS}
                 print(f"{name:13s} {dist:7s} K={k:2d} " + "  ".join(f"{m}: {v:.4f}" for m, v in cells.items()),
                       flush=True)
-    write(results, datasets, clients, seeds, " ".join(sys.argv[1:]), time.perf_counter() - t_all, prov)
+    write(results, datasets, clients, seeds, " ".join(sys.argv[1:] if argv is None else argv),
+          time.perf_counter() - t_all, prov, args.out)
     return 0
 
 
@@ -167,8 +197,55 @@ def _cell(runs, method, key):
     return f"{np.mean(vals):.2f}"
 
 
-def write(results, datasets, clients, seeds, argv, seconds, prov):
-    os.makedirs(OUT, exist_ok=True)
+def _size(runs, method):
+    """Mean merged rules / global tree nodes / depth of an ICDTA4FL cell."""
+    vals = [r[method] for r in runs if r[method].get("nodes") is not None]
+    if not vals:
+        return "n/a"
+    return " / ".join(f"{np.mean([v[k] for v in vals]):.{d}f}" for k, d in
+                      (("merged_rules", 0), ("nodes", 0), ("depth", 1)))
+
+
+def plot(results, settings, path):
+    """Accuracy against clients per data set and distribution, every method, from the
+    runs made with the modes' current defaults only; returns what it did."""
+    current = current_settings()
+    fresh = [m for m, _, _ in METHODS if (settings or {}).get(m) == current[m]]
+    stale = [m for m, _, _ in METHODS if m not in fresh]
+    keys = sorted({tuple(k.split("|")[:2]) for k in results})
+    if not fresh or not keys:
+        return f"no figure: no run at the current defaults (superseded: {', '.join(stale)})"
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cols = min(4, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, (name, dist) in zip(axes.flat, keys):
+        ks = sorted(int(k.split("|")[2]) for k in results if k.startswith(f"{name}|{dist}|"))
+        for m in fresh:
+            acc = [np.mean([r[m]["acc"] for r in results[f"{name}|{dist}|{k}"] if "acc" in r.get(m, {})] or [np.nan])
+                   for k in ks]
+            ax.plot(ks, acc, "--" if m.startswith("Baseline") else "-", marker="o", ms=3, label=m)
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_title(f"{name}, {dist}", fontsize=10)
+        ax.set_xlabel("clients")
+        ax.set_ylabel("accuracy (mean over seeds)")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("ICDTA4FL at the current defaults: accuracy vs number of clients (baselines dashed)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}" + (f" (left out, run with other settings: {', '.join(stale)})" if stale else "")
+
+
+def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT):
+    os.makedirs(out, exist_ok=True)
     lines = ["# ICDTA4FL against its baselines (shape of the paper's Tables 2-5)", "",
              ("Command: `.venv/bin/python experiments/icdta4fl_tables.py " + argv).rstrip() + "`", "",
              f"Mean over {seeds} seed(s) of the clients' mean test accuracy and macro-F1 (%), each client "
@@ -190,15 +267,27 @@ def write(results, datasets, clients, seeds, argv, seconds, prov):
                     row += [_cell(runs, method, "acc"), _cell(runs, method, "f1")]
                 lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+    lines += ["## Global trees (ICDTA4FL)", "", "Mean merged rules / global tree nodes / depth.", "",
+              "| distribution | clients | method | " + " | ".join(datasets) + " |",
+              "|---|---|---|" + "---|" * len(datasets)]
+    for dist in ("IID", "non-IID"):
+        for k in clients:
+            for method in ("ICDTA4FL-ID3", "ICDTA4FL-CART"):
+                lines.append(f"| {dist} | {k} | {method} | "
+                             + " | ".join(_size(results.get(f"{d}|{dist}|{k}", []), method) for d in datasets) + " |")
+    lines.append("")
     errors = sorted({f"{key} {m}: {r[m]['error']}" for key, runs in results.items() for r in runs
                      for m in r if "error" in r[m]})
     if errors:
         lines += ["## Runs that stopped with an input error", ""] + [f"- {e}" for e in errors] + [""]
-    with open(os.path.join(OUT, "icdta4fl_tables.md"), "w") as fh:
+    settings = current_settings()
+    lines += ["![accuracy against clients](icdta4fl_tables.png)", ""]
+    with open(os.path.join(out, "icdta4fl_tables.md"), "w") as fh:
         fh.write("\n".join(lines))
-    with open(os.path.join(OUT, "icdta4fl_tables.json"), "w") as fh:
-        json.dump(dict(results, provenance=prov), fh, indent=1, default=float)
+    with open(os.path.join(out, "icdta4fl_tables.json"), "w") as fh:
+        json.dump({"results": results, "settings": settings, "provenance": prov}, fh, indent=1, default=float)
     print("\n".join(lines))
+    print(plot(results, settings, os.path.join(out, "icdta4fl_tables.png")))
 
 
 if __name__ == "__main__":

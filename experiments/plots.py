@@ -3,10 +3,9 @@
     python experiments/plots.py            # every figure whose JSON exists
     python experiments/plots.py --only lossless icdta4fl
 
-Figures:
+Figures (icdta4fl_tables.py draws its own figure, from the runs at the current defaults):
   lossless_vs_sklearn.png   accuracy / R² over seeds per data set: scikit-learn RF vs the federated forest
                             (per-node and per-tree feature sampling), box plots
-  icdta4fl_tables.png       accuracy vs number of clients per data set (IID and non-IID), every method
   fedxgbllr_table.png       accuracy / MSE vs number of clients: centralized XGBoost, local-only, FedXGBllr
   bench_vertical.png        training and prediction seconds: federated forest vs scikit-learn, XGBoost and LightGBM,
                             one-shot vs node-by-node prediction
@@ -95,36 +94,6 @@ def _split_key(key):
     return key.split("|")
 
 
-def icdta4fl():
-    d = _load("icdta4fl_tables")
-    if d is None:
-        return None
-    by_set = defaultdict(lambda: defaultdict(dict))    # (set, scheme) -> method -> clients -> mean acc
-    for key, runs in d.items():
-        parts = _split_key(key)
-        if len(parts) != 3 or not isinstance(runs, list):
-            continue
-        name, scheme, clients = parts[0], parts[1], int(parts[2])
-        methods = {m for run in runs for m in run if isinstance(run[m], dict) and "acc" in run[m]}
-        for m in methods:
-            accs = [run[m]["acc"] for run in runs if m in run and run[m].get("acc") is not None]
-            if accs:
-                by_set[(name, scheme)][m][clients] = float(np.mean(accs))
-    if not by_set:
-        return None
-    keys = sorted(by_set)
-    plt, fig, axes = _grid(len(keys), cols=4)
-    for ax, (name, scheme) in zip(axes, keys):
-        for m, curve in sorted(by_set[(name, scheme)].items()):
-            xs = sorted(curve)
-            style = "--" if m.startswith("Baseline") else "-"
-            ax.plot(xs, [curve[x] for x in xs], style, marker="o", ms=3, label=m)
-        _clients_axis(ax, xs, f"{name}, {scheme}", "accuracy (mean over seeds)", log=True)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("ICDTA4FL: global tree accuracy vs number of clients (baselines dashed)", fontsize=11)
-    return _save(fig, "icdta4fl_tables")
-
-
 def fedxgbllr():
     d = _load("fedxgbllr_table")
     if d is None:
@@ -188,7 +157,7 @@ def bench_vertical():
     return _save(fig, "bench_vertical")
 
 
-FIGURES = {"lossless": lossless, "icdta4fl": icdta4fl, "fedxgbllr": fedxgbllr, "bench_vertical": bench_vertical}
+FIGURES = {"lossless": lossless, "fedxgbllr": fedxgbllr, "bench_vertical": bench_vertical}
 
 
 def main(argv=None):

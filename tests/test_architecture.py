@@ -11,10 +11,11 @@ third-party packages):
 * federation: ``fedforest.federation`` (mode contract, registry, config, model files,
   metrics, rounds/aggregation).  Imports: core, federation.
 * horizontal common: ``fedforest.horizontal`` (its ``__init__``),
-  ``fedforest.horizontal.common`` and ``fedforest.horizontal.declare`` (the declarations
-  the horizontal modes share).  Imports: core, federation, horizontal common.
+  ``fedforest.horizontal.common``, ``fedforest.horizontal.declare`` (the declarations
+  the horizontal modes share) and ``fedforest.horizontal.binned_id3`` (the ID3 job on
+  binned numeric columns both ID3 modes run).  Imports: core, federation, horizontal common.
 * algorithms: ``fedforest.vertical`` and every module or package directly under
-  ``fedforest/horizontal/`` other than ``common``, ``declare`` and ``__init__``.  Imports:
+  ``fedforest/horizontal/`` other than ``common``, ``declare``, ``binned_id3`` and ``__init__``.  Imports:
   core, federation, horizontal common (horizontal algorithms only) and the algorithm's own
   modules.  An algorithm never imports another algorithm.
 * application: ``fedforest`` (``__init__``), ``fedforest.__main__``, ``fedforest.cli``,
@@ -59,7 +60,8 @@ APPLICATION = "application"
 CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs")
 APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
 HORIZONTAL = f"{PACKAGE}.horizontal"
-HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common", f"{HORIZONTAL}.declare")
+HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common", f"{HORIZONTAL}.declare",
+                           f"{HORIZONTAL}.binned_id3")
 MPI_MODULE = f"{PACKAGE}.transport.mpi"
 REGISTRY_MODULE = f"{PACKAGE}.federation.registry"
 COMMAND_LINE = (f"{PACKAGE}.__main__", f"{PACKAGE}.cli")

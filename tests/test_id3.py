@@ -95,3 +95,19 @@ def test_icdta4fl_id3_on_client_trees():
     tree = id3_from_rules(merged, 2, max_depth=2)
     acc = (node_values(tree, X).argmax(axis=1) == Y).mean()
     assert acc == 1.0
+
+
+def test_numeric_bins_from_client_sketches():
+    from fedforest.tree.id3 import agree_bins, bin_codes, bin_labels, numeric_sketch
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 1, 3000), rng.normal(0.5, 1, 1000)
+    edges = agree_bins([numeric_sketch(a, 4), numeric_sketch(np.append(b, np.nan), 4)], 4)
+    assert np.all(np.diff(edges) > 0) and edges.size <= 4
+    codes = bin_codes(np.concatenate([a, b]), edges)
+    inner = np.bincount(codes, minlength=edges.size + 1)[1:]
+    assert inner.min() > 0.2 * inner.sum() / inner.size          # about equal frequencies
+    assert bin_codes([np.nan, edges[0], edges[0] + 1e-9], edges, missing_code=9).tolist() == [9, 0, 1]
+    labels = bin_labels([1.0, 2.5, 30.0])
+    assert labels == ["<= 1", "(1, 2.5]", "(2.5, 30]", "> 30"]
+    close = bin_labels([1.0000001, 1.0000002])
+    assert len(set(close)) == 3                                   # digits enough to tell them apart

@@ -249,8 +249,10 @@ def test_global_tree_counting_rules_once_mislabels_a_leaf_and_mass_fixes_it():
     small = [Rule({0: (0.0, INF), 1: (lo, hi)}, np.array([0.0, 1.0]), 2, NUMERIC, mass=0.025)
              for lo, hi in ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, INF))]
     rules = [big, wide] + small
-    counted = tree_from_rules(rules, 2, max_depth=1)
-    weighted = tree_from_rules(rules, 2, max_depth=1, weights=[r.mass for r in rules])
+    # splits as the method's text makes them (x1 <= 0 cuts `big`), leaves kept as grown
+    counted = tree_from_rules(rules, 2, max_depth=1, splits="any", prune=False)
+    weighted = tree_from_rules(rules, 2, max_depth=1, weights=[r.mass for r in rules], splits="any",
+                               prune=False)
     # both split x1 <= 0; the right leaf holds `big` (it spans the cut) and the four small cells
     assert counted["feature"][0] == weighted["feature"][0] == 1 and counted["threshold"][0] == 0.0
     assert np.allclose(counted["value"][2], [0.2, 0.8])           # 1 rule of class 0 against 4

@@ -572,8 +572,19 @@ def run_tree_server(comm, cfg, build):
               f"max_depth {max_depth}")
     summary = {"mode": cfg.mode, "tree_type": enc.tree_type, "n_clients": len(clients),
                "rows": rows, "max_depth": max_depth, "random_state": seed}
+    return grow_and_save(comm, cfg, build, TreeJob(cfg, enc, infos, max_depth, seed, summary), t0,
+                         lambda tree, kept: {"mode": cfg.mode, "encoding": enc.to_dict(),
+                                             "label_column": cfg.label_column, "tree": tree, "summary": kept})
+
+
+def grow_and_save(comm, cfg, build, job, t0, model_doc):
+    """The rounds of a tree job after its set-up: ``build(comm, job)`` grows the
+    global tree, the final round hands it (and the merged rules) to every client,
+    the summary gathers the clients' metrics, and the server writes its model
+    file ``model_doc(tree, summary)``.  Returns the summary."""
+    clients, summary = comm.clients, job.summary
     rounds0, bytes0 = comm.rounds, comm.bytes_sent
-    tree, rules = build(comm, TreeJob(cfg, enc, infos, max_depth, seed, summary))
+    tree, rules = build(comm, job)
     final = comm.exchange({r: {"op": protocol.FINAL, "tree": tree, "rules": rules} for r in clients})
     summary["rounds"] = comm.rounds - rounds0
     summary["bytes_sent_by_server"] = comm.bytes_sent - bytes0
@@ -588,8 +599,7 @@ def run_tree_server(comm, cfg, build):
     if tree is not None:
         folder = server_dir(cfg.model_dir)
         with replaced_folder(folder) as stage:
-            save_model(stage, {"mode": cfg.mode, "encoding": enc.to_dict(), "label_column": cfg.label_column,
-                               "tree": tree, "summary": {k: v for k, v in summary.items() if k != "model_dirs"}})
+            save_model(stage, model_doc(tree, {k: v for k, v in summary.items() if k != "model_dirs"}))
         summary["model_dirs"][0] = os.path.join(folder, "model.json")
     summary["seconds"] = time.perf_counter() - t0
     if "test_accuracy" in summary or "train_accuracy" in summary:

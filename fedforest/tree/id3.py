@@ -104,25 +104,46 @@ def rules_from_id3(tree):
     return list(leaf_rules(tree, CATEGORICAL).values())
 
 
-def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
+def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None, splits="whole_first",
+                   prune=True, weights=None):
     """A multiway tree grown from categorical rules (ICDTA4FL-ID3): a node splits
     on the unused feature of highest information gain of its rules' predicted
     classes, one child per value the rules name (rules without a condition on
     the feature go to every child), provided some child holds fewer rules than
     the node; it is a leaf when its rules agree on the class, at ``max_depth``
-    or when no split qualifies.  Values are normalized sums of the rules'
-    distributions; ``support`` counts rules.  Nodes are expanded breadth first;
-    a split that would pass ``max_nodes`` nodes is not made (``info["truncated"]``
-    is then set when ``info`` is a dict)."""
+    or when no split qualifies.  With ``splits = "whole_first"`` the feature is
+    taken among those every rule of the node names, whenever there is one:
+    every rule then goes to one child, so the tree has at most one leaf per
+    rule (the merged rules of ID3 trees name the features of every tree's
+    path, so such a feature exists until they are separated); ``"any"`` takes
+    the best feature whatever rules it copies (the method's text).  Values are
+    normalized sums of the rules' distributions; ``support`` counts rules.
+    ``weights`` (one per rule, e.g. the rules' :attr:`Rule.mass`) weigh each
+    rule in the class counts of the gain and in the values; by default every
+    rule counts once, as the method's entropy of rules prescribes.
+    Nodes are expanded breadth first; a split that would pass ``max_nodes``
+    nodes is not made (``info["truncated"]`` is then set when ``info`` is a
+    dict).  With ``prune``, children that are all leaves predicting their
+    parent's class are merged into it afterwards (no row changes class)."""
+    from .rules import SPLITS, collapse_same_class, depth_of, reachable
+    if splits not in SPLITS:
+        raise ValueError(f"splits must be one of {SPLITS}, got {splits!r}")
     rules = list(rules)
+    info = {} if info is None else info
+    info.setdefault("cut_splits", 0)
     b = Builder(n_classes)
     n_feat = max(feature_count([rules]), 1)
     ra = RuleArrays.from_rules(rules, n_feat)
     val = ra.cond if len(ra) else np.zeros((0, n_feat), dtype=np.int64)
     cls = ra.dist.argmax(axis=1) if len(ra) else np.zeros(0, dtype=np.int64)
+    w_all = np.ones(len(ra)) if weights is None else np.asarray(weights, dtype=np.float64).reshape(len(ra))
+    if weights is None:
+        weighted = ra.dist
+    else:
+        weighted = ra.dist / np.maximum(ra.dist.sum(axis=1, keepdims=True), 1e-300) * w_all[:, None]
 
     def dist(members):
-        return ra.dist[members].sum(axis=0) if members.size else np.zeros(n_classes)
+        return weighted[members].sum(axis=0) if members.size else np.zeros(n_classes)
 
     # breadth first, so a node budget cuts every branch at about the same depth
     queue = deque([(b.node(dist(np.arange(len(ra))), float(len(ra))), np.arange(len(ra)), frozenset(), 0)])
@@ -132,33 +153,40 @@ def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
         if np.unique(c).size <= 1 or (max_depth is not None and depth >= max_depth):
             continue
         R = members.size
-        h = float(entropy(np.bincount(c, minlength=n_classes)))
-        best = None
+        w = w_all[members]
+        h = float(entropy(np.bincount(c, weights=w, minlength=n_classes)))
+        best = {True: None, False: None}          # whole: every rule names the feature
         for f in range(n_feat):
             if f in used:
                 continue
             col = val[members, f]
-            values = np.unique(col[col >= 0])
+            named = col >= 0
+            values = np.unique(col[named])
             if not values.size:
                 continue
-            free = np.bincount(c[col < 0], minlength=n_classes)
+            at = np.searchsorted(values, col[named])
+            if (np.bincount(at, minlength=values.size) + (R - at.size) >= R).all():
+                continue                   # no child would hold fewer rules than the node
             table = np.zeros((values.size, n_classes))
-            np.add.at(table, (np.searchsorted(values, col[col >= 0]), c[col >= 0]), 1.0)
-            table += free
+            np.add.at(table, (at, c[named]), w[named])
+            table += np.bincount(c[~named], weights=w[~named], minlength=n_classes)
             sizes = table.sum(axis=1)
-            if (sizes >= R).all():
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gain = h - float((sizes * entropy(table)).sum() / sizes.sum())
+            if not np.isfinite(gain):
                 continue
-            gain = h - float((sizes * entropy(table)).sum() / sizes.sum())
-            if best is None or gain > best[0]:
-                best = (gain, f, values)
-        if best is None:
+            for whole in ((True, False) if named.all() else (False,)):
+                if best[whole] is None or gain > best[whole][0]:
+                    best[whole] = (gain, f, values)
+        pick = best[True] if splits == "whole_first" and best[True] is not None else best[False]
+        if pick is None:
             continue
-        _, f, values = best
+        _, f, values = pick
         if max_nodes is not None and len(b.feature) + values.size > max_nodes:
-            if info is not None:
-                info["truncated"] = True
+            info["truncated"] = True
             continue
         col = val[members, f]
+        info["cut_splits"] += int((col < 0).any())
         children = []
         for v in values:
             sub = members[(col == v) | (col < 0)]
@@ -166,4 +194,75 @@ def id3_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None):
             children.append((int(v), child))
             queue.append((child, sub, used | {f}, depth + 1))
         b.link(me, f, children)
-    return b.arrays()
+    return _pruned(b, prune, info, collapse_same_class, reachable, depth_of)
+
+
+def _pruned(b, prune, info, collapse_same_class, reachable, depth_of):
+    """The tree of builder ``b`` (after :func:`collapse_same_class` when ``prune``),
+    renumbered in depth-first order; ``info`` gets ``pruned`` and ``depth``."""
+    n = len(b.feature)
+    children = [[b.child_node[k] for k in range(b.start[i], b.start[i] + b.count[i])] for i in range(n)]
+    codes = [[b.child_value[k] for k in range(b.start[i], b.start[i] + b.count[i])] for i in range(n)]
+    info["pruned"] = collapse_same_class(children, b.value) if prune else 0
+    info["depth"] = depth_of(children)
+    keep = reachable(children)
+    new = {old: i for i, old in enumerate(keep)}
+    out = Builder(b.n_classes)
+    for old in keep:
+        out.feature.append(b.feature[old] if children[old] else tree_format.LEAF)
+        out.start.append(0)
+        out.count.append(0)
+        out.value.append(b.value[old])
+        out.support.append(b.support[old])
+    for old in keep:
+        if children[old]:
+            out.link(new[old], b.feature[old], [(v, new[k]) for v, k in zip(codes[old], children[old])])
+    return out.arrays()
+
+
+# ---------------------------------------------------------------------------
+# Numeric columns as categories: equal-frequency bins
+# ---------------------------------------------------------------------------
+def numeric_sketch(x, n_bins):
+    """A client's summary of a numeric column for the bins of an ID3 job: its
+    quantiles at ``n_bins + 1`` levels and how many values are behind them
+    (:func:`fedforest.tree.hoeffding.quantile_sketch`; NaN ignored)."""
+    from .hoeffding import quantile_sketch
+    return quantile_sketch(x, n_bins)
+
+
+def agree_bins(sketches, n_bins):
+    """Job-wide edges of a numeric column from the clients' sketches (the
+    quantiles of the pooled sketches, each client weighted by its values:
+    :func:`fedforest.tree.hoeffding.agree_edges`).  A value ``x`` falls in bin
+    ``b`` when ``edges[b-1] < x <= edges[b]`` (bin 0: ``x <= edges[0]``, bin
+    ``len(edges)``: ``x > edges[-1]``)."""
+    from .hoeffding import agree_edges
+    return agree_edges(sketches, n_bins)
+
+
+def bin_codes(x, edges, missing_code=-1):
+    """The bin of each value of a numeric column over ``edges`` (int64; NaN gets
+    ``missing_code``)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.searchsorted(np.asarray(edges, dtype=np.float64), x, side="left").astype(np.int64)
+    out[np.isnan(x)] = missing_code
+    return out
+
+
+def _number(v, digits):
+    return f"{v:.{digits}g}"
+
+
+def bin_labels(edges):
+    """One text per bin over ``edges`` (``"<= 1.5"``, ``"(1.5, 4]"``, ``"> 4"``),
+    with as many significant digits as keep them distinct (at least 6)."""
+    edges = [float(e) for e in edges]
+    for digits in range(6, 18):
+        shown = [_number(e, digits) for e in edges]
+        if len(set(shown)) == len(shown):
+            break
+    if not shown:
+        return ["any value"]
+    inner = ["(" + a + ", " + b + "]" for a, b in zip(shown[:-1], shown[1:])]
+    return ["<= " + shown[0]] + inner + ["> " + shown[-1]]

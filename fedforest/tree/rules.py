@@ -34,7 +34,7 @@ import numpy as np
 
 from . import format as tree_format
 from .impurity import entropy
-from .rule_kinds import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES  # noqa: F401  (part of this module's names)
+from .rule_kinds import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES, SPLITS  # noqa: F401  (part of this module's names)
 
 
 
@@ -54,18 +54,32 @@ class Rule:
     def predicted(self):
         return int(np.argmax(self.dist))
 
-    def text(self, names=None, categories=None, joiner=" and ", empty="(always)"):
+    def text(self, names=None, categories=None, joiner=" and ", empty="(always)", binned=None):
         """The conditions as text; ``names``: column names (default ``x<f>``),
-        ``categories``: per column, the category value of each code."""
+        ``categories``: per column, the category value of each code (None for a
+        numeric column).  A numeric condition on a column of categories (a text
+        column a binary tree splits on its codes) is shown as the set of
+        categories whose codes satisfy it: ``plan in {no, yes}``.  ``binned``
+        (per column, true for a numeric column whose categories are the bins of
+        :func:`fedforest.tree.id3.bin_labels`) shows a category condition on
+        such a column as its range: ``minutes in (120, 180]``, ``minutes <= 120``."""
         def name(f):
             return names[f] if names is not None else f"x{f}"
         parts = []
         for f in sorted(self.conditions):
             c = self.conditions[f]
             if self.kind == CATEGORICAL:
-                parts.append(f"{name(f)} == {categories[f][c] if categories is not None else c}")
+                label = categories[f][c] if categories is not None else c
+                if binned is not None and binned[f] and str(label)[:1] in "(<>":
+                    parts.append(f"{name(f)} {'in ' if str(label)[0] == '(' else ''}{label}")
+                else:
+                    parts.append(f"{name(f)} == {label}")
                 continue
             lo, hi = c
+            if categories is not None and categories[f] is not None:
+                inside = [str(v) for k, v in enumerate(categories[f]) if lo < k <= hi]
+                parts.append(f"{name(f)} in {{{', '.join(inside)}}}")
+                continue
             if lo > -math.inf:
                 parts.append(f"{name(f)} > {lo:g}")
             if hi < math.inf:
@@ -396,21 +410,92 @@ def _leaf_value(dist, n_classes):
     return total / s if s > 0 else total
 
 
-def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None, weights=None):
+def _side_sums(values, onehot, cuts, left):
+    """Per cut ``t``: the rules with ``values < t`` (``left``) or ``values > t``,
+    counted and summed over ``onehot`` (rules x classes)."""
+    order = np.argsort(values, kind="stable")
+    cum = np.concatenate((np.zeros((1, onehot.shape[1])), np.cumsum(onehot[order], axis=0)))
+    if left:
+        at = np.searchsorted(values[order], cuts, side="left")
+        return at, cum[at]
+    at = np.searchsorted(values[order], cuts, side="right")
+    return values.size - at, cum[-1] - cum[at]
+
+
+def collapse_same_class(children, value):
+    """Leaves of one parent that all predict the parent's class (argmax of
+    ``value``) merged back into it, bottom up: ``children[n]`` lists node ``n``'s
+    children (empty at a leaf) and is emptied where the split is undone.  No
+    row changes class: it reached a leaf of that class and now stops at the
+    parent, which has it too.  Returns the number of splits undone."""
+    undone = 0
+    order, stack = [], [0]
+    while stack:                  # parents before children; reversed: children first
+        n = stack.pop()
+        order.append(n)
+        stack.extend(children[n])
+    for n in reversed(order):
+        kids = children[n]
+        if kids and all(not children[k] for k in kids):
+            c = int(np.argmax(value[n]))
+            if all(int(np.argmax(value[k])) == c for k in kids):
+                children[n] = []
+                undone += 1
+    return undone
+
+
+def reachable(children):
+    """The nodes reachable from the root, in depth-first (pre-)order."""
+    out, stack = [], [0]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed(children[n]))
+    return out
+
+
+def depth_of(children):
+    """The depth of a tree given as child lists (0: a lone root)."""
+    deepest, stack = 0, [(0, 0)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((k, d + 1) for k in children[n])
+    return deepest
+
+
+def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None, weights=None,
+                    splits="whole_first", prune=True):
     """A binary tree (:mod:`fedforest.tree.format`, with the rules per node in
     ``n_rules``) grown from numeric rules: each node holds the rules that can reach it; the split
     ``x_f <= t`` (``t`` among the rules' thresholds) with the largest
     information gain of the rules' predicted classes is taken, provided at
     least one child holds fewer rules than the node (rules spanning ``t`` go to
-    both children, clipped to each side, so a threshold is never reused).  A
-    node is a leaf when its rules agree on the class, at ``max_depth``, or when
+    both children, clipped to each side, so a threshold is never reused).
+
+    ``splits = "whole_first"`` takes the best split among those no rule of the
+    node spans, whenever there is one: every rule then goes to one child, so
+    the tree has at most one leaf per rule (2 x rules - 1 nodes).  The merged
+    rules of trees merged with exact conjunctions are the cells of the trees'
+    common refinement, and such a split always exists until the cells are
+    separated.  ``"any"`` takes the best split whatever it cuts (the method's
+    text): rules cut by a split are copied into both children, and the copies
+    are cut again further down, so the tree can have many more leaves than
+    rules.
+
+    A node is a leaf when its rules agree on the class, at ``max_depth``, or when
     no split qualifies; its value is the normalized sum of its rules' class distributions.
     ``weights`` (one per rule, e.g. the rules' :attr:`Rule.mass`) weigh each rule
     in the class counts of the gain and in the leaf values; by default every rule
     counts once, as the method's entropy of rules prescribes.
     Nodes are expanded best first (largest gain times the weight of the node's
     rules); when a split would pass ``max_nodes`` nodes, growth stops
-    (``info["truncated"]`` is then set when ``info`` is a dict)."""
+    (``info["truncated"]`` is then set when ``info`` is a dict).  With
+    ``prune``, sibling leaves that predict their parent's class are merged into
+    it afterwards (:func:`collapse_same_class`; no row changes class).  ``info``
+    also receives ``cut_splits``, the splits that cut some rule, and ``pruned``."""
+    if splits not in SPLITS:
+        raise ValueError(f"splits must be one of {SPLITS}, got {splits!r}")
     nodes = []   # [left, right, feature, threshold, value, n_rules]
     rules = list(rules)
     n_feat = max(feature_count([rules]), 1)
@@ -419,44 +504,41 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
 
     w_all = np.ones(len(ra)) if weights is None else np.asarray(weights, dtype=np.float64).reshape(len(ra))
     prob = ra.dist / np.maximum(ra.dist.sum(axis=1, keepdims=True), 1e-300)
-
-    def side_weights(values, w, cuts, left):
-        """Per cut, the weight of rules with ``values < t`` (left) or ``values > t`` (right)."""
-        order = np.argsort(values, kind="stable")
-        cum = np.concatenate(([0.0], np.cumsum(w[order])))
-        if left:
-            return cum[np.searchsorted(values[order], cuts, side="left")]
-        return cum[-1] - cum[np.searchsorted(values[order], cuts, side="right")]
+    info = {} if info is None else info
+    info.setdefault("cut_splits", 0)
 
     def best_split(lo, hi, members):
+        """``(gain, feature, threshold, cuts a rule)`` of the node's best split, or None."""
         R = members.size
-        c_m, w_m = cls[members], w_all[members]
-        parent_h = float(entropy(np.bincount(c_m, weights=w_m, minlength=n_classes)))
-        best = None
+        onehot = np.zeros((R, n_classes))
+        onehot[np.arange(R), cls[members]] = w_all[members]
+        total = onehot.sum(axis=0)
+        parent_h = float(entropy(total))
+        best = {True: None, False: None}          # whole: the best split cutting no rule
         for f in range(n_feat):
             lf, hf = lo[:, f], hi[:, f]
             cuts = np.unique(np.concatenate([lf[np.isfinite(lf)], hf[np.isfinite(hf)]]))
             if not cuts.size:
                 continue
             # rules reaching each side of every cut (left: lo < t, right: hi > t), per class
-            ones = np.ones(R)
-            nl = side_weights(lf, ones, cuts, True)
-            nr = side_weights(hf, ones, cuts, False)
+            nl, left = _side_sums(lf, onehot, cuts, True)
+            nr, right = _side_sums(hf, onehot, cuts, False)
             ok = (nl > 0) & (nr > 0) & ((nl < R) | (nr < R))
             if not ok.any():
                 continue
-            left = np.stack([side_weights(lf[c_m == c], w_m[c_m == c], cuts, True)
-                             for c in range(n_classes)], axis=1)
-            right = np.stack([side_weights(hf[c_m == c], w_m[c_m == c], cuts, False)
-                              for c in range(n_classes)], axis=1)
             wl, wr = left.sum(axis=1), right.sum(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 gain = parent_h - (wl * entropy(left) + wr * entropy(right)) / (wl + wr)
-            gain = np.where(ok & np.isfinite(gain), gain, -np.inf)
-            k = int(np.argmax(gain))
-            if np.isfinite(gain[k]) and (best is None or gain[k] > best[0]):
-                best = (float(gain[k]), f, float(cuts[k]))
-        return best
+            ok &= np.isfinite(gain)
+            for whole, sel in ((True, ok & (nl + nr == R)), (False, ok)):
+                if not sel.any():
+                    continue
+                k = int(np.argmax(np.where(sel, gain, -np.inf)))
+                if best[whole] is None or gain[k] > best[whole][0]:
+                    best[whole] = (float(gain[k]), f, float(cuts[k]), not whole)
+        if splits == "whole_first" and best[True] is not None:
+            return best[True]
+        return best[False]
 
     def new_node(members):
         value = _leaf_value(prob[members] * w_all[members, None], n_classes)
@@ -481,11 +563,11 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
 
     push(new_node(members), lo, hi, members, 0)
     while heap:
-        _, _, me, lo, hi, members, depth, (_, f, t) = heapq.heappop(heap)
+        _, _, me, lo, hi, members, depth, (_, f, t, cut) = heapq.heappop(heap)
         if max_nodes is not None and len(nodes) + 2 > max_nodes:
-            if info is not None:
-                info["truncated"] = True
+            info["truncated"] = True
             break
+        info["cut_splits"] += int(cut)
         go_left, go_right = lo[:, f] < t, hi[:, f] > t
         llo, lhi = lo[go_left], hi[go_left].copy()
         lhi[:, f] = np.minimum(lhi[:, f], t)
@@ -496,7 +578,14 @@ def tree_from_rules(rules, n_classes, max_depth=None, max_nodes=None, info=None,
         nodes[me][1] = new_node(members[go_right])
         push(nodes[me][0], llo, lhi, members[go_left], depth + 1)
         push(nodes[me][1], rlo, rhi, members[go_right], depth + 1)
-    return tree_format.binary([n[0] for n in nodes], [n[1] for n in nodes], [n[2] for n in nodes],
-                              [n[3] for n in nodes],
-                              np.array([n[4] for n in nodes], dtype=np.float64).reshape(len(nodes), n_classes),
-                              n_rules=[n[5] for n in nodes])
+    children = [[n[0], n[1]] if n[0] >= 0 else [] for n in nodes]
+    info["pruned"] = collapse_same_class(children, [n[4] for n in nodes]) if prune else 0
+    keep = reachable(children)
+    new = {old: i for i, old in enumerate(keep)}
+    kids = [[new[k] for k in children[old]] or [tree_format.NO_CHILD] * 2 for old in keep]
+    info["depth"] = depth_of(children)
+    return tree_format.binary([k[0] for k in kids], [k[1] for k in kids],
+                              [nodes[o][2] if children[o] else tree_format.LEAF for o in keep],
+                              [nodes[o][3] if children[o] else -2.0 for o in keep],
+                              np.array([nodes[o][4] for o in keep], dtype=np.float64).reshape(len(keep), n_classes),
+                              n_rules=[nodes[o][5] for o in keep])

@@ -133,7 +133,10 @@ def path_lines(trees, leaves, classes, n_show):
 def party_path_lines(trees, steps, x, columns, categories):
     """A party's part of a row's decision paths: ``steps`` holds
     ``(tree, node, child)`` for the splits it owns on the paths, ``child`` the
-    node the row went to; ``x`` is the row's encoded values of its columns."""
+    node the row went to; ``x`` is the row's encoded values of its columns.  A
+    split of a text column (``categories``: column name -> its categories, in
+    code order) is shown as the categories on the row's side, not as a code
+    threshold."""
     lines = []
     for t, a, b in steps:
         tree = trees[t]
@@ -147,10 +150,12 @@ def party_path_lines(trees, steps, x, columns, categories):
         if np.isnan(value):
             shown = f"{name} is missing -> {'left' if side == '<=' else 'right'}"
         elif name in (categories or {}):
+            # a text column is split on its category codes: name the categories on the row's side
             cats = list(categories[name])
             code = int(value)
             label = cats[code] if 0 <= code < len(cats) else code
-            shown = f"{name} = {label!r} (code {code}) {side} {thr:g}"
+            sent = [str(c) for k, c in enumerate(cats) if (k <= thr) == (side == "<=")]
+            shown = f"{name} = {label!r}: {name} in {{{', '.join(sent)}}}"
         else:
             shown = f"{name} = {value:g} {side} {thr:g}"
         lines.append(f"tree {t}, node {a}: {shown}")

@@ -235,7 +235,7 @@ def test_cart_refuses_missing_values_and_id3_too_many_values(tmp_path):
     with pytest.raises(RemoteError, match="column 'x2' has missing values"):
         _run(paths, None, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label")
     with pytest.raises(InputError, match="distinct values; 'id3' takes at most 64"):
-        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="label")
+        _run(paths, None, tmp_path, mode="icdta4fl", tree_type="id3", label_column="label", numeric_bins=None)
 
 
 def test_a_model_folder_is_not_replaced_without_overwrite(tmp_path):
@@ -310,3 +310,129 @@ def test_bad_cart_settings(tmp_path, opts, match):
     with pytest.raises(InputError, match=match):
         _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label", **opts)
     assert not (tmp_path / "m-icdta4fl").exists()
+
+
+# ---------------------------------------------------------------------------
+# The global tree's size: of the order of the merged rules, not of the node budget
+# ---------------------------------------------------------------------------
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+
+
+def _breastcancer_clients(folder, n_clients=3, seed=0):
+    """tests/data/breastcancer.csv (missing cells filled with the column median, as CART
+    needs complete columns) split by rows into clients, each with its own test file."""
+    df = pd.read_csv(os.path.join(BUNDLED, "breastcancer.csv"), na_values=["NA"])
+    features = [c for c in df.columns if c not in ("Id", "Class")]
+    df[features] = df[features].fillna(df[features].median())
+    rows = np.random.default_rng(seed).permutation(len(df))
+    paths, tests = [], []
+    for k, part in enumerate(np.array_split(rows, n_clients), start=1):
+        cut = int(part.size * 0.75)
+        paths.append(str(folder / f"bc{k}.csv"))
+        tests.append(str(folder / f"bc{k}-test.csv"))
+        df.iloc[part[:cut]].to_csv(paths[-1], index=False)
+        df.iloc[part[cut:]].to_csv(tests[-1], index=False)
+    return paths, tests
+
+
+def test_global_tree_size_follows_the_merged_rules(tmp_path):
+    """With the defaults the global tree keeps every merged rule whole: at most one
+    leaf per merged rule (2 R - 1 nodes), far below the node budget, and at least as
+    accurate as the clients' own trees; splits that cut rules (the method's text)
+    copy them into both children and grow a larger tree that predicts no better."""
+    paths, tests = _breastcancer_clients(tmp_path)
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="Class", id_column="Id", filter="none")
+    s = _run(paths, tests, tmp_path, **common)
+    R = s["merged_rules"]
+    assert R > sum(s["rules_per_tree"]) / len(s["rules_per_tree"])   # the merge refined the trees
+    assert not s["global_tree_truncated"] and s["global_cut_splits"] == 0
+    assert s["global_tree_nodes"] <= 2 * R - 1 and s["global_tree_leaves"] <= R
+    assert 1 <= s["global_tree_depth"] < s["global_tree_nodes"]
+    assert s["test_accuracy"] >= s["local_test_accuracy"], (s["test_accuracy"], s["local_test_accuracy"])
+    tree = load_model(s["model_dirs"][1])["tree"]
+    assert len(tree["value"]) == s["global_tree_nodes"]
+    cut = _run(paths, tests, tmp_path, global_splits="any", model_dir=str(tmp_path / "cut"), **common)
+    assert cut["merged_rules"] == R and cut["global_cut_splits"] > 0
+    assert cut["global_tree_nodes"] > s["global_tree_nodes"]
+    assert cut["test_accuracy"] <= s["test_accuracy"]
+
+
+def test_explain_names_the_categories_of_a_text_column(tmp_path, capsys):
+    """CART splits a text column on its category codes; the rules show the
+    categories (``plan in {gold}``), not a code threshold."""
+    rng = np.random.default_rng(4)
+    n = 600
+    plan = rng.choice(["basic", "gold", "silver"], size=n)
+    minutes = rng.normal(200, 50, size=n).round(1)
+    churn = np.where((plan == "gold") | (minutes > 260), "yes", "no")
+    df = pd.DataFrame({"plan": plan, "minutes": minutes, "churn": churn})
+    paths = []
+    for k, part in enumerate(np.array_split(np.arange(n), 3), start=1):
+        paths.append(str(tmp_path / f"p{k}.csv"))
+        df.iloc[part].to_csv(paths[-1], index=False)
+    _run(paths, None, tmp_path, mode="icdta4fl", tree_type="cart", label_column="churn")
+    assert main(["explain", "--model-dir", str(tmp_path / "m-icdta4fl"), "--data", paths[0], "--row", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "IF plan in {gold} AND minutes <= " in text and "THEN yes" in text, text
+    assert "plan <=" not in text and "plan >" not in text
+    assert "minutes <= " in text or "minutes > " in text
+
+
+# ---------------------------------------------------------------------------
+# ID3 on numeric columns: equal-frequency bins agreed from the clients' sketches
+# ---------------------------------------------------------------------------
+def _customer_clients(folder, n_clients=3, n=900, seed=5):
+    """A plain customer table: numeric minutes and charges (hundreds of distinct
+    values, a few missing), a text plan with a missing value, churn as the label."""
+    rng = np.random.default_rng(seed)
+    minutes = rng.normal(180, 50, n).round(1)
+    calls = rng.integers(0, 4, n)                      # few values: categories, not bins
+    plan = rng.choice(["no", "yes"], n, p=[0.8, 0.2]).astype(object)
+    churn = np.where((plan == "yes") & (minutes > 150) | (minutes > 260), "yes", "no")
+    churn = np.where(rng.random(n) < 0.03, np.where(churn == "yes", "no", "yes"), churn)
+    df = pd.DataFrame({"id": [f"c{i}" for i in range(n)], "international_plan": plan,
+                       "total_minutes": minutes, "total_charge": (minutes * 0.17).round(2),
+                       "service_calls": calls, "churn": churn})
+    df.loc[5, "total_minutes"] = np.nan
+    df.loc[7, "international_plan"] = None
+    paths, tests = [], []
+    for k, part in enumerate(np.array_split(np.arange(n), n_clients), start=1):
+        cut = int(part.size * 0.75)
+        paths.append(str(folder / f"cu{k}.csv"))
+        tests.append(str(folder / f"cu{k}-test.csv"))
+        df.iloc[part[:cut]].to_csv(paths[-1], index=False)
+        df.iloc[part[cut:]].to_csv(tests[-1], index=False)
+    return paths, tests
+
+
+@pytest.mark.parametrize("mode", ["icdta4fl", "federated_id3"])
+def test_id3_bins_numeric_columns(tmp_path, capsys, mode):
+    paths, tests = _customer_clients(tmp_path)
+    with pytest.raises(InputError, match="'total_minutes' has .* distinct values; 'id3' takes at most 64"):
+        _run(paths, tests, tmp_path, mode=mode, tree_type="id3", label_column="churn", numeric_bins=None)
+    s = _run(paths, tests, tmp_path, mode=mode, tree_type="id3", label_column="churn")
+    assert s["binned_columns"] == ["total_minutes", "total_charge"]
+    assert s["test_accuracy"] > 0.85, s["test_accuracy"]
+    model_dir = str(tmp_path / f"m-{mode}")
+    model = load_model(model_dir)
+    assert model["encoding"].categories[1] is None and len(model["bins"][1]) <= 8   # read as numbers
+    cats = model["id3_categories"]
+    assert cats[1][0].startswith("<= ") and cats[1][-1] == "NA" and cats[0] == ["no", "yes", "NA"]
+    assert cats[3] == ["0", "1", "2", "3"] and model["bins"][3] is None               # a few values: categories
+    # every client holds the same edges, and they are the server's
+    for r in (1, 2, 3):
+        assert load_model(s["model_dirs"][r])["bins"] == model["bins"]
+    # raw rows are binned at prediction as in training
+    out = str(tmp_path / "pred.csv")
+    assert main(["predict", "--model-dir", model_dir, "--data", tests[0], "--output", out]) == 0
+    truth = pd.read_csv(tests[0])["churn"].to_numpy()
+    accuracy = (pd.read_csv(out)["prediction"].to_numpy() == truth).mean()
+    assert accuracy == pytest.approx(s["test_metrics"][1]["accuracy"])
+    capsys.readouterr()
+    assert main(["explain", "--model-dir", model_dir, "--data", tests[0], "--row", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "binned numeric columns" in text and "is decided by rule" in text
+    import re
+    assert re.search(r"total_(minutes|charge) (in \(|> |<= )[0-9.]", text), text      # a range, not a code
+    assert "international_plan == yes" in text or "international_plan == no" in text
+    assert not re.search(r"total_(minutes|charge) == [^N]", text)      # only the missing values' bin NA

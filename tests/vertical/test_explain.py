@@ -113,7 +113,10 @@ def test_explain_row_prints_each_partys_conditions_and_the_owners(tmp_path, caps
         cond = line.split(": ", 1)[1]
         name, rest = cond.split(" = ", 1) if " = " in cond else (cond.split(" is ")[0], None)
         assert int(name[1:]) in groups[rank - 1]
-        if rest is not None and "(code" not in rest:
+        if rest is not None and " in {" in rest:      # the text column: the categories on the row's side
+            label, shown = rest.split(": ", 1)
+            assert shown.startswith(f"{name} in {{") and label.strip("'") in shown
+        elif rest is not None:
             value, op, thr = rest.split()
             assert float(value) == X[row, int(name[1:])]
             assert (float(value) <= float(thr)) == (op == "<=")
@@ -125,8 +128,15 @@ def test_party_path_lines_name_categories_and_missing_values():
     x = np.array([np.nan, 1.0])
     lines = explain.party_path_lines([tree], [(0, 0, 2), (0, 2, 3)], x, ["size", "colour"],
                                      {"colour": ["blue", "red"]})
-    assert lines == ["tree 0, node 0: colour = 'red' (code 1) > 0.5",
+    assert lines == ["tree 0, node 0: colour = 'red': colour in {red}",
                      "tree 0, node 2: size is missing -> left"]
+    three = explain.party_path_lines([tree], [(0, 0, 1)], np.array([0.0, 0.0]), ["size", "colour"],
+                                     {"colour": ["blue", "green", "red"]})
+    assert three == ["tree 0, node 0: colour = 'blue': colour in {blue}"]
+    tree2 = dict(tree, threshold=np.array([1.5, np.nan, 2.5, np.nan, np.nan]))
+    both = explain.party_path_lines([tree2], [(0, 0, 1)], np.array([0.0, 1.0]), ["size", "colour"],
+                                    {"colour": ["blue", "green", "red"]})
+    assert both == ["tree 0, node 0: colour = 'green': colour in {blue, green}"]
     with pytest.raises(InputError, match="not this party's split"):
         explain.party_path_lines([tree], [(0, 1, 2)], x, ["size", "colour"], {})
 

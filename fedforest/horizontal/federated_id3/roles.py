@@ -10,8 +10,10 @@ import numpy as np
 from ...federation.rounds import ask
 from ...tree.id3 import Builder
 from ...tree.impurity import entropy
-from ..common import bad_message, field_of, run_tree_client, run_tree_server, whole_number
-from ..common import explain, predict_proba  # noqa: F401  (the mode's local roles)
+from ..common import (bad_message, field_of, global_tree, no_rules, run_tree_client, run_tree_server,
+                      whole_number)
+from .. import binned_id3 as binned
+from ..binned_id3 import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 COUNTS = "counts"            # server -> client: route rows through the last splits, send class counts
 
@@ -147,6 +149,8 @@ class Growth:
 
 
 def server_train(comm, cfg):
+    if cfg.numeric_bins is not None:
+        return binned.run_server(comm, cfg, _build)
     return run_tree_server(comm, cfg, _build)
 
 
@@ -161,4 +165,6 @@ def client_train(comm, cfg):
         return {"counts": client_counts(client.X, client.y, client.enc.n_values, len(client.enc.classes),
                                         state["node_of_row"], msg)}
 
+    if cfg.numeric_bins is not None:
+        return binned.run_client(comm, cfg, {COUNTS: counts}, final_tree=global_tree, final_rules=no_rules)
     return run_tree_client(comm, cfg, {COUNTS: counts})

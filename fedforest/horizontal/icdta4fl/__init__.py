@@ -18,10 +18,11 @@ import numbers
 from ...constraints import MAX_DEPTH, Interval, Options
 from ...data.tasks import CLASSIFICATION
 from ...federation.mode import HORIZONTAL, Mode, Param
-from ...tree.rule_kinds import BOUNDS, OVER_MAX_RULES
+from ...tree.rule_kinds import BOUNDS, OVER_MAX_RULES, SPLITS
 from ..declare import tree_params
 
 FILTERS = ("mean", "median", "percentile", "none")
+NUMERIC_BINS = 8             # default bins of a numeric column in an ID3 job
 RULE_WEIGHTS = ("mass", "none")
 
 PARAMS = tree_params() + (
@@ -52,10 +53,22 @@ PARAMS = tree_params() + (
           "when merging the next tree's rules would exceed max_rules: 'drop_sets' leaves that tree and "
           "the lower scored ones out (trees merge best score first); 'coarsen' merges it but leaves the "
           "rules of least estimated mass unrefined", text=True),
+    Param("numeric_bins", NUMERIC_BINS, (None, Interval(int, 2, 64)),
+          "ID3: a numeric column with more distinct values than this (over all clients) is cut into about "
+          "this many equal-frequency bins, whose edges the server agrees from the clients' quantile "
+          "sketches; the bins are the column's categories (None: no binning; a column with more than 64 "
+          "distinct values is then refused)"),
     Param("global_max_depth", None, (None, Interval(int, 1, MAX_DEPTH)),
           "depth of the global tree (None: ID3, the client trees' depth; CART, no limit but "
           "global_max_nodes, as the method's published code; the method's text uses the client depth)"),
-    Param("global_max_nodes", 2000, (Interval(int, 1, 1_000_000),), "node budget of the global tree (CART: grown best first; ID3: breadth first)"),
+    Param("global_splits", "whole_first", (Options(*SPLITS),),
+          "global tree: split where no merged rule of the node straddles the split whenever such a split "
+          "exists ('whole_first': every rule goes to one child, so the tree has at most one leaf per merged "
+          "rule), or take the best split whatever rules it cuts ('any', the method's text: cut rules are "
+          "copied into every child)", text=True),
+    Param("global_max_nodes", 2000, (Interval(int, 1, 1_000_000),),
+          "node budget of the global tree (CART: grown best first; ID3: breadth first); with "
+          "global_splits = 'whole_first' the tree rarely needs more than twice the merged rules"),
 )
 
 MODE = Mode(

@@ -19,7 +19,8 @@ from ...tree.id3 import id3_from_rules
 from ...tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, leaf_rules, tree_from_rules
 from ..common import (TRAIN_LOCAL, bad_message, field_of, log, number_array, run_tree_client, run_tree_server,
                       tree_proba)
-from ..common import explain, predict_proba  # noqa: F401  (the mode's local roles)
+from .. import binned_id3 as binned
+from ..binned_id3 import explain, predict_proba  # noqa: F401  (the mode's local roles)
 
 EVALUATE = "evaluate"        # server -> client: score these trees on your rows
 
@@ -86,12 +87,15 @@ def _build(comm, job):
                                   "or fewer clients")
     info = {}
     depth = cfg.global_max_depth or (job.max_depth if enc.tree_type == "id3" else None)
-    if enc.tree_type == "id3":
-        tree = id3_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes, info=info)
+    t1 = time.perf_counter()
+    if enc.tree_type == "id3":   # rules count once (the method's entropy of rules)
+        tree = id3_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes, info=info,
+                              splits=cfg.global_splits)
     else:
         weights = [r.mass for r in merged] if cfg.rule_weight == "mass" else None
         tree = tree_from_rules(merged, len(enc.classes), max_depth=depth, max_nodes=cfg.global_max_nodes,
-                               info=info, weights=weights)
+                               info=info, weights=weights, splits=cfg.global_splits)
+    grow_seconds = time.perf_counter() - t1
     if info.get("truncated"):
         log(cfg, f"warning: the global tree reached global_max_nodes={cfg.global_max_nodes}; "
                   "nodes beyond it were left as leaves")
@@ -105,7 +109,9 @@ def _build(comm, job):
         merged_rules=len(merged),
         merge_steps=stats.steps, rules_capped=stats.capped,
         global_tree_truncated=bool(info.get("truncated")),
-        aggregate_seconds=time.perf_counter() - t0,
+        global_tree_nodes=len(tree["value"]), global_tree_leaves=int(np.sum(tree["feature"] < 0)),
+        global_tree_depth=int(info["depth"]), global_cut_splits=int(info["cut_splits"]),
+        aggregate_seconds=time.perf_counter() - t0, global_tree_seconds=grow_seconds,
         local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
     if all("own_test" in evals[r] for r in clients):   # each client's own tree on its test file
         for m in ("accuracy", "f1"):
@@ -116,7 +122,8 @@ def _build(comm, job):
     log(cfg, f"icdta4fl: kept trees of clients {summary['kept_trees']} (filter {cfg.filter} on "
               f"{cfg.filter_metric})" + (f", clients {left_out} left out at max_rules" if left_out else "")
               + f"; {sum(len(rs) for rs in rule_sets[:stats.merged_sets])} rules merged into {len(merged)} "
-              f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes")
+              f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes "
+              f"({summary['global_tree_leaves']} leaves, depth {summary['global_tree_depth']})")
     return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
 
 
@@ -194,10 +201,16 @@ def _final_rules(client, rules):
     return out
 
 
+def _binned(cfg):
+    return cfg.tree_type == "id3" and cfg.numeric_bins is not None
+
+
 def server_train(comm, cfg):
-    return run_tree_server(comm, cfg, _build)
+    run = binned.run_server if _binned(cfg) else run_tree_server
+    return run(comm, cfg, _build)
 
 
 def client_train(comm, cfg):
-    return run_tree_client(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate},
-                           final_tree=_final_tree, final_rules=_final_rules)
+    run = binned.run_client if _binned(cfg) else run_tree_client
+    return run(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate},
+               final_tree=_final_tree, final_rules=_final_rules)
