@@ -39,6 +39,7 @@ from .params import CRITERION_CODE, resolve_count, resolve_max_features, resolve
 EPSILON = np.finfo(np.float64).eps
 GROW = "grow"        # master -> party: the find/partition messages of several trees
 COMMIT = "commit"    # master -> party: last partitions of a batch; store its trees
+FUSED = "commit_grow"  # master -> party: the previous batch's commit, then this batch's first grow
 
 
 def pack_batch(op, items):
@@ -49,6 +50,24 @@ def pack_batch(op, items):
         for k, v in sub.items():
             msg[f"{t}.{k}"] = v
     return msg
+
+
+def split_fused(replies, grow):
+    """The replies to a :data:`FUSED` exchange: (the commit replies, the grow
+    replies); a party that got no grow part answered the commit alone."""
+    commits, grows = [], []
+    for p, (reply, g) in enumerate(zip(replies, grow)):
+        if g is None:
+            commits.append(reply)
+            grows.append(None)
+            continue
+        if not (isinstance(reply, dict) and isinstance(reply.get("commit"), dict)
+                and isinstance(reply.get("grow"), dict)):
+            raise ProtocolError(f"protocol error: party {p + 1} answered a commit and grow message "
+                                "without its 'commit' and 'grow' parts")
+        commits.append(reply["commit"])
+        grows.append(reply["grow"])
+    return commits, grows
 
 
 def join_replies(replies):
@@ -828,14 +847,25 @@ class TreeGrower:
         return out
 
     def grow_batch(self, seeds, first=0, labels=None):
+        """:meth:`grow_batch_fused` with its own commit exchange: returns the
+        master's trees and the parties' replies to the commit."""
+        trees, commit, _ = self.grow_batch_fused(seeds, first, labels)
+        return trees, self.parties.exchange(commit)
+
+    def grow_batch_fused(self, seeds, first=0, labels=None, carry=None, on_carried=None):
         """Grow one tree per seed together, level by level: every round carries
         the messages of every tree of the batch (one ``find`` and one
         ``partition`` exchange per level for the whole batch), and a last
         ``commit`` round hands each party the final partitions.  Tree ``first + i``
         draws from ``seeds[i]`` alone, so the trees do not depend on the batching.
         ``labels`` (optional): one label-statistics object per tree, in place
-        of the grower's (the trees of a boosting round).
-        Returns the master's trees and the parties' replies to the commit."""
+        of the grower's (the trees of a boosting round).  ``carry``: the
+        previous batch's commit messages (one per party), sent with this
+        batch's first exchange (one round fewer per batch); ``on_carried``
+        receives the parties' replies to it as soon as they arrive (so the
+        previous batch is counted before this one goes on).
+        Returns the master's trees, this batch's commit messages (not sent)
+        and the parties' replies to ``carry`` (None without it)."""
         n_parties = len(self.feature_counts)
         runs, asks, trees, finish = {}, {}, {}, {}
         for i, seed in enumerate(seeds):
@@ -873,24 +903,39 @@ class TreeGrower:
                 numba_threads.set_threads(threads)
 
         try:
-            self._grow_rounds(runs, asks, advance_all, n_parties)
+            carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
         finally:
             if pool is not None:
                 pool.shutdown()
+        if carry is not None and carried is None:   # no tree of this batch asked anything
+            carried = self.parties.exchange(carry)
+            if on_carried is not None:
+                on_carried(carried)
         order = sorted(trees)
         commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
                   for p in range(n_parties)]
-        return [trees[t] for t in order], self.parties.exchange(commit)
+        return [trees[t] for t in order], commit, carried
 
-    def _grow_rounds(self, runs, asks, advance_all, n_parties):
-        """Start every tree's steps, then exchange rounds until all trees are done."""
+    def _grow_rounds(self, runs, asks, advance_all, n_parties, carry=None, on_carried=None):
+        """Start every tree's steps, then exchange rounds until all trees are
+        done; ``carry`` (commit messages) goes with the first exchange.
+        Returns the replies to ``carry`` (None when there was no exchange)."""
         advance_all([(t, None) for t in runs])
+        carried = None
         while asks:
             current, asks_now = sorted(asks), dict(asks)
             asks.clear()
             msgs = [pack_batch(GROW, [(t, asks_now[t][p]) for t in current
                                       if asks_now[t][p] is not None]) for p in range(n_parties)]
-            replies = self.parties.exchange([m if len(m) > 2 else None for m in msgs])
+            grow = [m if len(m) > 2 else None for m in msgs]
+            if carry is None:
+                replies = self.parties.exchange(grow)
+            else:
+                sent = [c if g is None else {"op": FUSED, "commit": c, "grow": g} for c, g in zip(carry, grow)]
+                carried, replies = split_fused(self.parties.exchange(sent), grow)
+                carry = None
+                if on_carried is not None:
+                    on_carried(carried)
             views = [None if r is None else
                      BatchReply(r, p, [t for t in current if asks_now[t][p] is not None])
                      for p, r in enumerate(replies)]
@@ -899,6 +944,7 @@ class TreeGrower:
             for v in views:
                 if v is not None:
                     v.check_used()
+        return carried
 
     def _steps(self, seed):
         """One tree's growth as a generator: it yields the per-party messages of

@@ -305,29 +305,59 @@ def _boost(comm, cfg, params, job, source, t_start):
     seeds = tree_seeds(seed, n_trees)
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     bar = progress_bar(cfg, total=params.n_estimators, initial=start // k_out, desc="boosting", unit="round")
-    writer = model_files.CheckpointWriter(my_dir)
-    done, failed, stopped = start, False, False
-    first = start // k_out
-    for r in range(first, first if finished else params.n_estimators):
-        # the validation loss after the previous round comes with this round's gradients
-        labels, loss = source.round(margin, stopping is not None and r > first, r + 1 < params.n_estimators)
-        if loss is not None and stopping.add(r - 1, loss):
-            stopped = True
-            break
-        ids = range(r * k_out, (r + 1) * k_out)
-        trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels)
-        if min(a["n_trees"] for a in acks) < ids[-1] + 1:
-            failed = True   # a round counts only when every party stored all its trees
-            break
-        done = ids[-1] + 1
-        for t, tree in zip(ids, trees):
-            tree["value"] = tree["value"] * params.learning_rate
-            writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == n_trees))
-        bar.update(1)
-        values = _row_values(trees, [_leaf_sets_of(a) for a in acks], n_rows)
-        for k in range(k_out):
-            margin[:, k] += values[k]
-    writer.close()
+    with model_files.CheckpointWriter(my_dir) as writer:
+        done, failed, stopped = start, False, False
+        first = start // k_out
+        # Without a validation share or a row subsample the master knows every training
+        # row's leaf from its own partition: it updates the margins itself and sends each
+        # round's commit with the next round's first message (one exchange fewer per round).
+        fuse = stopping is None and params.subsample >= 1.0 and train.size == n_rows
+        grower.record_row_leaves = fuse
+        carry, pending = None, None     # the commit messages not yet sent, and their round
+
+        def stored(ids, trees, acks):
+            """Count a round once every party stored all its trees; False if one did not."""
+            nonlocal done
+            if min(a["n_trees"] for a in acks) < ids[-1] + 1:
+                return False
+            done = ids[-1] + 1
+            for t, tree in zip(ids, trees):
+                writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == n_trees))
+            bar.update(1)
+            return True
+
+        for r in range(first, first if finished else params.n_estimators):
+            # the validation loss after the previous round comes with this round's gradients
+            labels, loss = source.round(margin, stopping is not None and r > first, r + 1 < params.n_estimators)
+            if loss is not None and stopping.add(r - 1, loss):
+                stopped = True
+                break
+            ids = range(r * k_out, (r + 1) * k_out)
+            if fuse:
+                complete = []
+                trees, commit, _ = grower.grow_batch_fused(
+                    [seeds[t] for t in ids], first=ids[0], labels=labels, carry=carry,
+                    on_carried=lambda acks: complete.append(stored(*pending, acks)))
+                if not all(complete):
+                    failed = True   # a round counts only when every party stored all its trees
+                    break
+                for k, tree in enumerate(trees):
+                    tree["value"] = tree["value"] * params.learning_rate
+                    margin[:, k] += tree["value"][tree.pop("row_leaf"), 0]
+                carry, pending = commit, (ids, trees)
+                continue
+            trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels)
+            for tree in trees:
+                tree["value"] = tree["value"] * params.learning_rate
+            if not stored(ids, trees, acks):
+                failed = True
+                break
+            values = _row_values(trees, [_leaf_sets_of(a) for a in acks], n_rows)
+            for k in range(k_out):
+                margin[:, k] += values[k]
+        if carry is not None and not failed:
+            replies = RemoteParties(comm).exchange(carry)
+            failed = not stored(*pending, replies)
     bar.close()
     if stopping is not None and not (failed or stopped or finished) and done > start:
         stopping.add(done // k_out - 1, source.losses([margin])[0])

@@ -22,8 +22,9 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..tree.builder import (EPSILON, LocalParties, PartySplitter, SplitSettings, TreeGrower, bad_message,
-                            shown)
+from ..tree.builder import (EPSILON, LocalParties, PartySplitter, SplitSettings, TreeGrower,
+                            bad_message, shown)
+from ..tree.format import NO_CHILD
 from .boost_params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
@@ -250,6 +251,21 @@ class BoostGrower(TreeGrower):
 
     def _leaf_values(self, stats, weight):
         return (-stats[:, 1] / (stats[:, 0] + self.s.reg_lambda))[:, None]
+
+    # the master keeps each tree's leaf of every grown row (under "row_leaf"), so it
+    # can update the margins of those rows without asking the parties
+    record_row_leaves = False
+
+    def _master_tree(self, tree):
+        out = super()._master_tree(tree)
+        if self.record_row_leaves:
+            leaves = np.flatnonzero(tree.col["left"][:tree.n] == NO_CHILD)
+            starts, ends = tree.bounds(leaves)
+            order = np.argsort(starts, kind="stable")   # the leaves' row ranges tile tree.rows
+            at = np.full(self.n_rows, -1, dtype=np.int64)
+            at[tree.rows] = np.repeat(leaves[order], (ends - starts)[order])
+            out["row_leaf"] = at
+        return out
 
 
 

@@ -129,25 +129,40 @@ def master_train(comm, cfg):
     if start:
         log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = progress_bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
-    writer = model_files.CheckpointWriter(my_dir)
-    done = b0 = start
-    while b0 < params.n_estimators:
-        ids = range(b0, b0 + plan.next_size(params.n_estimators - b0))
-        b0 = ids[-1] + 1
-        t_batch = time.perf_counter()
-        trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0])
-        plan.record(len(ids), time.perf_counter() - t_batch)
-        # a tree counts as done once every party has stored its part
-        stored = min(a["n_trees"] for a in acks)
-        for t, tree in zip(ids, trees):
-            if t < stored:
-                writer.submit(t, tree, dict(manifest, n_trees=t + 1,
-                                            complete=t + 1 == params.n_estimators))
-        bar.update(max(0, stored - done))
-        done = stored
-        if stored < ids[-1] + 1:
-            break
-    writer.close()
+    with model_files.CheckpointWriter(my_dir) as writer:
+        done = b0 = start
+
+        def stored(ids, trees, acks):
+            """Write the trees every party has stored; False when a party stored fewer."""
+            nonlocal done
+            # a tree counts as done once every party has stored its part
+            n = min(a["n_trees"] for a in acks)
+            for t, tree in zip(ids, trees):
+                if t < n:
+                    writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
+            bar.update(max(0, n - done))
+            done = n
+            return n >= ids[-1] + 1
+
+        # each batch's commit travels with the next batch's first message
+        carry, pending, complete = None, None, [True]
+
+        def on_carried(acks):
+            complete[0] = stored(*pending, acks)
+
+        while b0 < params.n_estimators:
+            ids = range(b0, b0 + plan.next_size(params.n_estimators - b0))
+            b0 = ids[-1] + 1
+            t_batch = time.perf_counter()
+            trees, commit, _ = grower.grow_batch_fused([seeds[t] for t in ids], first=ids[0], carry=carry,
+                                                       on_carried=on_carried)
+            plan.record(len(ids), time.perf_counter() - t_batch)
+            carry, pending = commit, (ids, trees)
+            if not complete[0]:
+                carry = None
+                break
+        if carry is not None:
+            stored(*pending, RemoteParties(comm).exchange(carry))
     bar.close()
     train_seconds = time.perf_counter() - t_trees
     tree_bytes = comm.bytes_sent - bytes0

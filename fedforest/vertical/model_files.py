@@ -213,3 +213,17 @@ class CheckpointWriter:
         self._queue.put(None)
         self._thread.join()
         self._raise()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """Leaving on an error still finishes the writes already submitted (the
+        trees every party stored stay a consistent checkpoint); the first error wins."""
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except BaseException:  # noqa: BLE001 - the error that stopped the training is the one to report
+            pass

@@ -158,24 +158,10 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
     t = start
     bytes0 = comm.bytes_sent
     failing = None
-    while True:
-        msg = comm.recv(MASTER)
-        if failing is not None:
-            raise RuntimeError(failing)
-        op = msg.get("op")
-        if op == protocol.DONE:
-            # the party's peak memory stays in its own manifest (the master learns
-            # nothing of a party beyond what the protocol needs)
-            model_files.write_manifest(folder, dict(manifest, n_trees=t, peak_rss_mb=peak_rss_mb(),
-                                                    complete=t == manifest["n_estimators"]))
-            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
-            return folder
-        if on_op is not None and op in on_op:
-            reply, t = on_op[op](msg, t)
-            comm.send(MASTER, reply)
-            continue
-        if op not in (builder.GROW, builder.COMMIT):
-            raise ProtocolError(f"protocol error: unexpected {op!r}")
+
+    def step(op, msg):
+        """One grow or commit message of the batch being grown; returns the reply."""
+        nonlocal t, failing
         _check_batch_trees(msg.get("trees"), t, min(t + batch, n_estimators), op == builder.COMMIT)
         reply = splitter.handle_batch(msg)
         if op == builder.COMMIT:
@@ -195,6 +181,40 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
             reply["n_trees"] = t
             if on_commit is not None:
                 on_commit([tree for _, tree in done], reply)
+        return reply
+
+    while True:
+        msg = comm.recv(MASTER)
+        if failing is not None:
+            raise RuntimeError(failing)
+        op = msg.get("op")
+        if op == protocol.DONE:
+            # the party's peak memory stays in its own manifest (the master learns
+            # nothing of a party beyond what the protocol needs)
+            model_files.write_manifest(folder, dict(manifest, n_trees=t, peak_rss_mb=peak_rss_mb(),
+                                                    complete=t == manifest["n_estimators"]))
+            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
+            return folder
+        if on_op is not None and op in on_op:
+            reply, t = on_op[op](msg, t)
+            comm.send(MASTER, reply)
+            continue
+        if op == builder.FUSED:
+            # the previous batch's commit, then the next batch's first message
+            parts = {k: msg.get(k) for k in ("commit", "grow")}
+            for k, part in parts.items():
+                want = builder.COMMIT if k == "commit" else builder.GROW
+                if not (isinstance(part, dict) and part.get("op") == want):
+                    raise ProtocolError(f"protocol error: the {k!r} part of a commit and grow message "
+                                        f"must be a {want!r} message")
+            committed = step(builder.COMMIT, parts["commit"])
+            if failing is not None:
+                raise RuntimeError(failing)
+            reply = {"commit": committed, "grow": step(builder.GROW, parts["grow"])}
+        elif op in (builder.GROW, builder.COMMIT):
+            reply = step(op, msg)
+        else:
+            raise ProtocolError(f"protocol error: unexpected {op!r}")
         comm.send(MASTER, reply)
 
 

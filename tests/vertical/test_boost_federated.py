@@ -245,3 +245,26 @@ def test_randomness_made_ahead_grows_the_same_trees(tmp_path, monkeypatch):
     assert started == [450, 450, 450]
     assert_same_trees(complete_trees(str(tmp_path / "enc"), 2, offsets),
                       complete_trees(str(tmp_path / "plain"), 2, offsets))
+
+
+@pytest.mark.parametrize("privacy,per_level_extra", [("plain", 0), ("paillier", 2)])
+def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, privacy, per_level_extra):
+    """Without a validation share or a subsample the master updates the margins
+    from its own partition: a round costs two exchanges per level (Paillier: plus
+    the gradients and the last level's statistics), and only the last round
+    has a commit of its own.  The trees stay the single-process ones."""
+    X, y = _data("classification", 2, 21, n=300)
+    frames, order, offsets = _split(X, y, 2, 21, label_party=1)
+    depth, n_rounds = 3, 5
+    opts = dict(task="classification", label_column="y", n_estimators=n_rounds, max_depth=depth,
+                random_state=21, learning_rate=0.5)
+    extra = PAILLIER if privacy == "paillier" else {}
+    s = _boost("train", frames, model_dir=str(tmp_path / "m"), **extra, **opts)
+    assert s["n_trees"] == n_rounds
+    assert s["rounds_total"] == n_rounds * (2 * depth + per_level_extra) + 1
+    est = BoostClassifier(n_estimators=n_rounds, max_depth=depth, random_state=21, learning_rate=0.5)
+    assert_same_trees(complete_trees(str(tmp_path / "m"), 2, offsets),
+                      [t for r in est.fit(X[:, order], y).estimators_ for t in r])
+    # with a subsample the parties' leaf sets are needed: a commit exchange per round
+    sub = _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
+    assert sub["rounds_total"] == n_rounds * (2 * depth + per_level_extra + 1)

@@ -42,9 +42,15 @@ def hostile(monkeypatch, op, change, to=None, times=1):
     done = {"n": 0}
 
     def send(self, dest, msg):
-        if self.rank == 0 and msg.get("op") == op and to in (None, dest) and done["n"] < times:
-            done["n"] += 1
-            msg = change(dict(msg), dest)
+        if self.rank == 0 and to in (None, dest) and done["n"] < times:
+            if msg.get("op") == op:
+                done["n"] += 1
+                msg = change(dict(msg), dest)
+            elif msg.get("op") == builder.FUSED and op in (builder.COMMIT, builder.GROW):
+                # a batch's commit travels with the next batch's first grow message
+                part = "commit" if op == builder.COMMIT else "grow"
+                done["n"] += 1
+                msg = dict(msg, **{part: change(dict(msg[part]), dest)})
         return orig_send(self, dest, msg)
 
     def bcast(self, msg):
@@ -605,3 +611,10 @@ def test_a_commit_may_not_leave_a_begun_tree_unfinished(tmp_path, monkeypatch):
     hostile(monkeypatch, builder.COMMIT, change, to=1)
     refused(tmp_path, "the commit leaves trees", rank=1, tree_batch=2)
     assert _party_trees(str(tmp_path / "m"), 1) == []
+
+
+def test_a_commit_and_grow_message_must_hold_both_parts(tmp_path, monkeypatch):
+    hostile(monkeypatch, builder.FUSED, lambda m, d: dict(m, grow=dict(m["grow"], op=builder.COMMIT)), to=2)
+    refused(tmp_path, "the 'grow' part of a commit and grow message must be a 'grow' message", rank=2,
+            tree_batch=1)
+    assert _party_trees(str(tmp_path / "m"), 2) == []
