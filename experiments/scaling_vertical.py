@@ -247,9 +247,16 @@ def plot(rows, path):
         if missing and any("xgboost_seconds" in r for r in pts):
             ax.text(0.02, 0.02, f"peers not run at {', '.join(f'{v:,}' for v in missing)}",
                     transform=ax.transAxes, fontsize=7)
+        if sweep == "n_jobs":
+            for key, name in (("xgboost_seconds", "XGBoost"), ("sklearn_seconds", "scikit-learn"),
+                              ("lightgbm_seconds", "LightGBM")):
+                have = [r[key] for r in pts if key in r]
+                if len(have) >= 2 and have[-1] > 2 * have[0]:
+                    ax.text(0.02, 0.5, f"{name} slower with more threads:\nthe cores were shared, a noisy point",
+                            transform=ax.transAxes, fontsize=7)
         _axis(ax, x, label, logx, "training seconds")
         ax.set_title(f"time vs {label}")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
         ax = axes[1, col]
         ax.plot(x, [r["bytes_total"] / 2 ** 20 for r in pts], "o-", color="C3", label="MiB sent (all ranks)")
         _axis(ax, x, label, logx, "MiB sent (all ranks)")
