@@ -28,17 +28,13 @@ import pandas as pd
 
 from ..errors import InputError
 from ..federation import protocol
-from ..federation.files import replaced_folder
-from ..federation.metrics import class_scores
-from ..federation.rounds import Done, serve
 from ..tree import format as tree_format
 from ..tree.id3 import agree_bins, bin_codes, bin_labels, numeric_sketch
 from ..tree.rules import CATEGORICAL, leaf_rules
 from .common import (MAX_CATEGORIES, MISSING, SERVER, ClientTable, ClientTree, Encoding, TreeJob, agree, bad_message,
                      category_codes, check_categories, check_clients, check_model_folder, check_world, client_dir,
                      client_what, field_of, grow_and_save, job_seed, log, message_encoding, number_array,
-                     same_setting, save_model, save_rules, server_dir, table_settings, text_of, tree_depth,
-                     tree_proba)
+                     same_setting, serve_client_tree, server_dir, table_settings, text_of, tree_depth, tree_proba)
 from .common import explain as tree_explain
 from .common import predict_proba as tree_predict_proba
 
@@ -217,26 +213,8 @@ def run_client(comm, cfg, handlers, final_tree, final_rules):
         tt = ClientTable(cfg.test_data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
         test = (id3_codes(tt.X, enc, edges, f"{what} test data"), enc.labels(tt.y, f"{what} test data"))
     client = ClientTree(comm, cfg, setup, enc, X, y, test)
-    bytes0 = comm.bytes_sent
-
-    def final(msg):
-        tree = client.tree(protocol.FINAL, "tree", field_of(msg, protocol.FINAL, "tree"), **final_tree(client))
-        rules = final_rules(client, msg.get("rules"))
-        reply = {"train": class_scores(client.y, tree_proba(tree, client.X))}
-        if client.test is not None:
-            reply["test"] = class_scores(client.test[1], tree_proba(tree, client.test[0]))
-        folder = client_dir(cfg.model_dir, rank)
-        with replaced_folder(folder) as stage:
-            if rules:
-                save_rules(stage, rules)
-            save_model(stage, model_doc(cfg, enc, edges, tree, client=rank, metrics=reply))
-        reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
-        return Done(folder, reply)
-
-    table_ = {protocol.FINAL: final}
-    for op, handler in (handlers or {}).items():
-        table_[op] = (lambda h: lambda m: h(client, m))(handler)
-    return serve(comm, table_)
+    return serve_client_tree(comm, cfg, client, handlers, final_tree, final_rules,
+                             lambda tree, reply: model_doc(cfg, enc, edges, tree, client=rank, metrics=reply))
 
 
 # ---------------------------------------------------------------------------

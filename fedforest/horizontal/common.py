@@ -675,8 +675,18 @@ def run_tree_client(comm, cfg, handlers=None, final_tree=global_tree, final_rule
     :meth:`ClientTree.tree`), or None when every client keeps its own tree (the
     server then sends none); ``final_rules(client, rules)`` checks the final
     rules and returns what to save (nothing when empty)."""
-    rank = comm.rank
     client = ClientTree(comm, cfg, *client_setup(comm, cfg, cfg.tree_type))
+    return serve_client_tree(comm, cfg, client, handlers, final_tree, final_rules,
+                             lambda tree, reply: {"mode": cfg.mode, "encoding": client.enc.to_dict(),
+                                                  "label_column": cfg.label_column, "tree": tree,
+                                                  "client": comm.rank, "metrics": reply})
+
+
+def serve_client_tree(comm, cfg, client, handlers, final_tree, final_rules, model_doc):
+    """The rounds of a tree client after its set-up (see :func:`run_tree_client`):
+    the mode's ``handlers`` until the final tree, which is scored on the
+    client's rows (and test file) and saved as ``model_doc(tree, metrics)``."""
+    rank = comm.rank
     bytes0 = comm.bytes_sent
 
     def final(msg):
@@ -696,9 +706,7 @@ def run_tree_client(comm, cfg, handlers=None, final_tree=global_tree, final_rule
         with replaced_folder(folder) as stage:
             if rules:
                 save_rules(stage, rules)
-            save_model(stage, {"mode": cfg.mode, "encoding": client.enc.to_dict(),
-                               "label_column": cfg.label_column, "tree": tree, "client": rank,
-                               "metrics": reply})
+            save_model(stage, model_doc(tree, reply))
         reply.update(model_dir=folder, bytes_sent=comm.bytes_sent - bytes0)
         return Done(folder, reply)
 

@@ -849,7 +849,7 @@ class TreeGrower:
     def grow_batch(self, seeds, first=0, labels=None):
         """:meth:`grow_batch_fused` with its own commit exchange: returns the
         master's trees and the parties' replies to the commit."""
-        trees, commit, _ = self.grow_batch_fused(seeds, first, labels)
+        trees, commit = self.grow_batch_fused(seeds, first, labels)
         return trees, self.parties.exchange(commit)
 
     def grow_batch_fused(self, seeds, first=0, labels=None, carry=None, on_carried=None):
@@ -864,8 +864,7 @@ class TreeGrower:
         batch's first exchange (one round fewer per batch); ``on_carried``
         receives the parties' replies to it as soon as they arrive (so the
         previous batch is counted before this one goes on).
-        Returns the master's trees, this batch's commit messages (not sent)
-        and the parties' replies to ``carry`` (None without it)."""
+        Returns the master's trees and this batch's commit messages (not sent)."""
         n_parties = len(self.feature_counts)
         runs, asks, trees, finish = {}, {}, {}, {}
         for i, seed in enumerate(seeds):
@@ -914,7 +913,7 @@ class TreeGrower:
         order = sorted(trees)
         commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
                   for p in range(n_parties)]
-        return [trees[t] for t in order], commit, carried
+        return [trees[t] for t in order], commit
 
     def _grow_rounds(self, runs, asks, advance_all, n_parties, carry=None, on_carried=None):
         """Start every tree's steps, then exchange rounds until all trees are

@@ -335,7 +335,7 @@ def _boost(comm, cfg, params, job, source, t_start):
             ids = range(r * k_out, (r + 1) * k_out)
             if fuse:
                 complete = []
-                trees, commit, _ = grower.grow_batch_fused(
+                trees, commit = grower.grow_batch_fused(
                     [seeds[t] for t in ids], first=ids[0], labels=labels, carry=carry,
                     on_carried=lambda acks: complete.append(stored(*pending, acks)))
                 if not all(complete):

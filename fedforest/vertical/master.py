@@ -154,7 +154,7 @@ def master_train(comm, cfg):
             ids = range(b0, b0 + plan.next_size(params.n_estimators - b0))
             b0 = ids[-1] + 1
             t_batch = time.perf_counter()
-            trees, commit, _ = grower.grow_batch_fused([seeds[t] for t in ids], first=ids[0], carry=carry,
+            trees, commit = grower.grow_batch_fused([seeds[t] for t in ids], first=ids[0], carry=carry,
                                                        on_carried=on_carried)
             plan.record(len(ids), time.perf_counter() - t_batch)
             carry, pending = commit, (ids, trees)
