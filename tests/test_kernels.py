@@ -1067,3 +1067,41 @@ def test_newton_gain_is_xgboosts_loss_reduction():
     assert np.isclose(criterion.split_gain(left, right, 3, 4, *args, 0.0), want, rtol=1e-12)
     assert criterion.split_gain(left, right, 3, 4, *args, 0.8) == -np.inf    # H_l = 0.75 < 0.8
     assert np.isclose(criterion.split_gain(left, right, 3, 4, *args, 0.7), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_partition_stats_bits_and_children_statistics(task):
+    """The fused kernel gives partition_bits' bits and, per child, the statistics
+    node_statistics gives on that child's rows after apply_partition, bit for bit."""
+    rng = np.random.default_rng([7, list(TASKS).index(task)])
+    prob = Problem(rng, 300, task)
+    Xb = rng.integers(0, 6, (300, 3)).astype(np.uint8)
+    Xb[rng.random((300, 3)) < 0.1] = binning.MISSING_BIN
+    rows, starts, ends = make_segments(rng, prob.w)
+    feats = rng.integers(0, 3, starts.size).astype(np.int64)
+    bins = rng.integers(0, 6, starts.size).astype(np.int32)
+    ml = rng.integers(0, 2, starts.size).astype(np.uint8)
+    bits, stats = partitioner.partition_stats(Xb, rows, starts, ends, feats, bins, ml, binning.MISSING_BIN,
+                                              prob.ycls, prob.yw, prob.is_clf, prob.S)
+    assert bits.tolist() == partitioner.partition_bits(Xb, rows, starts, ends, feats, bins, ml,
+                                                       binning.MISSING_BIN).tolist()
+    assert stats.shape == (2 * starts.size, prob.S)
+    # numpy reference: every child's statistics summed over its rows
+    at = 0
+    for j in range(starts.size):
+        idx = rows[starts[j]:ends[j]]
+        left = bits[at:at + idx.size] == 1
+        at += idx.size
+        for side, part in ((0, idx[left]), (1, idx[~left])):
+            if prob.is_clf:
+                ref = np.bincount(prob.y[part], weights=prob.w[part], minlength=prob.C)
+            else:
+                ref = prob.yw[part].sum(axis=0)
+            assert np.allclose(stats[2 * j + side], ref, **TOL)
+    # and exactly what the master computed before from the partitioned rows
+    moved = rows.copy()
+    n_left = partitioner.apply_partition(moved, starts, ends, bits)
+    kids_s = np.ravel(np.column_stack((starts, starts + n_left)))
+    kids_e = np.ravel(np.column_stack((starts + n_left, ends)))
+    ref_stats = criterion.node_statistics(moved, kids_s, kids_e, *prob.kernel_args())[0]
+    assert np.array_equal(stats, ref_stats)

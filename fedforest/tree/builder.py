@@ -328,8 +328,7 @@ class Nodes:
     in-bag rows grouped by node: node ``n`` owns ``rows[start[n]:end[n]]``.
     Master and parties allocate child ids the same way, so ids agree."""
 
-    def __init__(self, counts, columns):
-        self.rows = np.flatnonzero(counts).astype(np.int32)
+    def __init__(self, counts, columns, keep_rows=True):
         columns = dict(columns, start=(np.int64, 0), end=(np.int64, 0),
                        left=(np.int32, NO_CHILD), right=(np.int32, NO_CHILD))
         self._spec = columns
@@ -337,7 +336,10 @@ class Nodes:
         self.col = {name: np.full((cap,) + tuple(shape), default, dtype=dtype)
                     for name, (dtype, default, *shape) in columns.items()}
         self.n = 1
-        self.col["end"][0] = self.rows.shape[0]
+        # without rows (``keep_rows`` False) only the nodes' sizes are kept: the
+        # ranges still say where each node's bits lie in a level's bitmap
+        self.rows = np.flatnonzero(counts).astype(np.int32) if keep_rows else None
+        self.col["end"][0] = self.rows.shape[0] if keep_rows else np.count_nonzero(counts)
 
     def _grow(self, count):
         cap = self.col["start"].shape[0]
@@ -360,7 +362,11 @@ class Nodes:
         """Partition the listed nodes (ascending ids) by their concatenated bits;
         allocates (left, right) child ids in node order and returns them."""
         starts, ends = self.bounds(nodes)
-        n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
+        if self.rows is not None:
+            n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
+        else:
+            ones = np.concatenate(([0], np.cumsum(bits, dtype=np.int64)))
+            n_left = ones[np.cumsum(ends - starts)] - ones[np.cumsum(ends - starts) - (ends - starts)]
         m = nodes.shape[0]
         self._grow(2 * m)
         lefts = np.arange(self.n, self.n + 2 * m, 2, dtype=np.int32)
@@ -395,6 +401,10 @@ class PartySplitter:
     (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
 
     tree_threads = True   # trees of a batch may be handled on parallel threads
+    # the winner of a split sends its children's label statistics with the
+    # partition bits (the master then keeps no rows of its own); parties
+    # without plain labels do not
+    child_stats = True
     checked = True        # check every message (off only where the grower is in this process)
     # the keys a tree's message may hold besides "op": per op, then those of a tree's
     # first message and of the partition of the last level (any op)
@@ -728,16 +738,21 @@ class PartySplitter:
         thr = c["cand_threshold"][nodes]
         ml = c["cand_missing_left"][nodes]
         starts, ends = tree.bounds(nodes)
-        if self.Xb is not None:
-            bits = partitioner.partition_bits(self.Xb, tree.rows, starts, ends, feat.astype(np.int64),
-                                          c["cand_bin"][nodes], ml, MISSING_BIN)
+        X, cut, missing = (self.Xb, c["cand_bin"][nodes], MISSING_BIN) if self.Xb is not None \
+            else (self.X, thr, np.nan)
+        reply = {}
+        if self.child_stats:
+            s = self.settings
+            bits, reply["stats"] = partitioner.partition_stats(
+                X, tree.rows, starts, ends, feat.astype(np.int64), cut, ml, missing, self._tree["ycls"],
+                self._tree["yw"], s.is_classification, self.labels.n_stats)
         else:
-            bits = partitioner.partition_bits(self.X, tree.rows, starts, ends, feat.astype(np.int64), thr, ml,
-                                          np.nan)
+            bits = partitioner.partition_bits(X, tree.rows, starts, ends, feat.astype(np.int64), cut, ml,
+                                              missing)
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml
-        reply = {"bits": _pack(bits)}
+        reply["bits"] = _pack(bits)
         if self.settings.reveal_splits:
             reply.update(feature=feat, threshold=thr, missing_left=ml)
         return reply
@@ -786,6 +801,15 @@ class TreeGrower:
     """
 
     parallel_steps = True   # trees' steps of a batch may run on parallel threads
+    # the children's label statistics come from the winners of their parents'
+    # splits (PartySplitter.child_stats), checked against the parents'; the
+    # master then keeps node sizes only, no rows
+    stats_from_winners = True
+
+    def _keeps_rows(self):
+        """Whether the master keeps each tree's rows by node (its statistics or
+        its leaves of every row need them)."""
+        return not self.stats_from_winners
 
     def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
                  classes=None):
@@ -960,7 +984,9 @@ class TreeGrower:
             "stats": (np.float64, 0.0, self.labels.n_stats),
             "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
             "feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
-            "missing_left": (np.uint8, 0)})
+            "missing_left": (np.uint8, 0)}, keep_rows=self._keeps_rows())
+        self._tree_counts = counts
+        self._child_stats = None
         self._begin_tree(tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
@@ -986,6 +1012,8 @@ class TreeGrower:
                     for p in range(n_parties)]
             replies = yield msgs
             all_bits = self._collect_bits(tree, split_nodes, won, replies)
+            if self.stats_from_winners:
+                self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
             lefts, rights = tree.split(split_nodes, all_bits)
             self._after_split(split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
@@ -1079,11 +1107,42 @@ class TreeGrower:
         return all_bits
 
     def _record_stats(self, tree, nodes):
-        """Label statistics of new nodes from the labels held here."""
-        stats, w, imp, _ = criterion.node_statistics(tree.rows, *tree.bounds(nodes), self._ycls, self._yw,
-                                             self.s.is_classification, self.labels.n_stats,
-                                             self.s.crit, self.s.reg_lambda)
+        """Label statistics of new nodes: the root's from the labels held here,
+        children's from the winners' replies when they sent them."""
+        s = self.s
+        if self._child_stats is not None:
+            stats, self._child_stats = self._child_stats, None
+            w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
+        else:
+            rows = tree.rows if tree.rows is not None else np.flatnonzero(self._tree_counts).astype(np.int32)
+            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), self._ycls, self._yw,
+                                                         s.is_classification, self.labels.n_stats,
+                                                         s.crit, s.reg_lambda)
         self._set_stats(tree, nodes, stats, w, imp)
+
+    def _take_child_stats(self, tree, split_nodes, won, replies):
+        """The children's statistics the winners sent, in child order (left,
+        right per split node); each pair must add up to its parent's."""
+        S = self.labels.n_stats
+        stats = np.empty((2 * split_nodes.size, S))
+        for p in range(len(won)):
+            if not won[p].size:
+                continue
+            got = replies[p].take("stats", 2 * won[p].size)
+            if not (got.dtype == np.float64 and got.shape == (2 * won[p].size, S)
+                    and np.all(np.isfinite(got))):
+                raise ValueError(f"party {p + 1} sent 'stats' that are not {2 * won[p].size} rows of "
+                                 f"{S} finite float64 values")
+            at = np.repeat(2 * won[p], 2)
+            at[1::2] += 1
+            stats[at] = got
+        parent = tree.col["stats"][split_nodes]
+        total = stats[0::2] + stats[1::2]
+        scale = np.abs(stats[0::2]) + np.abs(stats[1::2])
+        weights = stats if self.s.is_classification else stats[:, :1]
+        if np.any(np.abs(total - parent) > 1e-9 * scale + 1e-12) or np.any(weights < 0):
+            raise ValueError("the children's statistics the winners sent do not add up to their parents'")
+        return stats
 
     @staticmethod
     def _set_stats(tree, nodes, stats, w, imp):

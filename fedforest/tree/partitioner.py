@@ -82,3 +82,38 @@ def apply_partition(rows, starts, ends, bits):
             rows[s + nl + i] = right[i]
         n_left[j] = nl
     return n_left
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def partition_stats(X, rows, starts, ends, features, thresholds, missing_left, missing_code,
+                    ycls, yw, is_clf, S):
+    """:func:`partition_bits` and, in the same pass, the label statistics of
+    the two children of every segment: row ``2j`` of the returned ``(2m, S)``
+    array is segment ``j``'s left child, row ``2j + 1`` its right child.
+    Each child's statistics are added in row order, so they equal what
+    :func:`fedforest.tree.criterion.node_statistics` gives on the child's
+    rows after :func:`apply_partition` (conventions of :mod:`.criterion`)."""
+    off = _segment_offsets(starts, ends)
+    out = np.empty(off[-1], dtype=np.uint8)
+    stats = np.zeros((2 * starts.shape[0], S))
+    for j in prange(starts.shape[0]):
+        f = features[j]
+        thr = thresholds[j]
+        ml = missing_left[j]
+        o = off[j]
+        for i in range(starts[j], ends[j]):
+            r = rows[i]
+            v = X[r, f]
+            b = np.int64(ml)
+            if not (np.isnan(v) or v == missing_code):
+                b = 1 if v <= thr else 0
+            out[o] = b
+            o += 1
+            side = 2 * j + 1 - b
+            if is_clf:
+                stats[side, ycls[r]] += yw[r, 0]
+            else:
+                stats[side, 0] += yw[r, 0]
+                stats[side, 1] += yw[r, 1]
+                stats[side, 2] += yw[r, 2]
+    return out, stats

@@ -256,6 +256,9 @@ class BoostGrower(TreeGrower):
     # can update the margins of those rows without asking the parties
     record_row_leaves = False
 
+    def _keeps_rows(self):
+        return self.record_row_leaves or super()._keeps_rows()
+
     def _master_tree(self, tree):
         out = super()._master_tree(tree)
         if self.record_row_leaves:

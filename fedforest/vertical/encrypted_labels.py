@@ -242,6 +242,7 @@ class LabelHolderSplitter(PartySplitter):
     """The label holder: plaintext scoring of its own features, encrypted node statistics."""
 
     tree_threads = False  # the encryption holds the GIL: threads would not help
+    child_stats = False   # the key holder checks statistics it decrypts against its own
 
     def __init__(self, X, settings, labels, codes, spec, public_key):
         super().__init__(X, settings, labels)
@@ -279,6 +280,7 @@ class EncryptedHistSplitter(PartySplitter):
     """A party without the labels: encrypted per-bin histograms on request."""
 
     tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
+    child_stats = False   # no plain labels here
     op_keys = dict(PartySplitter.op_keys, find=("pair_node", "pair_feat"),
                    partition=("nodes", "feature", "bin", "missing_left"))
 
@@ -427,6 +429,7 @@ class PaillierGrower(TreeGrower):
     None for the label holder (party index ``label_party``)."""
 
     parallel_steps = False   # decryption counters and key use stay on one thread
+    stats_from_winners = False   # statistics come from decrypted sums, checked against the rows here
 
     def __init__(self, parties, info, params, settings, feature_counts, private_key, spec,
                  label_party, party_bins):

@@ -206,3 +206,23 @@ def test_batch_reply_cuts_each_trees_part_and_refuses_wrong_counts():
         builder.BatchReply(builder.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3).take("bits", 2)
     with pytest.raises(ValueError, match="not an array of entries"):
         builder.BatchReply({"gain": np.float64(1.0), "len.gain": np.array([1])}, 0, [3])
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_children_statistics_that_do_not_add_up_are_refused(tmp_path, monkeypatch, task):
+    """The master takes a split's children statistics from the winner and keeps
+    no rows; statistics that do not sum to the parent's stop the job."""
+    X, y = _data(task)
+    frames = party_frames(X, y, GROUPS, label_party=1)
+    orig = builder.PartySplitter._partition
+
+    def inflate(self, msg):
+        reply = orig(self, msg)
+        reply["stats"] = reply["stats"] * 1.01
+        return reply
+
+    monkeypatch.setattr(builder.PartySplitter, "_partition", inflate)
+    with pytest.raises(ValueError, match="do not add up to their parents"):
+        run_vertical("train", frames, task=task, label_column="y", model_dir=str(tmp_path / "m"),
+                     n_estimators=2, random_state=1, max_depth=3)
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("*.npz"))
