@@ -108,7 +108,7 @@ def hist_search(Xb, n_bins, rows, starts, ends, fmask, *args):
     """:func:`splitter.best_splits_hist` with every histogram built from the node's rows."""
     S = args[3]
     return splitter.best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, *args,
-                              *splitter.no_subtraction(starts.shape[0], S))[:4]
+                              *splitter.no_subtraction(starts.shape[0], S), *splitter.NO_NODE_STATS)[:4]
 
 
 def hist_left(xb, b, ml):
@@ -372,7 +372,7 @@ def test_best_splits_exact_brute_force(task, msl, mwl):
     fmask = (rng.random((starts.size, X.shape[1])) < 0.7).astype(np.uint8)
     fmask[3] = 1
     out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                              prob.w_total, msl, mwl)
+                              prob.w_total, msl, mwl, *splitter.NO_NODE_STATS)
     n_checked = check_best_splits(
         out, prob, rows, starts, ends, fmask,
         column=lambda f, idx: X[idx, f],
@@ -395,7 +395,7 @@ def _search(mode, x_cols, n_bins, prob, fmask):
     else:
         X = np.asfortranarray(np.column_stack(x_cols).astype(np.float64))
         out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                                  prob.w_total, 1, 0.0)
+                                  prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS)
     return [o[0] for o in out]
 
 
@@ -494,7 +494,8 @@ def test_exact_root_split_matches_sklearn(criterion, n_classes, with_nan):
     crit = {"gini": impurity.GINI, "entropy": impurity.ENTROPY, "squared_error": impurity.SQUARED_ERROR}[criterion]
     g, f, thr, ml = [o[0] for o in splitter.best_splits_exact(
         np.asfortranarray(X32.astype(np.float64)), rows, np.array([0]), np.array([rows.size]),
-        np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, 0.0, w.sum(), 1, 0.0)]
+        np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, 0.0, w.sum(), 1, 0.0,
+        *splitter.NO_NODE_STATS)]
     assert sk_gain > 0 and np.isclose(g, sk_gain, rtol=1e-7, atol=1e-12)
     assert f == t.feature[0] and thr == t.threshold[0]
     if with_nan:
@@ -936,7 +937,7 @@ def test_split_search_is_independent_of_the_thread_count(task):
                 hist_search(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
                                    prob.w_total, 1, 0.0),
                 splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                                    prob.w_total, 1, 0.0))
+                                    prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS))
     finally:
         numba_threads.set_threads(1)
     for a, b in zip(out[1], out[2]):
@@ -1011,7 +1012,7 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     starts0, ends0 = np.array([0, cut]), np.array([cut, inbag.size])
     none = splitter.no_subtraction(2, prob.S)
     out0 = splitter.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
-                              *args, *none[:-1], np.ones(2, np.uint8))
+                              *args, *none[:-1], np.ones(2, np.uint8), *splitter.NO_NODE_STATS)
     index, hist, cnt = out0[4:]
     assert hist.shape[0] == 2 * n_feat and (index >= 0).all()
     for j in range(2):
@@ -1037,7 +1038,7 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     fmask1 = (rng.random((4, n_feat)) < 0.7).astype(np.uint8)
     fmask1[:, 0] = 1
     sub = (starts1[sibling], ends1[sibling], parent_slot, index, hist, cnt, np.zeros(4, np.uint8))
-    got = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args, *sub)[:4]
+    got = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args, *sub, *splitter.NO_NODE_STATS)[:4]
     want = hist_search(Xb, n_bins, rows1, starts1, ends1, fmask1, *args)
     for g, w in zip(got[1:], want[1:]):
         assert np.array_equal(g, w)
@@ -1048,7 +1049,7 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     assert np.isfinite(got[0][larger]).all()
     # the larger children's histograms do come from the parents': spoiled parents change them
     spoiled = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args,
-                                 *sub[:4], hist * 0.5, cnt, sub[6])[0]
+                                 *sub[:4], hist * 0.5, cnt, sub[6], *splitter.NO_NODE_STATS)[0]
     assert not np.array_equal(spoiled[larger], want[0][larger])
     assert np.array_equal(spoiled[~larger], want[0][~larger])
 

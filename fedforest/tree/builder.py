@@ -408,7 +408,7 @@ class PartySplitter:
     checked = True        # check every message (off only where the grower is in this process)
     # the keys a tree's message may hold besides "op": per op, then those of a tree's
     # first message and of the partition of the last level (any op)
-    op_keys = {"find": ("nodes", "fmask"), "partition": ("nodes",), "finish": ("importance",)}
+    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",)}
     begin_keys = ("counts", "class_weight")
     apply_keys = ("split_nodes", "bits")
 
@@ -626,7 +626,15 @@ class PartySplitter:
             raise bad_message(f"'fmask' must be a uint8 or bool array of shape ({nodes.size}, "
                               f"{self.n_features}), got {shown(fmask)}")
         t["searched"] = nodes
-        return dict(msg, nodes=nodes, fmask=np.ascontiguousarray(fmask, dtype=np.uint8))
+        out = dict(msg, nodes=nodes, fmask=np.ascontiguousarray(fmask, dtype=np.uint8))
+        if "stats" in msg:
+            stats = msg["stats"]
+            shape = (nodes.size, self.labels.n_stats)
+            if not (isinstance(stats, np.ndarray) and stats.dtype == np.float64 and stats.shape == shape
+                    and np.all(np.isfinite(stats))):
+                raise bad_message(f"'stats' must be a float64 array of shape {shape} (finite label "
+                                  f"statistics of the nodes), got {shown(stats)}")
+        return out
 
     def _check_partition(self, msg):
         """A ``partition``: nodes this party searched at this level and found a split for."""
@@ -680,18 +688,22 @@ class PartySplitter:
         args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
                 self.labels.n_stats, s.crit, s.reg_lambda, gain_scale(s, t["total_w"]), s.min_samples_leaf,
                 min_leaf_weight(s, t["total_w"]))
+        # the nodes' weights and impurities: from the statistics the grower sent (the same
+        # sums over the same rows), else from the rows here
+        known = criterion.stats_weight_impurity(msg["stats"], s.is_classification, s.crit, s.reg_lambda) \
+            if "stats" in msg else splitter.NO_NODE_STATS
         c = tree.col
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
             gain, feat, b, ml, index, hist, cnt = splitter.best_splits_hist(self.Xb, self.n_bins,
-                                                                           *args, *sub)
+                                                                           *args, *sub, *known)
             if t["subtract"]:
                 kept = sub[-1].astype(bool)
                 t["hists"] = (nodes[kept], index[kept], hist, cnt)
             thr = self.bin_threshold(feat, b)
             c["cand_bin"][nodes] = b
         else:
-            gain, feat, thr, ml = splitter.best_splits_exact(self.X, *args)
+            gain, feat, thr, ml = splitter.best_splits_exact(self.X, *args, *known)
         c["cand_feature"][nodes] = feat
         c["cand_threshold"][nodes] = thr
         c["cand_missing_left"][nodes] = ml
@@ -1042,7 +1054,8 @@ class TreeGrower:
         nodes = cand[keep]
         if not nodes.size:
             return nodes, None, pending
-        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep])
+        extra = {"stats": tree.col["stats"][nodes]} if self.stats_from_winners else {}
+        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], **extra)
                 for p in range(len(self.feature_counts))]
         replies = yield msgs
         return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]

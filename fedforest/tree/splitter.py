@@ -160,6 +160,14 @@ def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S,
 
 
 @njit(cache=True)
+def _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp):
+    """The nodes' weights and impurities: the given ones, or computed from the rows when empty."""
+    if node_w.shape[0] == starts.shape[0] and node_imp.shape[0] == starts.shape[0]:
+        return node_w, node_imp
+    return node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam)
+
+
+@njit(cache=True)
 def _open_pairs(starts, ends, fmask, min_samples_leaf):
     """The (node, feature) pairs a split search scans, node by node then by feature."""
     n_nodes, n_feat = fmask.shape
@@ -218,7 +226,7 @@ def _add_hist(hist, cnt, col, rows, s, e, ycls, yw, is_clf):
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
-                     parent_slot, cache_index, cache_hist, cache_cnt, keep):
+                     parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp):
     """Best histogram split of every open node over the allowed local features.
 
     ``Xb`` is the (n_rows, n_features) uint8 bin code matrix (``MISSING_BIN`` for
@@ -241,10 +249,14 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
 
     The (node, feature) pairs are scanned in parallel and reduced in feature
     order, so the result does not depend on the number of threads.
+
+    ``node_w``, ``node_imp``: the nodes' weights and impurities when the caller
+    knows them (as :func:`.criterion.node_weights` gives them), or empty
+    arrays to compute them here (one more pass over the rows).
     """
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
-    w_node, imp_node = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam)
+    w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
     gain = np.full(n_pairs, -np.inf)
@@ -295,6 +307,10 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+#: the trailing ``node_w, node_imp`` arguments of the split kernels that have them computed
+NO_NODE_STATS = (np.empty(0), np.empty(0))
 
 
 def no_subtraction(n_nodes, S):
@@ -349,7 +365,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
 
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
-                      w_total, min_samples_leaf, min_weight_leaf):
+                      w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp):
     """Best exact split of every open node, thresholds as scikit-learn computes them.
 
     ``X`` holds float32 feature values (NaN = missing).  A threshold is the
@@ -358,10 +374,10 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, l
     non-missing values (left) from missing ones (right).
     Returns ``gain, feature, threshold, missing_left`` per node.  Like
     :func:`best_splits_hist`, (node, feature) pairs run in parallel and are
-    reduced in feature order.
+    reduced in feature order.  ``node_w``, ``node_imp`` as in :func:`best_splits_hist`.
     """
     n_nodes = starts.shape[0]
-    w_nodes, imp_nodes = node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam)
+    w_nodes, imp_nodes = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
     gains = np.full(n_pairs, -np.inf)
