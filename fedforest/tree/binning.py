@@ -13,10 +13,10 @@ def column_thresholds(col, max_bins):
     """Upper bin edges of one column: midpoints between distinct values, or
     between quantiles when the column has more than ``max_bins`` distinct values.
     NaN values are ignored (they get the missing bin)."""
-    col = col[~np.isnan(col)]
+    col = np.sort(col[~np.isnan(col)])     # one sort serves the distinct values and the quantiles
     if col.size == 0:
         return np.empty(0)
-    distinct = np.unique(col)
+    distinct = col[np.concatenate(([True], col[1:] != col[:-1]))]
     if distinct.size <= max_bins:
         return _midpoints(distinct)
     q = np.percentile(col, np.linspace(0, 100, max_bins + 1)[1:-1], method="midpoint")
