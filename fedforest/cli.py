@@ -409,7 +409,8 @@ def build_parser():
     p.add_argument("--task", choices=["classification", "regression"], default=None,
                    help="default: guessed from the predictions file (proba_ columns)")
     p.add_argument("--positive-class", default=None,
-                   help="the class whose F1 is reported for two classes (default: the last in sorted order)")
+                   help="the class whose F1 is reported for two classes (default: the minority class of the "
+                        "true labels, the one that sorts last on a tie)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
     p.add_argument("--na-values", nargs="+", default=None, metavar="TEXT",
                    help="cell texts of --truth that mean a missing label, besides 'NA' and an empty cell")

@@ -63,7 +63,7 @@ def report(folder):
     lines = [f"{'model':<44}{'accuracy':>10}{'F1':>10}",
              f"{'Federated Forest (2 parties + master)':<44}{fed['accuracy']:>10.4f}{fed['f1_binary']:>10.4f}",
              f"{'scikit-learn RandomForest (pooled data)':<44}{central['accuracy']:>10.4f}{central['f1_binary']:>10.4f}",
-             f"test rows: {fed['rows']}; F1 positive class: {sorted(set(test['diagnosis']))[-1]}",
+             f"test rows: {fed['rows']}; F1 positive class: {fed['positive_class']} ({fed['positive_class_from']})",
              "model files: " + ", ".join(os.path.join(folder, "model", d)
                                          for d in sorted(os.listdir(os.path.join(folder, "model")))),
              f"predictions: {os.path.join(folder, 'predictions.csv')}"]

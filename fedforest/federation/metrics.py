@@ -48,9 +48,9 @@ def _text(v):
 
 
 def compute_metrics(y_true, y_pred, task, n_missing=0, proba=None, positive_class=None):
-    """Accuracy and F1 (binary F1 of ``positive_class``, by default the last
-    class in sorted order, which is named in the result; macro-F1 for more
-    classes), and with ``proba`` = ``(class names, probabilities)`` ROC AUC
+    """Accuracy and F1 (binary F1 of ``positive_class``, by default the
+    minority class of ``y_true``, the class that sorts last on a tie, named in
+    the result with how it was chosen; macro-F1 for more classes), and with ``proba`` = ``(class names, probabilities)`` ROC AUC
     (one-vs-rest macro for more classes) and log-loss; R², RMSE and MAE for
     regression."""
     from sklearn import metrics as skm  # a second to import: only where used
@@ -64,7 +64,14 @@ def compute_metrics(y_true, y_pred, task, n_missing=0, proba=None, positive_clas
         labels = np.unique(np.concatenate([yt, yp] + ([np.array(names)] if names else [])))
         out["accuracy"] = float(skm.accuracy_score(yt, yp))
         if labels.size == 2:
-            pos = labels[-1] if positive_class is None else _text(positive_class)
+            if positive_class is None:
+                # as FedGA-Tree's default: F1 of the majority class of an imbalanced table says little
+                counts = np.array([np.count_nonzero(yt == c) for c in labels])
+                pos = labels[int(labels.size - 1 - np.argmin(counts[::-1]))]
+                out["positive_class_from"] = "minority of the true labels"
+            else:
+                pos = _text(positive_class)
+                out["positive_class_from"] = "setting"
             if pos not in labels:
                 raise InputError("positive_class", f"{pos!r} is not a class; classes: {labels.tolist()}")
             out["positive_class"] = pos

@@ -70,3 +70,24 @@ def test_evaluate_multiclass_auc_and_json_output(tmp_path):
     assert m["f1_macro"] == pytest.approx(skm.f1_score(truth, pred, average="macro"))
     assert m["roc_auc"] == pytest.approx(skm.roc_auc_score(truth, P, multi_class="ovr", labels=["a", "b", "c"]))
     assert m["log_loss"] == pytest.approx(skm.log_loss(truth, P, labels=["a", "b", "c"]))
+
+
+def test_evaluate_scores_the_minority_class_by_default(tmp_path):
+    """Binary F1 defaults to the minority class of the true labels, also when it sorts first."""
+    import pandas as pd
+    from sklearn import metrics as skm
+    from fedforest.federation.metrics import evaluate_files
+    rng = np.random.default_rng(5)
+    truth = np.where(rng.random(300) < 0.8, "yes", "no")          # "no" is the minority
+    pred = np.where(rng.random(300) < 0.85, truth, np.where(truth == "yes", "no", "yes"))
+    ids = [f"r{i}" for i in range(300)]
+    pd.DataFrame({"id": ids, "prediction": pred}).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame({"id": ids, "y": truth}).to_csv(tmp_path / "t.csv", index=False)
+    m = evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t.csv"), "id", "y", task="classification")
+    assert m["positive_class"] == "no" and m["positive_class_from"] == "minority of the true labels"
+    assert m["f1_binary"] == pytest.approx(skm.f1_score(truth, pred, pos_label="no"))
+    # a tie goes to the class that sorts last
+    tie = np.array(["no", "yes"] * 150)
+    pd.DataFrame({"id": ids, "y": tie}).to_csv(tmp_path / "t2.csv", index=False)
+    assert evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t2.csv"), "id", "y",
+                          task="classification")["positive_class"] == "yes"
