@@ -138,14 +138,36 @@ def resolve_max_samples(max_samples, n):
     return max(1, int(max_samples * n))
 
 
+#: environment variables in which MPI launchers give the number of ranks of the
+#: job on this host (MPICH's Hydra, Open MPI)
+LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def _local_ranks():
+    """Ranks of this MPI job started on this host (1 outside mpiexec)."""
+    import os
+    for var in LOCAL_RANKS_VARS:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
 def available_cores():
     """Cores given to this process: the CPU affinity, bounded by
-    ``OMP_NUM_THREADS`` and SLURM's ``SLURM_CPUS_PER_TASK`` when they are set."""
+    ``OMP_NUM_THREADS`` and SLURM's ``SLURM_CPUS_PER_TASK`` when they are set.
+    Ranks of one ``mpiexec`` job that share a host and its cores (the same
+    affinity: the launcher bound none of them) take an equal share each, so
+    a job of more ranks than cores does not run more threads than cores."""
     import os
     try:
         n = len(os.sched_getaffinity(0))
+        cpus = os.cpu_count() or n
     except AttributeError:  # not Linux
-        n = os.cpu_count() or 1
+        n = cpus = os.cpu_count() or 1
+    local = _local_ranks()
+    if local > 1 and n >= cpus:      # unbound ranks (a bound rank's affinity is its share)
+        n = max(1, n // local)
     for var in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         value = os.environ.get(var, "").split(",")[0].strip()
         if value.isdigit() and int(value) > 0:

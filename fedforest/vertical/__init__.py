@@ -54,7 +54,8 @@ PARAMS = tuple(
           "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
     Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),
           "threads per rank for split search, partitions and prediction (-1: the cores given to "
-          "the rank, from OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the CPU affinity; -2: all but one)"),
+          "the rank, from OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the CPU affinity, shared equally "
+          "by the job's ranks on a host when the launcher bound none of them; -2: all but one)"),
     Param("resume", False, (bool,), "continue training from the checkpoint in model_dir"),
     Param("result_party", 1, (Interval(int, 1),), "party that receives the predictions and writes them"),
     Param("predict_method", "oneshot", (Options("oneshot", "classical"),),

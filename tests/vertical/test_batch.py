@@ -135,6 +135,25 @@ def test_n_jobs_follows_the_cores_given(monkeypatch):
     assert resolve_n_jobs(None) == 1 and resolve_n_jobs(-2) == 1
 
 
+@pytest.mark.parametrize("var", ["MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"])
+def test_ranks_sharing_a_host_share_its_cores(monkeypatch, var):
+    """Unbound ranks of one mpiexec job on a host split its cores; a rank bound
+    to fewer cores than the host has keeps its own; an explicit n_jobs is kept."""
+    import os
+    for v in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert resolve_n_jobs(-1) == 8
+    monkeypatch.setenv(var, "3")
+    assert resolve_n_jobs(-1) == 2 and resolve_n_jobs(-2) == 1 and resolve_n_jobs(5) == 5
+    monkeypatch.setenv(var, "16")
+    assert resolve_n_jobs(-1) == 1
+    monkeypatch.setenv(var, "3")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4})     # bound by the launcher
+    assert resolve_n_jobs(-1) == 3
+
+
 def test_batches_are_sized_to_checkpoint_in_time():
     # fixed batches
     plan = builder.BatchPlan(3, 100, 300.0, 1.0)
