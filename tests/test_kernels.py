@@ -1106,3 +1106,27 @@ def test_partition_stats_bits_and_children_statistics(task):
     kids_e = np.ravel(np.column_stack((starts + n_left, ends)))
     ref_stats = criterion.node_statistics(moved, kids_s, kids_e, *prob.kernel_args())[0]
     assert np.array_equal(stats, ref_stats)
+
+
+def test_place_bits_puts_each_segment_at_its_place_and_counts_its_ones():
+    """Packed segments of several lengths (none, short, across bytes) land where
+    numpy's unpack / scatter / pack would put them; their 1 bits are counted."""
+    rng = np.random.default_rng(11)
+    for lengths in [np.array([13, 0, 1, 8, 29, 7, 64, 3])] + [rng.integers(0, 90, rng.integers(1, 12))
+                                                              for _ in range(30)]:
+        _check_place_bits(rng, lengths.astype(np.int64))
+
+
+def _check_place_bits(rng, lengths):
+    order = rng.permutation(lengths.size)                 # segments in another order in the bitmap
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    starts[order] = np.cumsum(lengths[order]) - lengths[order]
+    bits = rng.integers(0, 2, int(lengths.sum())).astype(np.uint8)
+    out = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
+    ones = partitioner.place_bits(np.packbits(bits), lengths, starts, out)
+    want = np.zeros(int(lengths.sum()), dtype=np.uint8)
+    at = np.concatenate(([0], np.cumsum(lengths)))
+    for k in range(lengths.size):
+        want[starts[k]:starts[k] + lengths[k]] = bits[at[k]:at[k + 1]]
+        assert ones[k] == bits[at[k]:at[k + 1]].sum()
+    assert np.array_equal(out, np.packbits(want))

@@ -358,15 +358,14 @@ class Nodes:
         starts, ends = self.bounds(nodes)
         return int((ends - starts).sum())
 
-    def split(self, nodes, bits):
-        """Partition the listed nodes (ascending ids) by their concatenated bits;
-        allocates (left, right) child ids in node order and returns them."""
+    def split(self, nodes, bits, n_left=None):
+        """Partition the listed nodes (ascending ids) by their concatenated bits
+        (one uint8 per row; without rows, ``n_left``, the left children's
+        sizes, is enough); allocates (left, right) child ids in node order
+        and returns them."""
         starts, ends = self.bounds(nodes)
         if self.rows is not None:
             n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
-        else:
-            ones = np.concatenate(([0], np.cumsum(bits, dtype=np.int64)))
-            n_left = ones[np.cumsum(ends - starts)] - ones[np.cumsum(ends - starts) - (ends - starts)]
         m = nodes.shape[0]
         self._grow(2 * m)
         lefts = np.arange(self.n, self.n + 2 * m, 2, dtype=np.int32)
@@ -1023,16 +1022,17 @@ class TreeGrower:
             msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size else None
                     for p in range(n_parties)]
             replies = yield msgs
-            all_bits = self._collect_bits(tree, split_nodes, won, replies)
+            packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
             if self.stats_from_winners:
                 self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
-            lefts, rights = tree.split(split_nodes, all_bits)
+            all_bits = None if tree.rows is None else _unpack(packed, tree.n_rows(split_nodes))
+            lefts, rights = tree.split(split_nodes, all_bits, n_left)
             self._after_split(split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
             children[0::2] = lefts
             children[1::2] = rights
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
-            pending = [{"split_nodes": split_nodes, "bits": _pack(all_bits)} for _ in range(n_parties)]
+            pending = [{"split_nodes": split_nodes, "bits": packed} for _ in range(n_parties)]
         master = self._master_tree(tree)
         # each party learns the share of the tree's impurity decrease of the splits it owns
         shares = node_shares(master)
@@ -1096,11 +1096,14 @@ class TreeGrower:
                  | (cnt < 2 * s.min_samples_leaf))
 
     def _collect_bits(self, tree, split_nodes, won, replies):
-        """The winners' partition bits scattered to the nodes' places."""
+        """The winners' partition bits placed at their nodes' places in one
+        packed bitmap of the level; returns it and each split node's number of
+        left rows (the 1 bits of its segment)."""
         starts, ends = tree.bounds(split_nodes)
         lengths = ends - starts
         offsets = np.cumsum(lengths) - lengths
-        all_bits = np.empty(int(lengths.sum()), dtype=np.uint8)
+        packed = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
+        n_left = np.empty(split_nodes.size, dtype=np.int64)
         c = tree.col
         for p in range(len(won)):
             if not won[p].size:
@@ -1108,16 +1111,18 @@ class TreeGrower:
             mine = split_nodes[won[p]]
             own_len = lengths[won[p]]
             total = int(own_len.sum())
-            # scatter this party's bits (its nodes back to back) to the nodes' places
-            dest = np.repeat(offsets[won[p]] - (np.cumsum(own_len) - own_len), own_len) + np.arange(total)
             rep = replies[p]
-            all_bits[dest] = _unpack(rep.take("bits", (total + 7) // 8), total)
+            # this party's bits hold its nodes back to back; a padding bit must be 0
+            src = rep.take("bits", (total + 7) // 8)
+            if total % 8 and src[-1] & (0xFF >> (total % 8)):
+                raise ValueError(f"party {p + 1} sent partition bits beyond its rows")
+            n_left[won[p]] = partitioner.place_bits(src, own_len, offsets[won[p]], packed)
             c["owner"][mine] = p
             if "feature" in rep:
                 c["feature"][mine] = rep.take("feature", mine.size) + int(self.offsets[p])
                 c["threshold"][mine] = rep.take("threshold", mine.size)
                 c["missing_left"][mine] = rep.take("missing_left", mine.size)
-        return all_bits
+        return packed, n_left
 
     def _record_stats(self, tree, nodes):
         """Label statistics of new nodes: the root's from the labels held here,

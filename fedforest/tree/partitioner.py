@@ -117,3 +117,56 @@ def partition_stats(X, rows, starts, ends, features, thresholds, missing_left, m
                 stats[side, 1] += yw[r, 1]
                 stats[side, 2] += yw[r, 2]
     return out, stats
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bit(a, i):
+    return (a[i >> 3] >> (7 - (i & 7))) & 1
+
+
+@njit(cache=True, nogil=True)
+def place_bits(src, lengths, dest_starts, out):
+    """Copy packed bit segments into a packed bitmap (``numpy.packbits`` order,
+    most significant bit first): segment ``k`` is the next ``lengths[k]``
+    bits of ``src`` and lands at bit ``dest_starts[k]`` of ``out``, whose
+    bits there must be 0.  Whole destination bytes are copied a byte at a
+    time.  Returns the number of 1 bits of each segment."""
+    popcount = np.zeros(256, dtype=np.int64)
+    for v in range(256):
+        popcount[v] = popcount[v >> 1] + (v & 1)
+    ones = np.zeros(lengths.shape[0], dtype=np.int64)
+    n_src = src.shape[0]
+    pos = 0
+    for k in range(lengths.shape[0]):
+        n = lengths[k]
+        d = dest_starts[k]
+        n1 = 0
+        i = 0
+        # single bits up to the destination's next byte boundary
+        while i < n and (d + i) & 7:
+            if _bit(src, pos + i):
+                t = d + i
+                out[t >> 3] |= np.uint8(0x80 >> (t & 7))
+                n1 += 1
+            i += 1
+        # whole destination bytes: eight source bits from any bit offset
+        while n - i >= 8:
+            sp = pos + i
+            b = sp >> 3
+            sh = sp & 7
+            hi = np.int64(src[b])
+            lo = np.int64(src[b + 1]) if sh and b + 1 < n_src else np.int64(0)
+            v = ((hi << sh) | (lo >> (8 - sh))) & 0xFF
+            out[(d + i) >> 3] = np.uint8(v)
+            n1 += popcount[v]
+            i += 8
+        # the last bits
+        while i < n:
+            if _bit(src, pos + i):
+                t = d + i
+                out[t >> 3] |= np.uint8(0x80 >> (t & 7))
+                n1 += 1
+            i += 1
+        ones[k] = n1
+        pos += n
+    return ones
