@@ -6,7 +6,8 @@ rows) is set aside to score the final trees; 1 % of the rows (stratified,
 except for soybean whose 7 proxy rows cannot cover its 19 classes) is set
 aside as the server's proxy set (Sem); the rest is split into 4 stratified
 equal shares, one rows file per client, each shuffled (``--order shuffled``,
-the default) or kept in the data set's file order (``--order file``), and
+the default) or kept in the data set's file order (``--order file``; its
+record and figure sit beside the shuffled ones, ``efdt_<set>_file.*``), and
 streamed in ``rounds`` chunks.  Every run is the product's horizontal protocol in one process
 (``fedforest.run_horizontal(mode="efdt")``: server and 4 client threads over
 the in-process transport) with the paper's tree settings: river's EFDT
@@ -124,7 +125,7 @@ def holdout_cell(runs, label):
     return f"{np.mean(vals):.2f} ± {np.std(vals):.2f}"
 
 
-def plot(name, runs, rounds, path):
+def plot(name, runs, rounds, path, order="shuffled"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -139,7 +140,7 @@ def plot(name, runs, rounds, path):
         ax.plot(x, acc.mean(axis=0), color=color, linestyle=ls, linewidth=1.4, label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("prequential accuracy (%)")
-    ax.set_title(f"{name}: 4 clients, mean of {len(runs)} seed(s); dotted: merge = total")
+    ax.set_title(f"{name} ({order} order): 4 clients, mean of {len(runs)} seed(s); dotted: merge = total")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2, loc="lower right")
     fig.tight_layout()
@@ -147,8 +148,16 @@ def plot(name, runs, rounds, path):
     plt.close(fig)
 
 
-def record_path(name):
-    return os.path.join(OUT, f"efdt_{name}.json")
+ORDERS = ("shuffled", "file")
+
+
+def _suffix(order):
+    return "" if order == "shuffled" else f"_{order}"
+
+
+def record_path(name, order="shuffled"):
+    """One data set's record per stream order (shuffled: ``efdt_<name>.json``; file: ``efdt_<name>_file.json``)."""
+    return os.path.join(OUT, f"efdt_{name}{_suffix(order)}.json")
 
 
 def save_record(name, runs, rounds, seeds, argv, seconds, holdout=0.3, order="shuffled"):
@@ -158,7 +167,7 @@ def save_record(name, runs, rounds, seeds, argv, seconds, holdout=0.3, order="sh
            "holdout": holdout, "order": order,
            "command": ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`",
            "commit": commit, "dirty": dirty, "dirty_elsewhere": dirty_elsewhere}
-    with open(record_path(name), "w") as fh:
+    with open(record_path(name, order), "w") as fh:
         json.dump(rec, fh, default=float)
 
 
@@ -172,7 +181,8 @@ def provenance_text(rec):
 
 def write():
     """``efdt_tables.md`` from every data set's record found in the results folder."""
-    records = {n: json.load(open(record_path(n))) for n in DATASETS if os.path.isfile(record_path(n))}
+    records = {(n, o): json.load(open(record_path(n, o))) for n in DATASETS for o in ORDERS
+               if os.path.isfile(record_path(n, o))}
     lines = ["# Federated streaming EFDT (shape of the paper's Tables 1-2)", "",
              "Mean ± std over seeds of the prequential accuracy (%) pooled over 4 clients, at the given rounds "
              "(cumulative from round 1), and the final trees' accuracy on a stratified holdout (mean over the "
@@ -184,23 +194,23 @@ def write():
              "(`merge = \"delta\"`); the *total* columns merge the totals (the paper's literal aggregation). "
              "Every run is the product's protocol in one process (server and 4 client threads, encrypted "
              "channels).", ""]
-    fewer = [n for n, r in records.items() if r["seeds"] < 10]
+    fewer = [_title(*k) for k, r in records.items() if r["seeds"] < 10]
     if fewer:
         lines += [f"Fewer seeds than the paper's 10 for {', '.join(fewer)} (see each section), to keep the run "
                   "within about half an hour on the shared 2-core machine (other jobs kept it loaded); `--seeds 10` gives the paper's "
                   "count.", ""]
-    cut = [n for n, r in records.items() if "--rounds" in r["command"]]
+    cut = [_title(*k) for k, r in records.items() if "--rounds" in r["command"]]
     if cut:
         lines += [f"Fewer rounds than the paper's 200 for {', '.join(cut)} (`--rounds`, see each section): "
                   "each round sends every tree with its statistics, and these runs had to fit the shared "
                   "machine's time.  housevotes84 and soybean have fewer rows per client than 200, hence "
                   "their rounds.", ""]
-    for name, rec in records.items():
+    for (name, order), rec in records.items():
         R, runs = rec["rounds"], rec["runs"]
         shown = [r for r in SHOWN if r < R] + [R]
         split = (f"holdout {100 * rec['holdout']:.0f} %, " if rec.get("holdout") else "no holdout, ") + (
             f"streams in {rec.get('order', 'shuffled')} order")
-        lines += [f"## {name} ({R} rounds)", "", provenance_text(rec) + f" {split[0].upper() + split[1:]}.", "",
+        lines += [f"## {_title(name, order)} ({R} rounds)", "", provenance_text(rec) + f" {split[0].upper() + split[1:]}.", "",
                   "| round | " + " | ".join(label for label, _, _ in METHODS) + " |",
                   "|---|" + "---|" * len(METHODS)]
         for r in shown:
@@ -211,20 +221,20 @@ def write():
                for label, strategy, _ in METHODS if strategy in ("syn", "sem", "ind")}
         lines += ["", "Server aggregation per round (ms): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in agg.items()) + ".", "",
-                  f"![accuracy vs round]({os.path.basename(plot_path(name))})", ""]
+                  f"![accuracy vs round]({os.path.basename(plot_path(name, order))})", ""]
     lines += ["## At the last round", "",
               "Prequential accuracy (%) after the last round, mean over seeds, and in brackets the final "
               "trees' accuracy on the holdout; gain = strategy − Local, gap = Centralized − strategy; "
               "total − delta compares the two merges of the same strategy (prequential).", "",
               "| data set | Local | Syn | Sem | Ind | Centralized | Syn gain | Syn gap | Syn total − delta | "
               "Sem total − delta | Ind total − delta |", "|---|" + "---|" * 10]
-    for name, rec in records.items():
+    for (name, order), rec in records.items():
         last = {label: 100 * np.mean([run[label]["round_accuracy"][-1] for run in rec["runs"]])
                 for label, _, _ in METHODS}
         held = {label: [run[label].get("holdout_accuracy") for run in rec["runs"]] for label, _, _ in METHODS}
         both = {label: f"{last[label]:.2f}" + ("" if None in held[label] else f" ({100 * np.mean(held[label]):.2f})")
                 for label in last}
-        lines.append(f"| {name} | {both['Local']} | {both['Syn']} | {both['Sem']} | {both['Ind']} | "
+        lines.append(f"| {_title(name, order)} | {both['Local']} | {both['Syn']} | {both['Sem']} | {both['Ind']} | "
                      f"{both['Centralized']} | {last['Syn'] - last['Local']:+.2f} | "
                      f"{last['Centralized'] - last['Syn']:+.2f} | {last['Syn total'] - last['Syn']:+.2f} | "
                      f"{last['Sem total'] - last['Sem']:+.2f} | {last['Ind total'] - last['Ind']:+.2f} |")
@@ -234,8 +244,12 @@ def write():
     print(text)
 
 
-def plot_path(name):
-    return os.path.join(OUT, f"efdt_{name}.png")
+def plot_path(name, order="shuffled"):
+    return os.path.join(OUT, f"efdt_{name}{_suffix(order)}.png")
+
+
+def _title(name, order):
+    return name if order == "shuffled" else f"{name}, file order"
 
 
 def main(argv=None):
@@ -267,7 +281,7 @@ def main(argv=None):
                 + ("" if v["holdout_accuracy"] is None else f" (holdout {100 * v['holdout_accuracy']:.2f})")
                 for k, v in out.items())
                   + f" ({time.perf_counter() - t0:.0f}s)", flush=True)
-        plot(name, runs, rounds, plot_path(name))
+        plot(name, runs, rounds, plot_path(name, args.order), args.order)
         save_record(name, runs, rounds, args.seeds, argv_text, time.perf_counter() - t0, args.holdout, args.order)
         write()
     return 0
