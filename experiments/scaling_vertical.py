@@ -221,6 +221,15 @@ def _axis(ax, x, label, logx, ylabel):
     ax.grid(alpha=0.3)
 
 
+def _headroom(ax, log):
+    """Room above the highest point for the legend (a legend must not hide a point)."""
+    lo, hi = ax.get_ylim()
+    if log:
+        ax.set_ylim(lo, hi * (hi / lo) ** 0.45)
+    else:
+        ax.set_ylim(min(lo, 0), hi + 0.45 * (hi - min(lo, 0)))
+
+
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -256,7 +265,8 @@ def plot(rows, path):
                             transform=ax.transAxes, fontsize=7)
         _axis(ax, x, label, logx, "training seconds")
         ax.set_title(f"time vs {label}")
-        ax.legend(fontsize=7, loc="best")
+        _headroom(ax, logx)
+        ax.legend(fontsize=7, loc="upper left")
         ax = axes[1, col]
         ax.plot(x, [r["bytes_total"] / 2 ** 20 for r in pts], "o-", color="C3", label="MiB sent (all ranks)")
         _axis(ax, x, label, logx, "MiB sent (all ranks)")
@@ -264,7 +274,8 @@ def plot(rows, path):
         ax2.plot(x, [max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts], "s:", color="C4",
                  label="peak RSS of the largest rank")
         ax2.set_ylabel("peak RSS of a rank, MiB", color="C4")
-        ax2.set_ylim(bottom=0)
+        ax2.set_ylim(0, 1.5 * max(max(v or 0 for v in r["peak_rss_mb"].values()) for r in pts))
+        _headroom(ax, logx)
         lines = ax.get_legend_handles_labels()
         more = ax2.get_legend_handles_labels()
         ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
