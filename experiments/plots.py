@@ -46,9 +46,10 @@ def _grid(n, width=4.0, height=3.2, cols=3):
     return plt, fig, list(axes.flat)
 
 
-def _save(fig, name):
+def _save(fig, name, layout=True):
     path = os.path.join(RESULTS, name + ".png")
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
 
@@ -121,9 +122,12 @@ def fedxgbllr():
             task = curve[xs[0]][1] if xs else task
             ax.plot(xs, [curve[x][0] for x in xs], "--" if m != "fed" else "-", marker="o", ms=3, label=labels[m])
         _clients_axis(ax, xs, name, "MSE" if task == "regression" else "accuracy")
-    axes[0].legend(fontsize=7)
+    # one legend for every panel, under the title, so it hides no curve
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=3, fontsize=8,
+               bbox_to_anchor=(0.5, 0.955), frameon=False)
     fig.suptitle("FedXGBllr vs centralized and local-only XGBoost", fontsize=11)
-    return _save(fig, "fedxgbllr_table")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return _save(fig, "fedxgbllr_table", layout=False)
 
 
 def bench_vertical():
