@@ -14,6 +14,7 @@ that is an error asking the user to declare the tokens missing (job setting
 """
 import math
 import os
+import threading
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,22 @@ MIN_NUMERIC_SHARE = 0.9     # ... and numbers are >= 90% of the distinct values 
 NA_TEXTS = ("NA", "")       # what a CSV cell means "missing" by default
 SEPARATORS = ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
 
+# numpy parses every .npy header with ast.literal_eval, and CPython 3.11's parser
+# is not safe against parallel threads ("SystemError: AST constructor recursion
+# depth mismatch"); the parties of an in-process job read their files on threads
+_NPY_LOCK = threading.Lock()
+
+
+def read_npz(path):
+    """Every array of an ``.npz`` file (no pickles), read under a process-wide lock."""
+    with _NPY_LOCK, np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def read_npy(path):
+    """The array of an ``.npy`` file (no pickles), read under the same lock."""
+    with _NPY_LOCK:
+        return np.load(path, allow_pickle=False)
 
 def read_table(path, id_column, what, require_id=True, na_values=None, categorical_columns=None,
                label_column=None, check_types=True):
@@ -57,13 +74,12 @@ def read_table(path, id_column, what, require_id=True, na_values=None, categoric
                                        "pip install 'fedforest[parquet]'") from None
             df = pd.read_parquet(path)
         elif ext == ".npy":
-            arr = np.load(path, allow_pickle=False)
+            arr = read_npy(path)
             if arr.dtype.names is None:
                 raise InputError(what, f"{path!r}: a .npy file must hold a structured array with named columns")
             df = pd.DataFrame({n: arr[n] for n in arr.dtype.names})
         elif ext == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                df = pd.DataFrame({n: z[n] for n in z.files})
+            df = pd.DataFrame(read_npz(path))
         else:
             raise InputError(what, f"{path!r}: unsupported file type {ext!r} (use .csv, .parquet, .npy or .npz)")
     except InputError:

@@ -19,6 +19,7 @@ import zipfile
 import numpy as np
 
 from ..version import __version__
+from ..data.io import read_npz
 from ..errors import InputError
 from ..federation.files import atomic_write, atomic_write_many
 
@@ -85,8 +86,7 @@ def read_trees(folder, n_trees, what="model", n_columns=None, max_depth=None):
     for i in range(n_trees):
         path = _tree_path(folder, i)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                trees.append({k: z[k] for k in z.files})
+            trees.append(read_npz(path))
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise InputError(what, f"cannot read tree file {path!r}: {exc or type(exc).__name__}") from None
         if n_columns is not None:

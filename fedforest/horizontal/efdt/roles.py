@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from ...data.io import read_table
+from ...data.io import read_npz, read_table
 from ...errors import InputError
 from ...federation import protocol
 from ...federation.aggregate import client_metrics
@@ -456,8 +456,7 @@ def load_state(doc):
     if not os.path.isfile(path):
         raise InputError("model_dir", f"{path!r} is missing (the tree's statistics)")
     try:
-        with np.load(path) as z:
-            st = {k: z[k] for k in z.files}
+        st = read_npz(path)
         schema = ht.Schema.from_dict(doc["schema"])
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise InputError("model_dir", f"cannot read {path!r}: {exc}") from None

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import xgboost as xgb
 
+from ...data.io import read_npz
 from ...errors import InputError
 from ...federation import protocol
 from ...federation.aggregate import client_metrics, fedavg, in_rank_order
@@ -341,8 +342,7 @@ def load_parts(doc, folder):
         booster = xgb.Booster()
         booster.load_model(path)
         boosters.append(booster)
-    with np.load(os.path.join(folder, "cnn.npz")) as z:
-        params = {k: z[k] for k in z.files}
+    params = read_npz(os.path.join(folder, "cnn.npz"))
     return boosters, params
 
 
