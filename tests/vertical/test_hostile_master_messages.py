@@ -267,6 +267,10 @@ def _find(kind):
                 mask = mask[:0]
             elif kind == "float mask":
                 mask = mask.astype(np.float64)
+            elif kind == "short stats":
+                msg[f"{t}.stats"] = msg[f"{t}.stats"][:-1]
+            elif kind == "nan stats":
+                msg[f"{t}.stats"] = np.full_like(msg[f"{t}.stats"], np.nan)
             msg[key], msg[f"{t}.fmask"] = nodes, mask
         return msg
     return change
@@ -274,7 +278,8 @@ def _find(kind):
 
 @pytest.mark.parametrize("kind,field", [("not open", "'nodes'"), ("twice", "'nodes'"),
                                         ("wide mask", "'fmask'"), ("short mask", "'fmask'"),
-                                        ("float mask", "'fmask'")])
+                                        ("float mask", "'fmask'"), ("short stats", "'stats'"),
+                                        ("nan stats", "'stats'")])
 def test_find_names_open_leaves_and_own_columns(tmp_path, monkeypatch, kind, field):
     hostile(monkeypatch, builder.GROW, _find(kind), to=1)
     refused(tmp_path, field, rank=1)
