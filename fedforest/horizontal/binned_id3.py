@@ -32,8 +32,8 @@ from ..tree import format as tree_format
 from ..tree.id3 import agree_bins, bin_codes, bin_labels, numeric_sketch
 from ..tree.rules import CATEGORICAL, leaf_rules
 from .common import (MAX_CATEGORIES, MISSING, SERVER, ClientTable, ClientTree, Encoding, TreeJob, agree, bad_message,
-                     category_codes, check_categories, check_clients, check_model_folder, check_world, client_dir,
-                     client_what, field_of, grow_and_save, job_seed, log, message_encoding, number_array,
+                     category_codes, check_categories, check_clients, check_model_folder, check_world,
+                     client_load, client_what, field_of, grow_and_save, job_seed, log, message_encoding, number_array,
                      same_setting, serve_client_tree, server_dir, table_settings, text_of, tree_depth, tree_proba)
 from .common import explain as tree_explain
 from .common import predict_proba as tree_predict_proba
@@ -186,15 +186,7 @@ def run_server(comm, cfg, build):
 def run_client(comm, cfg, handlers, final_tree, final_rules):
     rank = comm.rank
     what = client_what(rank)
-    cfg.check_train()
-    check_clients(cfg)
-    check_world(comm, cfg)
-    check_model_folder(client_dir(cfg.model_dir, rank), cfg, f"{what} model_dir")
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
-    msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
-    same_setting("tree_type", field_of(msg, protocol.LOAD, "tree_type"), "id3")
-    same_setting("task", field_of(msg, protocol.LOAD, "task"), "classification")
+    msg = client_load(comm, cfg, "id3", "classification")
     same_setting("numeric_bins", field_of(msg, protocol.LOAD, "numeric_bins"), cfg.numeric_bins)
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
     info = describe(table, cfg.numeric_bins)

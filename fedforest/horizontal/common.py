@@ -101,13 +101,10 @@ def server_setup(comm, cfg, tree_type, task="classification"):
     return infos, agree(infos, tree_type, task)
 
 
-def client_setup(comm, cfg, tree_type, task="classification"):
-    """Client start-up matching :func:`server_setup` (the same ``tree_type`` and
-    ``task``, from this client's settings), up to the server's ``setup``
-    message.  Returns (setup message, Encoding, X, y, test) where ``test`` is
-    ``(X, y)`` of the client's ``test_data`` file or None.  The encoding is
-    checked against this client's table; the rest of the set-up is the mode's
-    to check."""
+def client_load(comm, cfg, tree_type, task):
+    """A client's checks of its settings and world, the handshake and the
+    server's ``load`` message, checked for ``tree_type`` and ``task``; returns
+    that message (a mode may check more of it)."""
     rank = comm.rank
     cfg.check_train()
     check_clients(cfg)
@@ -118,6 +115,18 @@ def client_setup(comm, cfg, tree_type, task="classification"):
     msg = protocol.expect(comm.recv(SERVER), protocol.LOAD)
     same_setting("tree_type", field_of(msg, protocol.LOAD, "tree_type"), tree_type)
     same_setting("task", field_of(msg, protocol.LOAD, "task"), task)
+    return msg
+
+
+def client_setup(comm, cfg, tree_type, task="classification"):
+    """Client start-up matching :func:`server_setup` (the same ``tree_type`` and
+    ``task``, from this client's settings), up to the server's ``setup``
+    message.  Returns (setup message, Encoding, X, y, test) where ``test`` is
+    ``(X, y)`` of the client's ``test_data`` file or None.  The encoding is
+    checked against this client's table; the rest of the set-up is the mode's
+    to check."""
+    rank = comm.rank
+    client_load(comm, cfg, tree_type, task)
     table = ClientTable(cfg.data[rank - 1], rank, cfg.label_column, cfg.id_column, **table_settings(cfg))
     info = table.describe(tree_type, task)
     comm.send(SERVER, info)

@@ -26,6 +26,15 @@ def _segment_offsets(starts, ends):
     return off
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _left_bit(v, thr, ml, missing_code):
+    """1 when a value goes left: missing values (NaN or ``missing_code``) by
+    ``ml``, others when at most ``thr``."""
+    if np.isnan(v) or v == missing_code:
+        return np.int64(ml)
+    return np.int64(1) if v <= thr else np.int64(0)
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code):
     """Left (1) / right (0) bit of every row of several node segments, each
@@ -44,11 +53,7 @@ def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, mi
         ml = missing_left[j]
         o = off[j]
         for i in range(starts[j], ends[j]):
-            v = X[rows[i], f]
-            if np.isnan(v) or v == missing_code:
-                out[o] = ml
-            else:
-                out[o] = 1 if v <= thr else 0
+            out[o] = _left_bit(X[rows[i], f], thr, ml, missing_code)
             o += 1
     return out
 
@@ -103,10 +108,7 @@ def partition_stats(X, rows, starts, ends, features, thresholds, missing_left, m
         o = off[j]
         for i in range(starts[j], ends[j]):
             r = rows[i]
-            v = X[r, f]
-            b = np.int64(ml)
-            if not (np.isnan(v) or v == missing_code):
-                b = 1 if v <= thr else 0
+            b = _left_bit(X[r, f], thr, ml, missing_code)
             out[o] = b
             o += 1
             side = 2 * j + 1 - b
