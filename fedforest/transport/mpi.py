@@ -6,10 +6,10 @@ blocking forever on a rank that has failed.  A send returns as soon as it is
 posted (MPI keeps messages between two ranks in order); pending sends are
 completed by later waits and by :meth:`MPITransport.flush`, so a rank never
 stalls on a peer that has not yet been scheduled to match a larger message.  While waiting, a rank
-yields the CPU between polls and then sleeps between them, soon when its
-previous wait was long (ranks are often oversubscribed: a busy-waiting
-master would steal a core from a computing party), late when replies come
-quickly (see :class:`_Pace`).
+sleeps between polls (ranks are often oversubscribed: a busy-waiting master
+would steal a core from a computing party), except while replies come in
+quick round trips, when it yields the CPU between polls instead (see
+:class:`_Pace`).
 """
 import os
 import sys
@@ -19,19 +19,22 @@ from mpi4py import MPI
 
 from .base import RawTransport
 
-_YIELD_SECONDS = 0.05   # poll with sched_yield for up to this long ...
-_YIELD_AFTER_LONG = 0.002  # ... or this long after a wait that outlasted it
-_SLEEP = 0.0002         # first sleep; it doubles up to _MAX_SLEEP while nothing arrives
-_MAX_SLEEP = 0.002
+_QUICK = 0.002          # a wait shorter than this: the peers answer in round trips ...
+_YIELD_SECONDS = 0.05   # ... so the next wait polls with sched_yield for up to this long
+_SLEEP = 0.00005        # first sleep; it doubles up to _MAX_SLEEP while nothing arrives
+_MAX_SLEEP = 0.001
 _POLL_EVERY = 32        # check for error reports every this many polls
 
 
 class _Pace:
     """How long the last wait of a transport took: a rank whose messages come
     quickly (node-by-node prediction, thousands of short round trips) keeps
-    polling with ``sched_yield``; a rank that waits long (training levels)
-    soon sleeps between polls instead and leaves the cores to computing
-    ranks, which matters on oversubscribed nodes."""
+    polling with ``sched_yield``; a rank whose last wait took longer than
+    :data:`_QUICK` (training levels) sleeps between polls from the start and
+    leaves the cores to computing ranks, which matters on oversubscribed
+    nodes: yielding still burns the CPU when a core is free, and the job's
+    CPU time with it.  A sleep starts at 50 µs and doubles up to 1 ms, so a
+    reply is seen at most ~1 ms late."""
 
     def __init__(self):
         self.last = 0.0
@@ -42,7 +45,7 @@ def _wait(test, poll, pace=None):
         return
     n = 0
     start = time.monotonic()
-    window = _YIELD_SECONDS if pace is None or pace.last < _YIELD_SECONDS else _YIELD_AFTER_LONG
+    window = _YIELD_SECONDS if pace is None or pace.last < _QUICK else 0.0
     sleep = _SLEEP
     while not test():
         n += 1
