@@ -790,16 +790,19 @@ class PartySplitter:
 
 
 class LocalParties:
-    """Parties living in this process (the centralized estimator)."""
+    """Parties living in this process (the centralized estimator).  An
+    exchange costs no round trip here, so a batch's trees need not keep in
+    step: :meth:`TreeGrower.grow_batch_fused` lets each tree run all its
+    rounds on a pool thread (``trees_apart``)."""
+
+    trees_apart = True
 
     def __init__(self, splitters):
         self.splitters = splitters
         for sp in splitters:
             sp.checked = False      # their grower is this process: nothing to check
-        self.rounds = 0
 
     def exchange(self, msgs):
-        self.rounds += 1
         return [None if m is None else s.handle_batch(m) for s, m in zip(self.splitters, msgs)]
 
 
@@ -937,7 +940,10 @@ class TreeGrower:
                 numba_threads.set_threads(threads)
 
         try:
-            carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
+            if pool is not None and getattr(self.parties, "trees_apart", False):
+                carried = self._grow_apart(runs, trees, finish, pool, n_parties, carry, on_carried)
+            else:
+                carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -978,6 +984,40 @@ class TreeGrower:
             for v in views:
                 if v is not None:
                     v.check_used()
+        return carried
+
+    def _grow_apart(self, runs, trees, finish, pool, n_parties, carry=None, on_carried=None):
+        """In-process parties: every tree runs all its rounds on a pool thread,
+        its master steps and its parties' work one after the other, so one
+        tree's Python steps overlap another's kernels (which release the GIL)
+        instead of every level waiting for the whole batch.  Each tree sees
+        the same messages as in :meth:`_grow_rounds`: the same trees."""
+        carried = None
+        if carry is not None:
+            carried = self.parties.exchange(carry)
+            if on_carried is not None:
+                on_carried(carried)
+
+        def run(t):
+            steps, replies = runs[t], None
+            while True:
+                try:
+                    ask = steps.send(replies)
+                except StopIteration as stop:
+                    trees[t], finish[t] = stop.value
+                    ask = None
+                for r in replies or ():
+                    if r is not None:
+                        r.check_used()
+                if ask is None:
+                    return
+                got = self.parties.exchange([None if ask[p] is None else pack_batch(GROW, [(t, ask[p])])
+                                             for p in range(n_parties)])
+                replies = [None if ask[p] is None else BatchReply(got[p], p, [t]).part(t)
+                           for p in range(n_parties)]
+
+        for _ in pool.map(run, sorted(runs)):
+            pass
         return carried
 
     def _steps(self, seed):
