@@ -9,7 +9,7 @@ import numpy as np
 
 from cryptography.exceptions import InvalidTag
 
-from ..crypto.ids import hash_ids
+from ..crypto.ids import DIGEST_BYTES, hash_ids
 from ..crypto.keys import KEY_BYTES, KeyPair, random_secret, seal_to
 from ..errors import ChannelError, InputError
 from ..logs import status
@@ -38,20 +38,45 @@ def master_align(comm, cfg, n_rows_by_party):
         comm.send(r, {"op": GROUP_MEMBER, "lead": first,
                       "sealed": sealed[f"sealed{r}"]})
     digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": HASH_IDS} for r in parties}).items()}
-    index = {}
-    for r in parties:
-        keys = [d.tobytes() for d in digests[r]]
-        index[r] = dict(zip(keys, range(len(keys))))
-    order = [k for k in (d.tobytes() for d in digests[first]) if all(k in index[r] for r in others)]
-    if not order:
+    positions = shared_positions({r: _digest_keys(digests[r], r) for r in parties}, first)
+    n_shared = positions[first].size
+    if not n_shared:
         raise InputError("ID alignment", "no ID is shared by all parties")
-    positions = {r: np.fromiter((index[r][k] for k in order), dtype=np.int64, count=len(order))
-                 for r in parties}
     comm.scatter({r: {"op": ALIGN, "positions": positions[r]} for r in parties})
-    lost = {r: n_rows_by_party[r] - len(order) for r in parties}
-    status(cfg, f"ID alignment: {len(order)} rows shared by all parties; rows dropped per party: "
+    lost = {r: n_rows_by_party[r] - n_shared for r in parties}
+    status(cfg, f"ID alignment: {n_shared} rows shared by all parties; rows dropped per party: "
          + ", ".join(f"party {r}: {lost[r]}" for r in parties))
-    return len(order), lost
+    return n_shared, lost
+
+
+def _digest_keys(digests, rank):
+    """A party's ID hashes as one sortable 32-byte value per row; refused
+    unless they are rows of :data:`DIGEST_BYTES` bytes, all distinct."""
+    if not (isinstance(digests, np.ndarray) and digests.dtype == np.uint8 and digests.ndim == 2
+            and digests.shape[1] == DIGEST_BYTES):
+        raise _refuse(f"party {rank} sent 'digests' that are not rows of {DIGEST_BYTES} bytes")
+    keys = np.ascontiguousarray(digests).view(np.dtype((np.void, DIGEST_BYTES))).ravel()
+    if np.unique(keys).size != keys.size:
+        raise _refuse(f"party {rank} sent the same ID hash twice")
+    return keys
+
+
+def shared_positions(keys, first):
+    """The rows of every party (``keys``: rank -> distinct hashes) whose hash
+    all parties hold, in the order of party ``first``'s rows: rank -> row
+    numbers (int64), one common order."""
+    shared = np.ones(keys[first].size, dtype=bool)
+    found = {}
+    for r, k in keys.items():
+        if r == first:
+            continue
+        by_key = np.argsort(k, kind="stable")
+        at = np.minimum(np.searchsorted(k[by_key], keys[first]), max(k.size - 1, 0))
+        hit = k[by_key][at] == keys[first] if k.size else np.zeros(keys[first].size, dtype=bool)
+        shared &= hit
+        found[r] = by_key[at] if k.size else at
+    rows = np.flatnonzero(shared).astype(np.int64)
+    return {r: rows if r == first else found[r][rows].astype(np.int64) for r in keys}
 
 
 def _group_info(lead, member):

@@ -93,3 +93,23 @@ def test_parties_agree_on_the_id_secret_the_master_only_relays():
 def test_a_box_altered_by_the_relay_is_refused_naming_both_parties():
     out = _run_two_parties(tamper=True)
     assert "from rank 1 to rank 2" in str(out[2]) and "failed authentication" in str(out[2])
+
+
+def test_the_master_intersects_hashes_in_the_first_partys_order():
+    """The vectorised intersection against a dictionary reference, for 1-4
+    parties with partly shared rows in shuffled orders."""
+    from fedforest.transport.base import ProtocolError
+    rng = np.random.default_rng(7)
+    universe = rng.integers(0, 256, (80, 32), dtype=np.uint8)
+    for _ in range(60):
+        rows = {r: rng.permutation(80)[:rng.integers(0, 80)] for r in range(1, rng.integers(2, 6))}
+        got = alignment.shared_positions({r: alignment._digest_keys(universe[i], r) for r, i in rows.items()}, 1)
+        where = {r: {universe[i].tobytes(): p for p, i in enumerate(idx)} for r, idx in rows.items()}
+        order = [universe[i].tobytes() for i in rows[1] if all(universe[i].tobytes() in where[r] for r in rows)]
+        for r in rows:
+            assert got[r].dtype == np.int64
+            assert got[r].tolist() == [where[r][k] for k in order]
+    with pytest.raises(ProtocolError, match="party 2 sent the same ID hash twice"):
+        alignment._digest_keys(universe[[0, 1, 0]], 2)
+    with pytest.raises(ProtocolError, match="party 3 sent 'digests' that are not rows of 32 bytes"):
+        alignment._digest_keys(universe[:, :16], 3)
