@@ -4,10 +4,9 @@ import hashlib
 import json
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
-from ..data.io import check_ids, encode_features, read_table
+from ..data.io import check_ids, encode_features, pd, read_table
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation.files import write_summary

@@ -12,10 +12,10 @@ import re
 import time
 
 import numpy as np
-import pandas as pd
 
 from ..crypto import paillier
 from ..data.alignment import party_align
+from ..data.io import pd
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
 from ..tree import builder, partitioner, predict
