@@ -10,8 +10,10 @@ Two roles exchange small dict messages of numpy arrays:
   threshold and sends the left/right partition as a bitmap.
 
 A level costs two exchanges: ``find`` (all parties report their best gain per
-open node) and ``partition`` (only winners send row bitmaps); the partition of
-one level travels to every party inside the next level's ``find`` message.
+open node) and ``partition`` (only winners send row bitmaps); the master
+passes the level's partition on to every party in an ``apply`` message as soon
+as the winners' bitmaps are in (no reply: the parties reorder their rows while
+the master does its own bookkeeping of the level).
 Trees grow in batches (:meth:`TreeGrower.grow_batch`): one exchange carries the
 ``find`` (or ``partition``) messages of every tree of the batch, so a batch of
 any size costs two exchanges per level plus one ``commit``.
@@ -40,6 +42,15 @@ EPSILON = np.finfo(np.float64).eps
 GROW = "grow"        # master -> party: the find/partition messages of several trees
 COMMIT = "commit"    # master -> party: last partitions of a batch; store its trees
 FUSED = "commit_grow"  # master -> party: the previous batch's commit, then this batch's first grow
+APPLY = "apply"      # master -> party: the last level's partitions of several trees; no reply
+
+
+class Posted:
+    """What a tree's growth steps yield for a one-way message (per party, or
+    None): the grower sends it on and goes on without waiting for a reply."""
+
+    def __init__(self, msgs):
+        self.msgs = msgs
 
 
 def pack_batch(op, items):
@@ -319,10 +330,6 @@ def _pack(bits):
     return np.packbits(bits) if bits.size else np.empty(0, dtype=np.uint8)
 
 
-def _unpack(packed, n):
-    return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
-
-
 class Nodes:
     """Per-node columns of one growing tree (the node id is the row) plus the
     in-bag rows grouped by node: node ``n`` owns ``rows[start[n]:end[n]]``.
@@ -360,9 +367,9 @@ class Nodes:
 
     def split(self, nodes, bits, n_left=None):
         """Partition the listed nodes (ascending ids) by their concatenated bits
-        (one uint8 per row; without rows, ``n_left``, the left children's
-        sizes, is enough); allocates (left, right) child ids in node order
-        and returns them."""
+        (packed, as :func:`partitioner.apply_partition` takes them; without
+        rows, ``n_left``, the left children's sizes, is enough); allocates
+        (left, right) child ids in node order and returns them."""
         starts, ends = self.bounds(nodes)
         if self.rows is not None:
             n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
@@ -407,7 +414,8 @@ class PartySplitter:
     checked = True        # check every message (off only where the grower is in this process)
     # the keys a tree's message may hold besides "op": per op, then those of a tree's
     # first message and of the partition of the last level (any op)
-    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",)}
+    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",),
+               "apply": ()}
     begin_keys = ("counts", "class_weight")
     apply_keys = ("split_nodes", "bits")
 
@@ -452,12 +460,12 @@ class PartySplitter:
         single-threaded kernels: a level of a large batch then costs no
         parallel launch per tree.  Replies are joined in tree order."""
         op = msg.get("op")
-        if op not in (GROW, COMMIT):
+        if op not in (GROW, COMMIT, APPLY):
             raise bad_message(f"unexpected batch message {op!r}")
         items = sorted(unpack_batch(msg).items())
         if self.checked:
             for t, sub in items:
-                if (sub.get("op") == "finish") != (op == COMMIT):
+                if (sub.get("op") == "finish") != (op == COMMIT) or (sub.get("op") == "apply") != (op == APPLY):
                     raise bad_message(f"tree {t}: a {op!r} message holds a {sub.get('op')!r} message")
             if op == COMMIT:
                 open_trees = sorted(set(self._states) - {t for t, _ in items})
@@ -518,6 +526,8 @@ class PartySplitter:
                 return self._find(msg)
             if op == "partition":
                 return self._partition(msg)
+            if op == "apply":
+                return None
             self._tree["importance"] = msg["importance"]
             self._finish()
             return None
@@ -535,8 +545,10 @@ class PartySplitter:
                               partitioned=None)
         elif any(k in msg for k in self.begin_keys):
             raise bad_message(f"{', '.join(map(repr, self.begin_keys))} for a tree that has begun")
-        if any(k in msg for k in self.apply_keys):
+        if any(k in msg for k in self.apply_keys) or op == "apply":
             self._apply_checked(msg)
+        if op == "apply":
+            return None
         if op == "find":
             return self._find(self._check_find(msg))
         if op == "partition":
@@ -771,7 +783,7 @@ class PartySplitter:
     def _apply(self, msg):
         tree = self._tree["nodes"]
         nodes = msg["split_nodes"]
-        lefts, _ = tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
+        lefts, _ = tree.split(nodes, msg["bits"])
         self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
         feature = tree.col["feature"]
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
@@ -804,6 +816,11 @@ class LocalParties:
 
     def exchange(self, msgs):
         return [None if m is None else s.handle_batch(m) for s, m in zip(self.splitters, msgs)]
+
+    def post(self, msgs):
+        for s, m in zip(self.splitters, msgs):
+            if m is not None:
+                s.handle_batch(m)
 
 
 class TreeGrower:
@@ -981,6 +998,14 @@ class TreeGrower:
                      for p, r in enumerate(replies)]
             advance_all([(t, [views[p].part(t) if asks_now[t][p] is not None else None
                               for p in range(n_parties)]) for t in current])
+            posted = sorted(t for t, ask in asks.items() if isinstance(ask, Posted))
+            if posted:
+                # one-way messages (the level's partitions) go out at once, then those trees go on
+                out = {t: asks.pop(t).msgs for t in posted}
+                msgs = [pack_batch(APPLY, [(t, out[t][p]) for t in posted if out[t][p] is not None])
+                        for p in range(n_parties)]
+                self.parties.post([m if len(m) > 2 else None for m in msgs])
+                advance_all([(t, None) for t in posted])
             for v in views:
                 if v is not None:
                     v.check_used()
@@ -1003,6 +1028,10 @@ class TreeGrower:
             while True:
                 try:
                     ask = steps.send(replies)
+                    while isinstance(ask, Posted):
+                        self.parties.post([None if m is None else pack_batch(APPLY, [(t, m)])
+                                           for m in ask.msgs])
+                        ask = steps.send(None)
                 except StopIteration as stop:
                     trees[t], finish[t] = stop.value
                     ask = None
@@ -1063,16 +1092,19 @@ class TreeGrower:
                     for p in range(n_parties)]
             replies = yield msgs
             packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
+            # every party reorders its rows by the level's partition now, while the
+            # master goes on with its own steps
+            yield Posted([{"op": "apply", "split_nodes": split_nodes, "bits": packed}
+                          for _ in range(n_parties)])
             if self.stats_from_winners:
                 self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
-            all_bits = None if tree.rows is None else _unpack(packed, tree.n_rows(split_nodes))
-            lefts, rights = tree.split(split_nodes, all_bits, n_left)
+            lefts, rights = tree.split(split_nodes, packed, n_left)
             self._after_split(split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
             children[0::2] = lefts
             children[1::2] = rights
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
-            pending = [{"split_nodes": split_nodes, "bits": packed} for _ in range(n_parties)]
+            pending = [{} for _ in range(n_parties)]
         master = self._master_tree(tree)
         # each party learns the share of the tree's impurity decrease of the splits it owns
         shares = node_shares(master)

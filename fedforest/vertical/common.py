@@ -133,6 +133,10 @@ class RemoteParties:
         replies = self.comm.exchange({p + 1: m for p, m in enumerate(msgs) if m is not None})
         return [replies.get(p + 1) for p in range(len(msgs))]
 
+    def post(self, msgs):
+        """One-way messages (None: none for that party); no reply comes."""
+        self.comm.scatter({p + 1: m for p, m in enumerate(msgs) if m is not None})
+
 
 # ---------------------------------------------------------------------------
 # Training

@@ -213,6 +213,9 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
             reply = {"commit": committed, "grow": step(builder.GROW, parts["grow"])}
         elif op in (builder.GROW, builder.COMMIT):
             reply = step(op, msg)
+        elif op == builder.APPLY:
+            step(op, msg)       # one-way: the level's partitions, no reply
+            continue
         else:
             raise ProtocolError(f"protocol error: unexpected {op!r}")
         comm.send(MASTER, reply)

@@ -288,9 +288,10 @@ def test_find_names_open_leaves_and_own_columns(tmp_path, monkeypatch, kind, fie
 def test_find_at_a_later_level_names_only_the_new_leaves(tmp_path, monkeypatch):
     """The root, searched again after its split, is no open leaf any more."""
     def change(msg, dest):
-        for key in _tree_keys(msg, "split_nodes"):
+        # a tree's later finds are its find messages without its opening draws
+        for key in _tree_keys(msg, "op"):
             t = key.split(".")[0]
-            if msg.get(f"{t}.op") == "find":
+            if msg[key] == "find" and f"{t}.counts" not in msg:
                 msg[f"{t}.nodes"] = np.zeros(1, dtype=np.int32)
                 msg[f"{t}.fmask"] = np.ones((1, 2), dtype=np.uint8)
         return msg
@@ -572,6 +573,14 @@ def test_splitter_takes_the_split_only_from_its_own_search():
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8),
            class_weight=np.array([1.0, np.nan]))], "'class_weight'"),
     ([{"op": "explode"}], "unknown tree message"),
+    ([(builder.APPLY, dict(_begin(), op="find", nodes=np.zeros(1, np.int32),
+                           fmask=np.ones((1, 3), np.uint8)))], "an? 'apply' message holds a 'find'"),
+    ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
+      {"op": "apply", "split_nodes": np.zeros(1, np.int32), "bits": np.zeros(5, np.uint8)}],
+     "a 'grow' message holds a 'apply'"),
+    ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
+      {"op": "partition", "nodes": np.zeros(1, np.int32)},
+      (builder.APPLY, {"op": "apply"})], "'split_nodes' and 'bits' travel together"),
 ])
 def test_splitter_refuses_messages_out_of_order(messages, match):
     sp = _splitter()
