@@ -534,7 +534,7 @@ def test_apply_partition_is_stable_and_only_touches_listed_segments():
     got = rows.copy()
     n_left = partitioner.apply_partition(got, bounds[listed].astype(np.int64),
                                bounds[np.array(listed) + 1].astype(np.int64),
-                               np.packbits(np.concatenate(seg_bits)))
+                               np.concatenate(seg_bits))
     assert got.tolist() == expected.tolist()
     assert n_left.tolist() == [int(b.sum()) for b in seg_bits]
 
@@ -1101,7 +1101,7 @@ def test_partition_stats_bits_and_children_statistics(task):
             assert np.allclose(stats[2 * j + side], ref, **TOL)
     # and exactly what the master computed before from the partitioned rows
     moved = rows.copy()
-    n_left = partitioner.apply_partition(moved, starts, ends, np.packbits(bits))
+    n_left = partitioner.apply_partition(moved, starts, ends, bits)
     kids_s = np.ravel(np.column_stack((starts, starts + n_left)))
     kids_e = np.ravel(np.column_stack((starts + n_left, ends)))
     ref_stats = criterion.node_statistics(moved, kids_s, kids_e, *prob.kernel_args())[0]

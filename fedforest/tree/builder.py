@@ -326,6 +326,10 @@ def cache_rows(max_features, n_features, n_stats):
     return -(-per_node // HIST_CACHE_BYTES_PER_ROW)
 
 
+def _unpack(packed, n):
+    return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
+
+
 def _pack(bits):
     return np.packbits(bits) if bits.size else np.empty(0, dtype=np.uint8)
 
@@ -367,9 +371,9 @@ class Nodes:
 
     def split(self, nodes, bits, n_left=None):
         """Partition the listed nodes (ascending ids) by their concatenated bits
-        (packed, as :func:`partitioner.apply_partition` takes them; without
-        rows, ``n_left``, the left children's sizes, is enough); allocates
-        (left, right) child ids in node order and returns them."""
+        (one uint8 per row; without rows, ``n_left``, the left children's
+        sizes, is enough); allocates (left, right) child ids in node order
+        and returns them."""
         starts, ends = self.bounds(nodes)
         if self.rows is not None:
             n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
@@ -783,7 +787,7 @@ class PartySplitter:
     def _apply(self, msg):
         tree = self._tree["nodes"]
         nodes = msg["split_nodes"]
-        lefts, _ = tree.split(nodes, msg["bits"])
+        lefts, _ = tree.split(nodes, _unpack(msg["bits"], tree.n_rows(nodes)))
         self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
         feature = tree.col["feature"]
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
@@ -1098,7 +1102,8 @@ class TreeGrower:
                           for _ in range(n_parties)])
             if self.stats_from_winners:
                 self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
-            lefts, rights = tree.split(split_nodes, packed, n_left)
+            all_bits = None if tree.rows is None else _unpack(packed, tree.n_rows(split_nodes))
+            lefts, rights = tree.split(split_nodes, all_bits, n_left)
             self._after_split(split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
             children[0::2] = lefts

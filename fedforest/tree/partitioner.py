@@ -59,35 +59,32 @@ def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, mi
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def apply_partition(rows, starts, ends, packed):
+def apply_partition(rows, starts, ends, bits):
     """Stable in-place partition of each node segment by its left/right bits.
 
-    ``packed`` holds the bits (1 = left) of the listed segments' rows back to
-    back, eight to a byte, the first row in the highest bit (``np.packbits``
-    order), as they travel: no unpacked copy is made.  Returns the number of
-    left rows of each segment.
+    ``bits`` is the concatenation, over the listed segments, of one uint8 per
+    row (1 = left).  Returns the number of left rows of each segment.
     """
     n_seg = starts.shape[0]
     n_left = np.zeros(n_seg, dtype=np.int64)
     off = _segment_offsets(starts, ends)
-    right = np.empty(off[-1], dtype=rows.dtype)     # each segment's right rows, at its offset
     for j in prange(n_seg):
         s = starts[j]
         e = ends[j]
-        o = off[j]
+        o = off[j] - s
         # branch-free: every row is written to both buffers, only one cursor moves
+        right = np.empty(e - s + 1, dtype=rows.dtype)
         nl = 0
         nr = 0
         for i in range(s, e):
             r = rows[i]
-            k = o + i - s
-            b = (packed[k >> 3] >> (7 - (k & 7))) & 1
+            b = bits[o + i] == 1
             rows[s + nl] = r      # never ahead of the reading position i
-            right[o + nr] = r
+            right[nr] = r
             nl += b
             nr += 1 - b
         for i in range(nr):
-            rows[s + nl + i] = right[o + i]
+            rows[s + nl + i] = right[i]
         n_left[j] = nl
     return n_left
 
