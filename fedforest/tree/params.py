@@ -153,19 +153,20 @@ def _local_ranks():
     return 1
 
 
-def available_cores():
+def available_cores(alone=False):
     """Cores given to this process: the CPU affinity, bounded by
     ``OMP_NUM_THREADS`` and SLURM's ``SLURM_CPUS_PER_TASK`` when they are set.
     Ranks of one ``mpiexec`` job that share a host and its cores (the same
     affinity: the launcher bound none of them) take an equal share each, so
-    a job of more ranks than cores does not run more threads than cores."""
+    a job of more ranks than cores does not run more threads than cores;
+    ``alone``: for work the other ranks wait for, which gets all of them."""
     import os
     try:
         n = len(os.sched_getaffinity(0))
         cpus = os.cpu_count() or n
     except AttributeError:  # not Linux
         n = cpus = os.cpu_count() or 1
-    local = _local_ranks()
+    local = 1 if alone else _local_ranks()
     if local > 1 and n >= cpus:      # unbound ranks (a bound rank's affinity is its share)
         n = max(1, n // local)
     for var in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
@@ -175,10 +176,11 @@ def available_cores():
     return max(1, n)
 
 
-def resolve_n_jobs(n_jobs):
+def resolve_n_jobs(n_jobs, alone=False):
     """Threads for ``n_jobs`` in scikit-learn's sense: None or -1 = every
-    available core, -2 = all but one, a positive number as given."""
-    cores = available_cores()
+    available core, -2 = all but one, a positive number as given
+    (``alone``: as :func:`available_cores`)."""
+    cores = available_cores(alone)
     if n_jobs is None:
         return cores
     n_jobs = int(n_jobs)

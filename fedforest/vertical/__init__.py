@@ -40,7 +40,8 @@ PARAMS = tuple(
           "processes the label holder uses to encrypt the labels with its own randomness"),
     Param("label_randomness", "master", (Options("master", "own"),),
           "'master': the key holder computes the labels' encryption randomness (CRT, n_jobs "
-          "processes) and sends it to the label holder; 'own': the label holder draws it", text=True),
+          "processes; with -1 every core of its host, not a share: the parties wait for it) and "
+          "sends it to the label holder; 'own': the label holder draws it", text=True),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),

@@ -171,7 +171,9 @@ class _EncryptedGradients:
             # the factors of every round are made in worker processes while the
             # parties grow the previous round's trees (and, for the first round,
             # while the job sets up): the master waits only for what is not ready
-            self.maker = paillier.RandomnessMaker(self.private, resolve_n_jobs(cfg.n_jobs))
+            # the parties wait for each round's factors unless they are ready in time:
+            # the maker's processes take every core of the host, as in a job of its own
+            self.maker = paillier.RandomnessMaker(self.private, resolve_n_jobs(cfg.n_jobs, alone=True))
             self._ahead = self._factors_needed() >= BACKGROUND_FACTORS
             if self._ahead:
                 self.maker.start(self._factors_needed())

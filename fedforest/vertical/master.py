@@ -222,7 +222,8 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     if cfg.label_randomness == "master":
         # the key holder makes the randomness factors (CRT, in parallel): see docs/protocol.md
         t0 = time.perf_counter()
-        ask["randomness"] = public.serialize(private.randomness(n_rows, resolve_n_jobs(cfg.n_jobs)))
+        # the parties wait for these factors: the master takes every core of its host
+        ask["randomness"] = public.serialize(private.randomness(n_rows, resolve_n_jobs(cfg.n_jobs, alone=True)))
         randomness_seconds = time.perf_counter() - t0
     rep = comm.exchange({label_party: ask})[label_party]
     if rep["fingerprint"] != public.fingerprint:

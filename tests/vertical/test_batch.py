@@ -172,6 +172,8 @@ def test_ranks_sharing_a_host_share_its_cores(monkeypatch, var):
     assert resolve_n_jobs(-1) == 8
     monkeypatch.setenv(var, "3")
     assert resolve_n_jobs(-1) == 2 and resolve_n_jobs(-2) == 1 and resolve_n_jobs(5) == 5
+    # work the other ranks wait for (the key holder's encryption factors) takes the whole host
+    assert resolve_n_jobs(-1, alone=True) == 8 and resolve_n_jobs(None, alone=True) == 8
     monkeypatch.setenv(var, "16")
     assert resolve_n_jobs(-1) == 1
     monkeypatch.setenv(var, "3")
