@@ -326,12 +326,12 @@ def cache_rows(max_features, n_features, n_stats):
     return -(-per_node // HIST_CACHE_BYTES_PER_ROW)
 
 
-def _unpack(packed, n):
-    return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
-
-
 def _pack(bits):
     return np.packbits(bits) if bits.size else np.empty(0, dtype=np.uint8)
+
+
+def _unpack(packed, n):
+    return np.unpackbits(packed, count=n) if n else np.empty(0, dtype=np.uint8)
 
 
 class Nodes:
@@ -469,8 +469,10 @@ class PartySplitter:
         items = sorted(unpack_batch(msg).items())
         if self.checked:
             for t, sub in items:
-                if (sub.get("op") == "finish") != (op == COMMIT) or (sub.get("op") == "apply") != (op == APPLY):
-                    raise bad_message(f"tree {t}: a {op!r} message holds a {sub.get('op')!r} message")
+                sub_op = sub.get("op")
+                # a commit holds finish messages only, an apply batch apply messages only
+                if (sub_op == "finish") != (op == COMMIT) or (sub_op == "apply") != (op == APPLY):
+                    raise bad_message(f"tree {t}: a {op!r} message holds a {sub_op!r} message")
             if op == COMMIT:
                 open_trees = sorted(set(self._states) - {t for t, _ in items})
                 if open_trees:
@@ -962,13 +964,14 @@ class TreeGrower:
 
         try:
             if pool is not None and getattr(self.parties, "trees_apart", False):
-                carried = self._grow_apart(runs, trees, finish, pool, n_parties, carry, on_carried)
+                self._grow_apart(runs, trees, finish, pool, n_parties)
+                carried = None
             else:
                 carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
         finally:
             if pool is not None:
                 pool.shutdown()
-        if carry is not None and carried is None:   # no tree of this batch asked anything
+        if carry is not None and carried is None:   # no grow exchange carried it
             carried = self.parties.exchange(carry)
             if on_carried is not None:
                 on_carried(carried)
@@ -1015,18 +1018,12 @@ class TreeGrower:
                     v.check_used()
         return carried
 
-    def _grow_apart(self, runs, trees, finish, pool, n_parties, carry=None, on_carried=None):
+    def _grow_apart(self, runs, trees, finish, pool, n_parties):
         """In-process parties: every tree runs all its rounds on a pool thread,
         its master steps and its parties' work one after the other, so one
         tree's Python steps overlap another's kernels (which release the GIL)
         instead of every level waiting for the whole batch.  Each tree sees
         the same messages as in :meth:`_grow_rounds`: the same trees."""
-        carried = None
-        if carry is not None:
-            carried = self.parties.exchange(carry)
-            if on_carried is not None:
-                on_carried(carried)
-
         def run(t):
             steps, replies = runs[t], None
             while True:
@@ -1051,7 +1048,6 @@ class TreeGrower:
 
         for _ in pool.map(run, sorted(runs)):
             pass
-        return carried
 
     def _steps(self, seed):
         """One tree's growth as a generator: it yields the per-party messages of

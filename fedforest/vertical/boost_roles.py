@@ -170,9 +170,8 @@ class _EncryptedGradients:
         if cfg.label_randomness == "master":
             # the factors of every round are made in worker processes while the
             # parties grow the previous round's trees (and, for the first round,
-            # while the job sets up): the master waits only for what is not ready
-            # the parties wait for each round's factors unless they are ready in time:
-            # the maker's processes take every core of the host, as in a job of its own
+            # while the job sets up): the master waits only for what is not ready, and
+            # the parties wait for that too, so the maker takes every core of the host
             self.maker = paillier.RandomnessMaker(self.private, resolve_n_jobs(cfg.n_jobs, alone=True))
             self._ahead = self._factors_needed() >= BACKGROUND_FACTORS
             if self._ahead:

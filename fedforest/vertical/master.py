@@ -220,9 +220,9 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
            "slot_bits": cfg.slot_bits}
     randomness_seconds = 0.0
     if cfg.label_randomness == "master":
-        # the key holder makes the randomness factors (CRT, in parallel): see docs/protocol.md
+        # the key holder makes the randomness factors (CRT, in parallel): see docs/protocol.md;
+        # the parties wait for them, so it takes every core of its host
         t0 = time.perf_counter()
-        # the parties wait for these factors: the master takes every core of its host
         ask["randomness"] = public.serialize(private.randomness(n_rows, resolve_n_jobs(cfg.n_jobs, alone=True)))
         randomness_seconds = time.perf_counter() - t0
     rep = comm.exchange({label_party: ask})[label_party]
