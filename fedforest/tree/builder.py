@@ -118,6 +118,15 @@ class TreeReply:
         self.taken.add(key)
         return arr
 
+    def take_upto(self, key, n):
+        """The tree's entries of ``key``, however many (at most ``n``)."""
+        arr = self.parts.get(key, np.empty(0))
+        if arr.shape[0] > n or key in self.taken:
+            raise ValueError(f"party {self.party + 1} sent {arr.shape[0]} {key!r} entries for a tree "
+                             f"that expects at most {n}")
+        self.taken.add(key)
+        return arr
+
     def check_used(self):
         for key, arr in self.parts.items():
             if key not in self.taken and arr.shape[0]:
@@ -829,6 +838,28 @@ class LocalParties:
                 s.handle_batch(m)
 
 
+class ForestTrees:
+    """The decisions that make a tree a forest tree, from label statistics:
+    which candidate nodes are searched (the impure ones), which best gains
+    split, and the node values (class fractions or mean targets).  The grower
+    holding the labels plugs it in (boosting trees: :class:`~fedforest.vertical.boosting.BoostTrees`)."""
+
+    def __init__(self, settings):
+        self.s = settings
+
+    def searchable(self, impurity):
+        return impurity > EPSILON
+
+    def takes(self, best):
+        return np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
+
+    def leaf_values(self, stats, weight):
+        safe = np.where(weight > 0, weight, 1.0)
+        if self.s.is_classification:
+            return stats / safe[:, None]
+        return (stats[:, 1] / safe)[:, None]
+
+
 class TreeGrower:
     """The master's side of tree growth.
 
@@ -848,8 +879,11 @@ class TreeGrower:
         its leaves of every row need them)."""
         return not self.stats_from_winners
 
+    kind_class = ForestTrees
+
     def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
                  classes=None):
+        self.kind = self.kind_class(settings)
         self.parties = parties
         self.labels = labels
         self.params = params
@@ -1076,21 +1110,17 @@ class TreeGrower:
             cand = children[self._may_split(tree, children)]
             # the feature draws depend only on label-free facts, so every label mode draws alike
             masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
-            nodes, gains, pending = yield from self._search(tree, children, cand, masks, pending)
-            if not nodes.size:
-                break
-            m = nodes.size
-            winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
-            best = gains[winner, np.arange(m)]
-            do_split = self._takes(best)
-            split_nodes = nodes[do_split]
+            split_nodes, winner, pending, replies = yield from self._choose(tree, children, cand, masks,
+                                                                            pending)
             if not split_nodes.size:
                 break
-            winner = winner[do_split]
             won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
-            msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size else None
-                    for p in range(n_parties)]
-            replies = yield msgs
+            # winners whose bits did not come with the choice are asked for them
+            msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size and replies[p] is None
+                    else None for p in range(n_parties)]
+            if any(m is not None for m in msgs):
+                got = yield msgs
+                replies = [r if m is None else g for r, m, g in zip(replies, msgs, got)]
             packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
             # every party reorders its rows by the level's partition now, while the
             # master goes on with its own steps
@@ -1107,11 +1137,30 @@ class TreeGrower:
             tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
             pending = [{} for _ in range(n_parties)]
         master = self._master_tree(tree)
-        # each party learns the share of the tree's impurity decrease of the splits it owns
-        shares = node_shares(master)
         for p in range(n_parties):
-            pending[p]["importance"] = np.where(master["owner"] == p, shares, 0.0)
+            pending[p]["importance"] = self._importance(master, p)
         return master, pending
+
+    def _choose(self, tree, children, cand, masks, pending):
+        """The splits of a level (a generator of exchanges): returns (the nodes
+        that split, the winning party index of each, what is still pending per
+        party, per party the reply that already holds its partition bits or
+        None).  Here the master chooses: every party reports its best gain per
+        searched node (``find``) and the largest gain wins."""
+        n_parties = len(self.feature_counts)
+        none = [None] * n_parties
+        nodes, gains, pending = yield from self._search(tree, children, cand, masks, pending)
+        if not nodes.size:
+            return nodes, None, pending, none
+        winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
+        best = gains[winner, np.arange(nodes.size)]
+        do_split = self._takes(best)
+        return nodes[do_split], winner[do_split], pending, none
+
+    def _importance(self, master, p):
+        """What party ``p`` learns of the tree for its importances: the share of
+        the tree's impurity decrease of every split it owns."""
+        return np.where(master["owner"] == p, node_shares(master), 0.0)
 
     # -- hooks of a label mode --------------------------------------------
     def _begin_tree(self, tree, counts, cw):
@@ -1139,25 +1188,19 @@ class TreeGrower:
     def _after_split(self, split_nodes, lefts, rights):
         pass
 
-    # -- hooks of a kind of tree (forest trees here; boosting trees override them)
+    # -- the kind of tree (a component: forest trees here, boosting trees in vertical.boosting)
     def _begin_message(self, counts, cw, party):
         """What party ``party`` (index) needs to begin a tree: its draws and class weights."""
         return {"counts": counts, "class_weight": cw}
 
     def _searchable(self, tree, cand):
-        """Which candidate nodes are searched: the impure ones."""
-        return tree.col["impurity"][cand] > EPSILON
+        return self.kind.searchable(tree.col["impurity"][cand])
 
     def _takes(self, best):
-        """Which best gains make a split."""
-        return np.isfinite(best) & (best + EPSILON >= self.s.min_impurity_decrease)
+        return self.kind.takes(best)
 
     def _leaf_values(self, stats, weight):
-        """Node values from node statistics: class fractions or mean targets."""
-        safe = np.where(weight > 0, weight, 1.0)
-        if self.s.is_classification:
-            return stats / safe[:, None]
-        return (stats[:, 1] / safe)[:, None]
+        return self.kind.leaf_values(stats, weight)
 
     # -- shared steps -----------------------------------------------------
     def _may_split(self, tree, nodes):

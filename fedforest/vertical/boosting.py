@@ -171,6 +171,24 @@ def holdout(n_rows, params, seed):
     return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
 
+class EarlyStopping:
+    """The validation loss after every round and the best round so far
+    (kept where the labels are: the master in plain mode, the label holder
+    with encrypted gradients)."""
+
+    def __init__(self, rounds):
+        self.rounds = rounds
+        self.history, self.best, self.best_loss = [], None, np.inf
+
+    def add(self, r, loss):
+        """Record the loss after round ``r``; True when boosting should stop."""
+        self.history.append(float(loss))
+        if self.history[-1] < self.best_loss:
+            self.best, self.best_loss = r, self.history[-1]
+            return False
+        return r - self.best >= self.rounds
+
+
 # --------------------------------------------------------------------------- the grower's side
 class GradientLabels:
     """Per-row statistics of one boosting tree: ``(h, g, 0)`` times the row's
@@ -227,13 +245,32 @@ class BoostSplitter(PartySplitter):
         return dict(begin, grad=msg["grad"], hess=msg["hess"])
 
 
+class BoostTrees:
+    """The decisions that make a tree a boosting tree (the forest's
+    :class:`~fedforest.tree.builder.ForestTrees` component): every node that
+    may split is searched (a node's impurity says nothing under the Newton
+    criterion); a split is made when it reduces the loss by more than
+    ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves hold ``-G / (H + lambda)``."""
+
+    def __init__(self, settings):
+        self.s = settings
+
+    def searchable(self, impurity):
+        return np.ones(impurity.shape[0], dtype=bool)
+
+    def takes(self, best):
+        return np.isfinite(best) & (best > MIN_LOSS_CHANGE) & (best + EPSILON >= self.s.min_impurity_decrease)
+
+    def leaf_values(self, stats, weight):
+        return (-stats[:, 1] / (stats[:, 0] + self.s.reg_lambda))[:, None]
+
+
 class BoostGrower(TreeGrower):
     """The forest's grower for boosting trees: a row subsample without
     replacement (each row kept with probability ``subsample``) instead of the
-    bootstrap; every node that may split is searched (a node's impurity says
-    nothing under the Newton criterion); a split is made when it reduces the
-    loss by more than ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves
-    hold ``-G / (H + lambda)``."""
+    bootstrap, and the boosting tree's decisions (:class:`BoostTrees`)."""
+
+    kind_class = BoostTrees
 
     def _begin_message(self, counts, cw, party):
         return {"counts": counts, "class_weight": cw, "grad": self.labels.g, "hess": self.labels.h}
@@ -243,14 +280,6 @@ class BoostGrower(TreeGrower):
             else np.ones(self.n_rows, dtype=bool)
         return keep.astype(np.uint8)
 
-    def _searchable(self, tree, cand):
-        return np.ones(cand.size, dtype=bool)
-
-    def _takes(self, best):
-        return np.isfinite(best) & (best > MIN_LOSS_CHANGE) & (best + EPSILON >= self.s.min_impurity_decrease)
-
-    def _leaf_values(self, stats, weight):
-        return (-stats[:, 1] / (stats[:, 0] + self.s.reg_lambda))[:, None]
 
     # the master keeps each tree's leaf of every grown row (under "row_leaf"), so it
     # can update the margins of those rows without asking the parties

@@ -70,6 +70,13 @@ class GradientSpec(EncryptionSpec):
     def weights_of(self, ints):
         return np.asarray(ints, dtype=np.int64)[..., 0]
 
+    def in_bounds(self, ints):
+        """Non-negative slots, gradients within ``[0, 2 B w]`` and hessians within ``[0, B w]``."""
+        ints = np.asarray(ints, dtype=np.int64)
+        w = ints[..., 0]
+        return bool((ints >= 0).all() and np.all(ints[..., 1] <= 2 * self.bias * w)
+                    and np.all(ints[..., 2] <= self.bias * w))
+
 
 def node_gradient_ints(spec, q_g, q_h, counts, rows, starts, ends):
     """Exact slot sums ``(w, sum w (q_g + B), sum w q_h)`` of nodes."""

@@ -193,10 +193,51 @@ class EncryptionSpec:
         out[..., 2] = ints[..., 2].astype(np.float64) * (self.step * self.step)
         return out
 
+    def in_bounds(self, ints):
+        """Whether every slot of the sums ``ints`` lies where sums of rows can:
+        non-negative, and (regression) the target slots within ``[0, 2 B w]``
+        and ``[0, B**2 w]`` for ``w`` rows."""
+        ints = np.asarray(ints, dtype=np.int64)
+        if (ints < 0).any():
+            return False
+        if self.is_classification:
+            return True
+        w = ints[..., 0]
+        return bool(np.all(ints[..., 1] <= 2 * self.bias * w) and np.all(ints[..., 2] <= self.bias ** 2 * w))
+
     def weights_of(self, ints):
         """Bootstrap weight of each value (sum of classes, or the weight slot)."""
         ints = np.asarray(ints, dtype=np.int64)
         return ints.sum(axis=-1) if self.is_classification else ints[..., 0]
+
+
+def bin_counts(seg, nb):
+    """Per-bin values of one (node, feature) pair as they travel (``nb`` bins,
+    then the missing bin) spread over the ``MISSING_BIN + 1`` bin slots."""
+    out = np.zeros(N_SLOTS_BIN, dtype=np.int64)
+    out[:nb] = seg[:nb]
+    out[MISSING_BIN] = seg[nb]
+    return out
+
+
+def hist_layout(feats, n_bins, skip, cnt_all):
+    """The encrypted sums a party sends for the (node, feature) pairs of the
+    features ``feats``: per pair (its row counts per bin slot, the bins whose
+    sums are sent: every bin with rows but the feature's most frequent one),
+    and the number of sums in all.  ``cnt_all`` holds the pairs' row counts
+    back to back (``n_bins`` of the feature, then the missing bin)."""
+    nb = n_bins[np.asarray(feats, dtype=np.int64)].astype(np.int64) if len(feats) else np.empty(0, np.int64)
+    seg = np.concatenate(([0], np.cumsum(nb + 1)))
+    if cnt_all.shape[0] != seg[-1]:
+        raise bad_message(f"the bin counts hold {cnt_all.shape[0]} entries, the pairs need {int(seg[-1])}")
+    layout, n_values = [], 0
+    slots = np.arange(N_SLOTS_BIN)
+    for i, f in enumerate(feats):
+        cnt = bin_counts(cnt_all[seg[i]:seg[i + 1]].astype(np.int64), int(nb[i]))
+        inc = np.flatnonzero((cnt > 0) & (slots != skip[f]))
+        layout.append((cnt, inc))
+        n_values += inc.size
+    return seg, layout, n_values
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,549 @@
+"""The label holder of the encrypted modes: it holds the Paillier key pair and
+chooses every split (SecureBoost's active party).
+
+Per level of a tree it receives two messages from the master:
+
+* ``find``: its own candidate nodes and feature masks; it scores its own
+  columns in plaintext (the plain mode's kernels) and keeps the gains;
+* ``decide``: the other parties' encrypted per-bin sums for the (node,
+  feature) pairs the master asked them for (``pair_*``), the pairs to derive
+  as parent minus smaller sibling (``derive_*``), the candidate nodes and the
+  other parties' feature masks.  It decrypts, rebuilds each histogram (the
+  left-out most frequent bin from the node's total, which it knows from its
+  own labels), checks every bin against the plaintext row counts and the
+  slot bounds, evaluates the candidates with the plain mode's kernel
+  arithmetic and takes the largest gain per node (the lowest party on
+  ties).  It answers with the nodes that split, the winning party of each,
+  the chosen feature and bin of the other parties' splits and the partition
+  bits of its own splits: no gain, no statistic, no leaf value.
+
+Node statistics, impurities, leaf values and the importance shares stay
+here and are stored with the label holder's trees.  With the same seed the
+trees are the plain mode's, bit for bit: every statistic is an exact integer
+sum on the plain mode's grid.
+"""
+import numpy as np
+
+from ...errors import InputError
+from ...tree import criterion, splitter
+from ...tree.binning import MISSING_BIN
+from ...tree.builder import (COMMIT, PARTY_COLUMNS, Nodes, PartySplitter, bad_message, gain_scale, int_array,
+                             int_value, min_leaf_weight, node_list, shown)
+from ...tree.importance import node_shares
+from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, hist_layout, node_int_stats
+
+DECIDE = "decide"   # master -> label holder: the other parties' sums of a level; reply: the splits
+PAIR_KEYS = ("pair_party", "pair_node", "pair_feat")
+DERIVE_KEYS = ("derive_party", "derive_node", "derive_feat")
+DECIDE_KEYS = ("cand", "pmask", "hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS
+
+
+def holder_columns(n_stats):
+    """The label holder's per-node columns besides a party's own."""
+    return dict(PARTY_COLUMNS, ints=(np.int64, 0, n_stats), stats=(np.float64, 0.0, n_stats),
+                weight=(np.float64, 0.0), impurity=(np.float64, 0.0), has_stats=(np.uint8, 0),
+                owner=(np.int32, -1), split_bin=(np.int32, -1), split_feature=(np.int32, -1))
+
+
+class KeyHolderSplitter(PartySplitter):
+    """The label holder: split search on its own columns, and the decision of
+    every split from its own gains and the other parties' decrypted sums.
+
+    ``kind`` is the tree kind (:class:`~fedforest.tree.builder.ForestTrees` or
+    :class:`~fedforest.vertical.boosting.BoostTrees`); ``spec`` the slot
+    layout; ``private_key`` its own key; ``me`` its party index;
+    ``feature_counts`` every party's column count (party order)."""
+
+    tree_threads = False   # the decryptions hold the GIL
+    child_stats = False    # nothing label-derived goes to the master
+    op_keys = dict(PartySplitter.op_keys, decide=DECIDE_KEYS)
+    value_scale = 1.0      # boosting trees scale their leaf values by the learning rate
+
+    def __init__(self, X, settings, labels, kind, spec, private_key, me, feature_counts, codes=None):
+        super().__init__(X, settings, labels)
+        self.kind = kind
+        self.spec = spec
+        self.key = private_key
+        self.me = int(me)
+        self.feature_counts = [int(c) for c in feature_counts]
+        if self.feature_counts[self.me] != self.n_features:
+            raise bad_message(f"'feature_counts' gives the label holder {self.feature_counts[self.me]} columns; "
+                              f"it has {self.n_features}")
+        self.codes = None if codes is None else np.asarray(codes, dtype=np.int64)
+        self.party_bins = {}       # party -> (n_bins, skip) of its features
+        self.decrypted = 0
+        self.values = {}           # tree -> finished tree's node values (for margins)
+
+    # -- set-up -----------------------------------------------------------
+    def set_bins(self, msg):
+        """The other parties' bin counts and most frequent bins, relayed by the
+        master (concatenated in party order)."""
+        n_bins, skip = msg.get("n_bins"), msg.get("skip")
+        others = [p for p in range(len(self.feature_counts)) if p != self.me]
+        total = sum(self.feature_counts[p] for p in others)
+        for name, a in (("n_bins", n_bins), ("skip", skip)):
+            if not (isinstance(a, np.ndarray) and a.dtype.kind in "iu" and a.shape == (total,)):
+                raise bad_message(f"{name!r} must hold {total} integers (one per column of the other "
+                                  f"parties), got {shown(a)}")
+        if total and (n_bins.min() < 1 or n_bins.max() > MISSING_BIN or skip.min() < 0
+                      or skip.max() > MISSING_BIN):
+            raise bad_message(f"'n_bins' and 'skip' must lie in [1, {MISSING_BIN}] and [0, {MISSING_BIN}]")
+        at = 0
+        for p in others:
+            k = self.feature_counts[p]
+            self.party_bins[p] = (n_bins[at:at + k].astype(np.int64), skip[at:at + k].astype(np.int64))
+            at += k
+
+    # -- the tree's state ---------------------------------------------------
+    def _begin(self, msg):
+        super()._begin(msg)
+        t = self._tree
+        t["nodes"] = Nodes(msg["counts"], holder_columns(self.spec.n_stats))
+        t["counts"] = np.asarray(msg["counts"])
+        t["store"] = {}       # (party, node, feature) -> (sums, row counts) of the last decided level
+        t["decided"] = None   # the split nodes of this level's decision, until applied
+        t["own_gain"] = None
+
+    def _node_ints(self, rows, starts, ends):
+        """Exact integer statistics of nodes, in the slot layout."""
+        return node_int_stats(self.spec, self.codes, self._tree["counts"], rows, starts, ends)
+
+    def _to_float(self, ints):
+        """The float statistics the kernels use, from exact slot sums."""
+        return self.spec.to_float(ints)
+
+    def _ensure_stats(self, nodes):
+        """Statistics, weight and impurity of the nodes that have none yet."""
+        tree = self._tree["nodes"]
+        c = tree.col
+        todo = nodes[c["has_stats"][nodes] == 0]
+        if not todo.size:
+            return
+        ints = self._node_ints(tree.rows, *tree.bounds(todo))
+        stats = self._to_float(ints)
+        s = self.settings
+        w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
+        c["ints"][todo] = ints
+        c["stats"][todo] = stats
+        c["weight"][todo] = w
+        c["impurity"][todo] = imp
+        c["has_stats"][todo] = 1
+
+    # -- messages -----------------------------------------------------------
+    def handle(self, msg):
+        if msg.get("op") == DECIDE:
+            return self._decide_checked(msg)
+        return super().handle(msg)
+
+    def _find(self, msg):
+        """Score its own columns; the gains stay here for the decision."""
+        t = self._tree
+        nodes = msg["nodes"]
+        gain = super()._find(msg)["gain"] if nodes.size else np.empty(0)
+        t["own_gain"] = (nodes, np.asarray(gain, dtype=np.float64))
+        return {}
+
+    def _apply_checked(self, msg):
+        """A level's partition must be exactly the one decided here."""
+        t = self._tree
+        decided = t["decided"]
+        nodes = msg.get("split_nodes")
+        if decided is None or not (isinstance(nodes, np.ndarray) and np.array_equal(nodes, decided)):
+            raise bad_message("'split_nodes' must be the splits the label holder decided at this level")
+        super()._apply_checked(msg)
+        t["decided"] = None
+
+    def _apply(self, msg):
+        super()._apply(msg)
+        tree = self._tree["nodes"]
+        nodes = msg["split_nodes"]
+        if not self.checked:
+            self._tree["decided"] = None
+        children = np.arange(tree.n - 2 * nodes.size, tree.n, dtype=np.int32)
+        self._ensure_stats(children)
+
+    def _check_finish(self, msg):
+        if self._tree["decided"] is not None:
+            raise bad_message("'finish' before the decided splits were applied")
+        return super()._check_finish(msg)
+
+    def _finish(self):
+        """Store the tree with what only the label holder knows: node
+        statistics, impurities, leaf values and every split's share of the
+        tree's impurity decrease."""
+        t = self._tree
+        tree = t["nodes"]
+        self._ensure_stats(np.arange(tree.n, dtype=np.int32))
+        c = tree.trimmed(["left", "right", "stats", "weight", "impurity", "owner", "split_feature",
+                          "split_bin", "start", "end"])
+        value = self.kind.leaf_values(c["stats"], c["weight"]) * self.value_scale
+        full = {"children_left": c["left"], "children_right": c["right"], "weighted_n_node_samples": c["weight"],
+                "impurity": c["impurity"]}
+        t["importance"] = node_shares(full)
+        super()._finish()
+        out = self._current.finished
+        out.update(value=value, impurity=c["impurity"], weighted_n_node_samples=c["weight"],
+                   n_node_samples=(c["end"] - c["start"]).astype(np.int64), owner=c["owner"],
+                   split_feature=c["split_feature"], split_bin=c["split_bin"])
+
+    # -- the decision ---------------------------------------------------------
+    def _decide_checked(self, msg):
+        t = self._tree
+        if self.checked:
+            allowed = set(DECIDE_KEYS) | {"op"}
+            extra = sorted(str(k) for k in msg if k not in allowed)
+            if extra:
+                raise bad_message(f"a 'decide' message may not hold {', '.join(map(repr, extra))}")
+            if t is None or t["own_gain"] is None or t["decided"] is not None:
+                raise bad_message("a 'decide' without a 'find' of its level, or a second one")
+            cand = node_list(msg.get("cand"), "'cand'", t["open_ids"])
+            if not np.array_equal(cand, t["own_gain"][0]):
+                raise bad_message("'cand' must be the nodes of this level's 'find'")
+            pmask = msg.get("pmask")
+            width = sum(self.feature_counts) - self.n_features
+            if not (isinstance(pmask, np.ndarray) and pmask.dtype in (np.dtype(np.uint8), np.dtype(np.bool_))
+                    and pmask.shape == (cand.size, width)):
+                raise bad_message(f"'pmask' must be a uint8 array of shape ({cand.size}, {width}), "
+                                  f"got {shown(pmask)}")
+            for k in ("hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS:
+                if k != "hist":
+                    int_array(msg.get(k), repr(k))
+            hist = msg.get("hist")
+            if not (isinstance(hist, np.ndarray) and hist.dtype == np.uint8 and hist.ndim == 2):
+                raise bad_message(f"'hist' must be blocks of ciphertext bytes, got {shown(hist)}")
+        try:
+            return self._decide(msg)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise bad_message(f"the 'decide' message does not match this level's requests ({exc})") from None
+
+    def _pairs(self, msg, keys):
+        party, node, feat = (np.asarray(msg[k], dtype=np.int64) for k in keys)
+        if not party.shape == node.shape == feat.shape:
+            raise bad_message(f"{', '.join(map(repr, keys))} differ in length")
+        return party, node, feat
+
+    def _decide(self, msg):
+        t = self._tree
+        tree = t["nodes"]
+        c = tree.col
+        s = self.settings
+        n_parties = len(self.feature_counts)
+        cand = np.asarray(msg["cand"], dtype=np.int32)
+        self._ensure_stats(cand)
+        own_nodes, own_gain = t["own_gain"]
+        keep = self.kind.searchable(c["impurity"][cand])
+        nodes = cand[keep]
+        gains = np.full((n_parties, nodes.size), -np.inf)
+        if own_gain.size:
+            gains[self.me] = own_gain[keep]
+        # the other parties' histograms of this level: decrypted, then derived
+        pp, pn, pf = self._pairs(msg, PAIR_KEYS)
+        dp, dn, df = self._pairs(msg, DERIVE_KEYS)
+        if self.checked:
+            open_ids = t["open_ids"]
+            for arr, what in ((pn, "'pair_node'"), (dn, "'derive_node'")):
+                if arr.size and (arr.min() < open_ids.start or arr.max() >= open_ids.stop):
+                    raise bad_message(f"{what} names nodes that are not open leaves of the tree")
+        self._ensure_stats(np.unique(pn).astype(np.int32))
+        cnt_all = np.asarray(msg["cnt"], dtype=np.int64)
+        wcnt_all = np.asarray(msg["wcnt"], dtype=np.int64)
+        blocks = msg["hist"]
+        store = {}
+        at_cnt = at_ct = 0
+        others = [p for p in range(n_parties) if p != self.me]
+        if pp.size and not np.isin(pp, others).all() or dp.size and not np.isin(dp, others).all():
+            raise bad_message("pairs name a party that does not receive ciphertexts")
+        for p in others:
+            sel = pp == p
+            feats, pnodes = pf[sel], pn[sel]
+            if feats.size and (feats.min() < 0 or feats.max() >= self.feature_counts[p]):
+                raise bad_message(f"pairs name features outside party {p + 1}'s columns")
+            n_bins, skip = self.party_bins[p]
+            n_cnt = int((n_bins[feats] + 1).sum()) if feats.size else 0
+            seg, layout, n_values = hist_layout(feats, n_bins, skip, cnt_all[at_cnt:at_cnt + n_cnt])
+            wcnt = wcnt_all[at_cnt:at_cnt + n_cnt]
+            if wcnt.shape[0] != n_cnt:
+                raise bad_message("'wcnt' is shorter than the pairs need")
+            at_cnt += n_cnt
+            n_ct = self.spec.n_ciphertexts(n_values)
+            values = self._decrypt(blocks[at_ct:at_ct + n_ct], n_ct, n_values, f"sums of party {p + 1}")
+            at_ct += n_ct
+            pos = 0
+            for i, (j, f) in enumerate(zip(pnodes.tolist(), feats.tolist())):
+                cnt, inc = layout[i]
+                h = np.zeros((N_SLOTS_BIN, self.spec.n_stats), dtype=np.int64)
+                h[inc] = values[pos:pos + inc.size]
+                pos += inc.size
+                h[int(skip[f])] = c["ints"][j] - h.sum(axis=0)   # the left-out bin: node total minus the rest
+                wb = np.zeros(N_SLOTS_BIN, dtype=np.int64)
+                nb = int(n_bins[f])
+                wb[:nb], wb[MISSING_BIN] = wcnt[seg[i]:seg[i] + nb], wcnt[seg[i] + nb]
+                self._check_hist(h, wb, p)
+                store[(p, j, f)] = (h, cnt)
+        if at_cnt != cnt_all.shape[0] or at_cnt != wcnt_all.shape[0] or at_ct != blocks.shape[0]:
+            raise bad_message("the 'decide' message holds more sums or counts than its pairs need")
+        family = t["family"]
+        for p, j, f in zip(dp.tolist(), dn.tolist(), df.tolist()):
+            if family is None:
+                raise bad_message("'derive' pairs at the root")
+            split_nodes, first = family
+            off = j - int(first)
+            if not 0 <= off < 2 * split_nodes.size:
+                raise bad_message("'derive_node' names a node that is not a child of the last split")
+            parent, sib = int(split_nodes[off // 2]), j + 1 if off % 2 == 0 else j - 1
+            ph, pc = t["store"][(p, parent, f)]
+            sh, sc = store[(p, sib, f)]
+            h, cn = ph - sh, pc - sc
+            if (cn < 0).any() or not self.spec.in_bounds(h):
+                raise ProtocolIntegrityError(f"histograms of party {p + 1} are inconsistent between levels")
+            store[(p, j, f)] = (h, cn)
+        t["store"] = store
+        # evaluation of the other parties' candidates
+        pmask = np.asarray(msg["pmask"], dtype=np.uint8)[keep]
+        chosen = {}
+        col = 0
+        for p in range(n_parties):
+            if p == self.me:
+                continue
+            k = self.feature_counts[p]
+            gains[p], chosen[p] = self._evaluate(p, nodes, pmask[:, col:col + k], store)
+            col += k
+        winner = np.argmax(gains, axis=0) if nodes.size else np.empty(0, dtype=np.int64)
+        best = gains[winner, np.arange(nodes.size)]
+        do = self.kind.takes(best)
+        split, winner = nodes[do], winner[do].astype(np.int32)
+        feat = np.full(split.size, -1, dtype=np.int32)
+        bins = np.zeros(split.size, dtype=np.int32)
+        ml = np.zeros(split.size, dtype=np.uint8)
+        for p, (pnodes, pfeat, pbin, pml) in chosen.items():
+            mine = np.flatnonzero(winner == p)
+            at = np.searchsorted(pnodes, split[mine])
+            feat[mine], bins[mine], ml[mine] = pfeat[at], pbin[at], pml[at]
+            c["split_feature"][split[mine]] = pfeat[at]
+            c["split_bin"][split[mine]] = pbin[at]
+        c["owner"][split] = winner
+        reply = {"split": split, "winner": winner, "split_feature": feat, "split_bin": bins,
+                 "split_missing_left": ml}
+        own = split[winner == self.me]
+        t["searched"] = own_nodes
+        t["decided"] = split
+        t["partitioned"] = own
+        if own.size:
+            reply["bits"] = self._partition({"nodes": own})["bits"]
+        t["own_gain"] = None
+        return reply
+
+    def _check_hist(self, h, wb, p):
+        """A rebuilt histogram against the plaintext bootstrap weights of its
+        bins and the bounds of sums of rows."""
+        w = self.spec.weights_of(h)
+        if not (np.array_equal(w, wb) and self.spec.in_bounds(h) and not h[w == 0].any()):
+            raise ProtocolIntegrityError(f"sums of party {p + 1} do not match its row counts; the "
+                                         "ciphertexts were altered or made under another key")
+
+    def _decrypt(self, blocks, n_ct, n_values, what):
+        if blocks.shape[0] != n_ct or (n_ct and blocks.shape[1] != self.key.public.ciphertext_bytes):
+            raise bad_message(f"{what}: {blocks.shape[0]} ciphertexts for {n_values} values")
+        cts = self.key.public.deserialize(blocks, what) if n_ct else []
+        self.decrypted += len(cts)
+        try:
+            return self.spec.unpack_values([self.key.decrypt(x) for x in cts], n_values)
+        except InputError:
+            raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
+                                         "ciphertexts were altered or made under another key") from None
+
+    def _evaluate(self, p, nodes, mask, store):
+        """Party ``p``'s best split per node from its rebuilt histograms."""
+        t = self._tree
+        c = t["nodes"].col
+        s = self.settings
+        pairs = [(i, int(f)) for i, row in enumerate(mask) for f in np.flatnonzero(row)]
+        n_bins, _ = self.party_bins[p]
+        none = (nodes, np.full(nodes.size, -1, np.int32), np.zeros(nodes.size, np.int32),
+                np.zeros(nodes.size, np.uint8))
+        if not pairs:
+            return np.full(nodes.size, -np.inf), none
+        hists = np.empty((len(pairs), N_SLOTS_BIN, self.spec.n_stats))
+        cnts = np.empty((len(pairs), N_SLOTS_BIN), dtype=np.int64)
+        for k, (i, f) in enumerate(pairs):
+            h, cn = store[(p, int(nodes[i]), f)]
+            hists[k] = self._to_float(h)
+            cnts[k] = cn
+        pn = np.array([i for i, _ in pairs], dtype=np.int32)
+        pf = np.array([f for _, f in pairs], dtype=np.int32)
+        starts, ends = t["nodes"].bounds(nodes)
+        gain, feat, b, ml = splitter.best_splits_from_hists(
+            hists, cnts, pn, pf, n_bins[pf].astype(np.int32), c["stats"][nodes], (ends - starts).astype(np.int64),
+            s.is_classification, self.spec.n_stats, s.crit, s.reg_lambda, gain_scale(s, t["total_w"]),
+            s.min_samples_leaf, min_leaf_weight(s, t["total_w"]))
+        return gain, (nodes, feat, b, ml)
+
+    # -- what the label holder knows of finished trees --------------------
+    def row_values(self, t):
+        """The value of the leaf every row of tree ``t``'s sample lands in, from
+        the tree's state here (rows outside the sample: NaN)."""
+        state = self._states.get(t)
+        if state is None:
+            raise bad_message(f"tree {t} is not grown here")
+        self._current.tree = state
+        try:
+            tree = state["nodes"]
+            self._ensure_stats(np.arange(tree.n, dtype=np.int32))
+            c = tree.col
+            n = tree.n
+            value = self.kind.leaf_values(c["stats"][:n], c["weight"][:n])[:, 0] * self.value_scale
+            leaves = np.flatnonzero(c["left"][:n] < 0)
+            out = np.full(self.n_rows, np.nan)
+            for j in leaves.tolist():
+                out[tree.rows[c["start"][j]:c["end"][j]]] = value[j]
+            return out
+        finally:
+            self._current.tree = None
+
+
+def check_leaves(leaves, trees, n_rows, what="'leaves'"):
+    """Leaf ids the master sends for the rows of ``trees`` (one row per tree):
+    each a leaf of its tree."""
+    leaves = int_array(leaves, what, ndim=2)
+    if leaves.shape != (len(trees), n_rows):
+        raise bad_message(f"{what} must hold one leaf per tree and row, shape ({len(trees)}, {n_rows}), "
+                          f"got {shown(leaves)}")
+    for i, tree in enumerate(trees):
+        left = np.asarray(tree["children_left"])
+        row = leaves[i]
+        if row.size and (row.min() < 0 or row.max() >= left.shape[0] or (left[row] >= 0).any()):
+            raise bad_message(f"{what} names nodes that are not leaves of tree {i}")
+    return leaves
+
+
+
+
+class GradientKeyHolder(KeyHolderSplitter):
+    """The label holder of a boosting job with encrypted gradients.  It keeps
+    every aligned row's margin (base margin plus the leaf values so far), so
+    no margin and no loss ever leaves it: each round it computes the
+    gradients of its training rows on the exact grid, encrypts one plaintext
+    ``(1, q_g + B, q_h)`` per row and output with its own key and randomness
+    (:meth:`gradients`), and with early stopping it scores the validation
+    rows and decides when to stop.  A tree's first message names its output."""
+
+    begin_keys = ("counts", "class_weight", "output")
+
+    def __init__(self, X, settings, kind, spec, private_key, me, feature_counts, objective, y, train, valid,
+                 base, learning_rate, stopping, workers=1):
+        from .. import boosting as B
+        n = train.size
+        super().__init__(X[train], settings, B.GradientLabels(np.zeros(n), np.ones(n)), kind, spec, private_key,
+                         me, feature_counts)
+        self.B = B
+        self.value_scale = float(learning_rate)
+        self.objective, self.y, self.train, self.valid = objective, np.asarray(y, dtype=np.float64), train, valid
+        self.margin = np.tile(np.asarray(base, dtype=np.float64), (self.y.shape[0], 1))
+        self.k_out = self.margin.shape[1]
+        self.stopping = stopping      # an EarlyStopping, or None
+        self.workers = int(workers)
+        self.round = None             # (g, h, q_g, q_h, steps) of the round being grown
+        self.rounds_done = None       # rounds whose leaf values are in the margins
+
+    # -- the rounds --------------------------------------------------------
+    def resume(self, start_round, values, leaves):
+        """Margins (and validation losses) after the ``start_round`` stored
+        rounds: ``values`` the stored trees' node values, ``leaves`` every
+        row's leaf in each of them (from the master's leaf-set intersection)."""
+        for r in range(start_round):
+            for k in range(self.k_out):
+                t = r * self.k_out + k
+                self.margin[:, k] += values[t][leaves[t]]
+            if self.stopping is not None:
+                self.stopping.add(r, self._valid_loss())
+        self.rounds_done = start_round
+
+    def _valid_loss(self):
+        return self.B.loss(self.objective, self.y[self.valid], self.margin[self.valid])
+
+    def _fold(self, r, leaves):
+        """Add round ``r``'s leaf values to the margins: every row's leaf from
+        ``leaves`` (the master's intersection, shape (outputs, rows)), or,
+        when the round's sample held every row, from the trees grown here."""
+        ids = [r * self.k_out + k for k in range(self.k_out)]
+        for k, t in enumerate(ids):
+            if leaves is None:
+                v = self.row_values(t)
+                if self.valid is not None or np.isnan(v).any():
+                    raise bad_message("a round's margins need the rows' leaves ('leaves')")
+                self.margin[self.train, k] += v
+            else:
+                if t not in self.values:
+                    raise bad_message(f"'leaves' for tree {t}, which is not stored here")
+                value, left = self.values[t]
+                if leaves[k].min() < 0 or leaves[k].max() >= value.shape[0] or (left[leaves[k]] >= 0).any():
+                    raise bad_message(f"'leaves' names nodes that are not leaves of tree {t}")
+                self.margin[:, k] += value[leaves[k]]
+        self.rounds_done = r + 1
+
+    def gradients(self, msg):
+        """The reply to the master's ``gradients`` message of round ``round``:
+        the previous round is folded into the margins first (with ``leaves``
+        when the master sends them); then, with early stopping, the decision
+        to stop (``stop``, ``best``: the best round), else the round's
+        encrypted gradients (``blocks``).  ``final``: no round follows; only
+        the best round is returned."""
+        r = int_value(msg.get("round"), "'round'", self.rounds_done, self.rounds_done + 1)
+        leaves = msg.get("leaves")
+        if leaves is not None:
+            leaves = int_array(leaves, "'leaves'", ndim=2)
+            if leaves.shape != (self.k_out, self.y.shape[0]):
+                raise bad_message(f"'leaves' must be of shape ({self.k_out}, {self.y.shape[0]}), got "
+                                  f"{shown(leaves)}")
+        if r == self.rounds_done + 1:
+            self._fold(r - 1, leaves)
+            if self.stopping is not None and self.stopping.add(r - 1, self._valid_loss()):
+                return {"stop": True, "best": int(self.stopping.best)}
+        elif leaves is not None:
+            raise bad_message("'leaves' for a round that is not the last one grown")
+        best = -1 if self.stopping is None or self.stopping.best is None else int(self.stopping.best)
+        if msg.get("final") is True:
+            self.round = None
+            return {"stop": False, "best": best}
+        self.round = self.B.gradient_grid(self.objective, self.y[self.train], self.margin[self.train], None)
+        q_g, q_h = self.round[2], self.round[3]
+        plain = [pt for k in range(self.k_out) for pt in self.spec.row_plaintexts(q_g[:, k], q_h[:, k])]
+        # fresh randomness of its own key, made with the CRT (the key's factorisation is here)
+        factors = self.key.randomness(len(plain), self.workers)
+        cts = self.key.public.encrypt_with(plain, factors)
+        return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
+
+    # -- the trees -----------------------------------------------------------
+    def _check_begin(self, msg):
+        begin = PartySplitter._check_begin(self, msg)
+        if self.round is None:
+            raise bad_message("a tree begins before the round's gradients were asked for")
+        k = int_value(msg.get("output"), "'output'", 0, self.k_out - 1)
+        return dict(begin, output=k)
+
+    def _statistics(self, msg):
+        k = msg["output"]
+        return self.B.GradientLabels(self.round[0][:, k], self.round[1][:, k]).tree_stats(msg["counts"], None)
+
+    def _begin(self, msg):
+        super()._begin(msg)
+        t = self._tree
+        t["output"] = msg["output"]
+        t["grid"] = (self.round[2][:, msg["output"]], self.round[3][:, msg["output"]], self.round[4][msg["output"]])
+        t["subtract"] = True    # the grid makes every sum exact: subtraction changes no bit
+
+    def _node_ints(self, rows, starts, ends):
+        from ..encrypted_gradients import node_gradient_ints
+        q_g, q_h, _ = self._tree["grid"]
+        return node_gradient_ints(self.spec, q_g, q_h, self._tree["counts"], rows, starts, ends)
+
+    def _to_float(self, ints):
+        return self.spec.to_float(ints, self._tree["grid"][2])
+
+    def handle_batch(self, msg):
+        reply = super().handle_batch(msg)
+        if msg.get("op") == COMMIT:
+            # the finished trees' values, for the margins of the next round
+            self.values = {t: (tree["value"][:, 0], tree["children_left"])
+                           for t, tree in zip(self.tree_ids, self.trees)}
+        return reply

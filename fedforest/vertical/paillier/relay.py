@@ -1,0 +1,193 @@
+"""The master's grower of the encrypted modes: coordinator and relay.
+
+Per level of every tree of a batch (see docs/protocol.md, "Encrypted labels"):
+
+1. ``find``: the label holder gets its candidate nodes and feature masks
+   (it scores its own columns in plaintext); every other party gets the
+   (node, feature) pairs whose encrypted per-bin sums it must compute (the
+   smaller sibling only, where the label holder can derive the larger one as
+   parent minus sibling);
+2. ``decide``: the label holder gets those sums, relayed, and answers with
+   the nodes that split, their winning parties, the chosen feature and bin of
+   the other parties' splits, and the partition bits of its own splits;
+3. ``partition`` (only when another party won a split): the winners return
+   their partition bits.
+
+The master keeps the tree structure, the owner of every split and the
+nodes' row counts.  It holds no key, relays ciphertexts it cannot read, and
+receives no gain, statistic or leaf value.
+"""
+import numpy as np
+
+from ...tree.builder import TreeGrower
+from ..encrypted_labels import hist_layout
+from .holder import DECIDE
+
+
+class RelayGrower(TreeGrower):
+    """The master's side of growth with the key at the label holder
+    (``label_party``: its party index).  ``party_bins``: per party, its
+    features' ``(n_bins, skip)`` (None for the label holder); ``spec`` the
+    public slot layout; ``draw_counts(rng)`` the row sample of a tree (the
+    forest's bootstrap by default); ``begin(party)`` what a tree's first
+    message adds for a party (boosting: the output, or the row ciphertexts)."""
+
+    parallel_steps = False
+    stats_from_winners = False
+
+    def __init__(self, parties, n_rows, params, settings, feature_counts, label_party, party_bins, spec,
+                 public_key, draw_counts=None):
+        super().__init__(parties, _RowCount(n_rows), params, settings, feature_counts)
+        self.public = public_key
+        self.label_party = int(label_party)
+        self.party_bins = party_bins
+        self.spec = spec
+        if draw_counts is not None:
+            self._draw_counts = draw_counts
+
+    def _keeps_rows(self):
+        return False    # node sizes only: the label holder keeps the rows by node
+
+    def _begin_message(self, counts, cw, party):
+        msg = {"counts": counts, "class_weight": cw}
+        begin = getattr(self.labels, "begin", None)
+        if begin is not None:
+            msg.update(begin(party == self.label_party))
+        return msg
+
+    def _begin_tree(self, tree, counts, cw):
+        self._store = set()   # (party, node, feature) histograms the label holder holds from the last level
+        self._family = {}     # child -> (parent, sibling)
+
+    def _after_split(self, split_nodes, lefts, rights):
+        for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
+            self._family[left] = (p, right)
+            self._family[right] = (p, left)
+
+    def _requests(self, tree, p, cand, mask):
+        """(node, feature) pairs party ``p`` must sum, and those the label holder
+        derives as parent minus smaller sibling."""
+        c = tree.col
+        need = [(int(j), int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)]
+        compute, derive = set(), []
+        for j, f in need:
+            fam = self._family.get(j)
+            if fam is not None and (p, fam[0], f) in self._store:
+                sib = fam[1]
+                if (c["count"][sib] < c["count"][j]) or (c["count"][sib] == c["count"][j] and sib < j):
+                    derive.append((j, f))
+                    compute.add((sib, f))
+                    continue
+            compute.add((j, f))
+        return sorted(compute), sorted(derive)
+
+    def _choose(self, tree, children, cand, masks, pending):
+        n_parties = len(self.feature_counts)
+        lh = self.label_party
+        none = [None] * n_parties
+        if not cand.size:
+            return cand, None, pending, none
+        msgs = [None] * n_parties
+        msgs[lh] = dict(pending[lh], op="find", nodes=cand, fmask=masks[lh])
+        plan = {}
+        for p in range(n_parties):
+            if p == lh:
+                continue
+            compute, derive = self._requests(tree, p, cand, masks[p])
+            plan[p] = (compute, derive)
+            arr = np.array(compute, dtype=np.int32).reshape(-1, 2)
+            msgs[p] = dict(pending[p], op="find", pair_node=arr[:, 0].copy(), pair_feat=arr[:, 1].copy())
+        replies = yield msgs
+        pending = [{} for _ in range(n_parties)]
+        # the sums go to the label holder as they came, with what it needs to read them
+        parts = {k: [] for k in ("pair_party", "pair_node", "pair_feat", "derive_party", "derive_node",
+                                 "derive_feat", "hist", "cnt", "wcnt")}
+        store = set()
+        for p, (compute, derive) in plan.items():
+            n_bins, skip = self.party_bins[p]
+            feats = [f for _, f in compute]
+            n_cnt = int(sum(int(n_bins[f]) + 1 for f in feats))
+            cnt = replies[p].take("cnt", n_cnt)
+            wcnt = replies[p].take("wcnt", n_cnt)
+            _, _, n_values = hist_layout(feats, n_bins, skip, np.asarray(cnt, dtype=np.int64))
+            parts["hist"].append(replies[p].take("hist", self.spec.n_ciphertexts(n_values)))
+            parts["cnt"].append(cnt)
+            parts["wcnt"].append(wcnt)
+            for key, pairs in (("pair", compute), ("derive", derive)):
+                arr = np.array(pairs, dtype=np.int32).reshape(-1, 2)
+                parts[key + "_party"].append(np.full(arr.shape[0], p, dtype=np.int32))
+                parts[key + "_node"].append(arr[:, 0])
+                parts[key + "_feat"].append(arr[:, 1])
+            store.update((p, j, f) for j, f in compute)
+            store.update((p, j, f) for j, f in derive)
+        self._store = store
+        width = self.public.ciphertext_bytes
+        msg = {"op": DECIDE, "cand": cand,
+               "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
+                                             else np.zeros((cand.size, 0), dtype=np.uint8))}
+        for k, arrays in parts.items():
+            if k == "hist":
+                msg[k] = np.vstack(arrays) if arrays else np.zeros((0, width), dtype=np.uint8)
+            else:
+                msg[k] = np.concatenate(arrays).astype(np.uint32 if "cnt" in k else np.int32) if arrays \
+                    else np.empty(0, dtype=np.int32)
+        reply = (yield [msg if p == lh else None for p in range(n_parties)])[lh]
+        split = reply.take_upto("split", cand.size)
+        if split.size and not (np.all(split[1:] > split[:-1]) and np.isin(split, cand).all()):
+            raise ValueError(f"party {lh + 1} (the label holder) named splits that are not candidates")
+        m = split.size
+        winner = reply.take("winner", m)
+        if m and (winner.min() < 0 or winner.max() >= n_parties):
+            raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
+        self._chosen = (split, reply.take("split_feature", m), reply.take("split_bin", m),
+                        reply.take("split_missing_left", m))
+        # the label holder's own partition bits came with its decision
+        own = winner == lh
+        n_own = int(sum(e - b for b, e in zip(*tree.bounds(split[own])))) if own.any() else 0
+        bits = _Bits(reply.take("bits", (n_own + 7) // 8) if own.any() else np.empty(0, np.uint8))
+        got = [bits if p == lh else None for p in range(n_parties)]
+        return split.astype(np.int32), winner.astype(np.int64), pending, got
+
+    def _partition_msg(self, p, split_nodes, won):
+        nodes, feat, b, ml = self._chosen
+        return {"op": "partition", "nodes": split_nodes[won], "feature": feat[won], "bin": b[won],
+                "missing_left": ml[won]}
+
+    def _master_tree(self, tree):
+        t = tree.trimmed(["left", "right", "owner", "count", "feature", "threshold", "missing_left"])
+        out = {"children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
+               "n_node_samples": t["count"]}
+        if self.s.reveal_splits:
+            out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
+        return out
+
+    def _importance(self, master, p):
+        # the shares of the impurity decrease are label statistics: they stay with the label holder
+        return np.zeros(master["children_left"].shape[0])
+
+
+class _RowCount:
+    """The grower's view of the labels in the encrypted modes: their number only."""
+    is_classification = False
+    n_classes = 1
+    n_stats = 3
+    sample_weight = None
+
+    def __init__(self, n_rows):
+        self.n_rows = int(n_rows)
+
+
+class _Bits:
+    """The label holder's partition bits of a level, as a reply to a partition."""
+
+    def __init__(self, bits):
+        self.bits = bits
+
+    def __contains__(self, key):
+        return False
+
+    def take(self, key, n):
+        if key != "bits" or self.bits.shape[0] != n:
+            raise ValueError(f"the label holder sent {self.bits.shape[0]} bytes of partition bits; its "
+                             f"splits need {n}")
+        return self.bits
