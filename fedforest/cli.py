@@ -179,8 +179,9 @@ PREDICT_SETTINGS = {"mode", "task", "n_parties", "data", "id_column", "label_col
                     "predict_method", "explain_row", "explain_trees"}
 
 
-# serve's [job] settings: each party names its own data, so the master takes none
-SERVE_SHOWN = {p.name for p in JOB_PARAMS} - {"data", "test_data", "n_parties"}
+# serve's [job] settings: each party names its own data, so the master takes none; and
+# --resume, to continue a vertical training job from the checkpoints (docs/network.md)
+SERVE_SHOWN = ({p.name for p in JOB_PARAMS} - {"data", "test_data", "n_parties"}) | {"resume"}
 
 
 def _predict_summary_path(path):
@@ -331,7 +332,7 @@ def cmd_serve(args):
 def cmd_join(args):
     from .federation.network import join
     configure_logging(rank=None)
-    return join(args.config, resume=args.resume, data=args.data)
+    return join(args.config, resume=args.resume, data=args.data, overwrite=args.overwrite)
 
 
 def cmd_demo_data(args):
@@ -394,6 +395,9 @@ def build_parser():
     p.add_argument("--config", required=True, help="the party file: [job] data, [network], [policy]")
     p.add_argument("--resume", action="store_true",
                    help="continue from this party's checkpoint (the master runs serve --resume)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a model already in this party's model_dir (as overwrite = true in the "
+                        "party file; the master never decides it)")
     p.add_argument("--data", default=None, metavar="FILE",
                    help="this party's data file in place of the party file's [job] data (e.g. the rows "
                         "to predict, with the same party file)")

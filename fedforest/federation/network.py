@@ -27,10 +27,11 @@ from ..errors import FedForestError, InputError, RemoteError
 from ..transport.base import Comm, JobAborted
 from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
 from ..transport.watch import DIED
-from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, Party, PeerLost, accept_parties, connect_master,
-                             resolve_hosts, split_address)
+from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, JoinFailed, Party, PeerLost, accept_parties,
+                             connect_master, resolve_hosts, split_address)
 from ..version import __version__
 from .config import JOB_INDEX, JOB_PARAMS, load_toml, relative_to, resolve
+from .mode import VERTICAL
 from .registry import REGISTRY
 
 TAG_JOB = 10                    # the start-up exchange, before Comm's handshake
@@ -43,8 +44,11 @@ DEFAULT_CONNECT_TIMEOUT = 300.0
 # message that names one is refused), and a party takes them from its own file only
 LOCAL = ("data", "test_data", "id_column", "na_values", "categorical_columns", "model_dir", "output",
          "summary_json", "overwrite", "resume",
-         "n_jobs", "encrypt_workers", "progress", "verbose", "quiet")
-PARTY_JOB_KEYS = LOCAL + ("label_column",)
+         "n_jobs", "encrypt_workers", "tree_batch", "batch_memory_mb", "progress", "verbose", "quiet")
+# what a party's [job] table says about the label: the column it holds (the job must name the
+# same), or holds_label = false; a party that declares no label column does not hold the label
+PARTY_LABEL_KEYS = ("label_column", "holds_label")
+PARTY_JOB_KEYS = LOCAL + PARTY_LABEL_KEYS
 # paths a party writes (or reads a model from): inside its [policy] base_dir
 PARTY_WRITES = ("model_dir", "output", "summary_json")
 MAX_PARTIES = 4096              # a job message naming more participants is refused
@@ -52,6 +56,12 @@ MAX_MESSAGE_MB = 1 << 20
 # settings that count trees, bounded by a party's max_trees
 TREE_COUNTS = ("n_estimators", "xgb_trees")
 COMMANDS = {"train": ("server_train", "client_train"), "predict": ("server_predict", "client_predict")}
+# the label privacy of a vertical network job whose job file sets none (the label holder
+# refuses "plain" unless its policy allows it)
+NETWORK_LABEL_PRIVACY = "paillier"
+# seconds a party spends on its second try when the master dropped its first connection
+# without a reason (is the master still there, and does it take this party's certificate?)
+SECOND_TRY_SECONDS = 3.0
 
 
 def _table(doc, name, path, required=True):
@@ -162,8 +172,8 @@ class PartyNetwork:
 
 class Policy:
     """What a party accepts (its [policy] table); :meth:`refusals` lists what a request breaks."""
-    KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "allow_master_full_model",
-            "offered_columns", "base_dir")
+    KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "allow_plain_labels",
+            "allow_master_full_model", "offered_columns", "base_dir")
 
     def __init__(self, doc):
         pol = _table(doc, POLICY, None, required=False)
@@ -184,6 +194,8 @@ class Policy:
         check("policy.max_trees", self.max_trees, (None, Interval(int, 1)))
         self.label_privacy = pol.get("require_label_privacy")
         check("policy.require_label_privacy", self.label_privacy, (None, Options("plain", "paillier")))
+        self.plain_labels = pol.get("allow_plain_labels", False)
+        check("policy.allow_plain_labels", self.plain_labels, (bool,))
         self.full_model = pol.get("allow_master_full_model", False)
         check("policy.allow_master_full_model", self.full_model, (bool,))
         self.columns = pol.get("offered_columns")
@@ -193,7 +205,9 @@ class Policy:
                                                        f"{self.columns!r}")
 
     def refusals(self, command, mode, settings, label_column):
-        """Why this party refuses the master's request (empty: it accepts)."""
+        """Why this party refuses the master's request (empty: it accepts).
+        ``label_column``: the label column this party's file declares (None:
+        it does not hold the label)."""
         out = []
         if self.allowed_modes is not None and mode not in self.allowed_modes:
             out.append(f"mode {mode!r} is not allowed (policy allowed_modes = {self.allowed_modes})")
@@ -203,8 +217,10 @@ class Policy:
             n = settings.get(key)
             if self.max_trees is not None and isinstance(n, int) and n > self.max_trees:
                 out.append(f"the job asks {key} = {n}, above this party's max_trees = {self.max_trees}")
+        privacy_refused = False
         if self.label_privacy is not None:
             got = settings.get("label_privacy")
+            privacy_refused = got != self.label_privacy
             if got is None:
                 out.append(f"mode {mode!r} has no label_privacy; this party requires "
                            f"{self.label_privacy!r}")
@@ -214,6 +230,14 @@ class Policy:
             elif got == "paillier" and settings.get("insecure_key"):
                 out.append(f"the job allows Paillier keys below 2048 bits (insecure_key, key_length = "
                            f"{settings.get('key_length')}); this party requires label privacy")
+        # a label holder's labels leave it in the clear only where its own policy says so (a
+        # policy that requires 'plain' says so too); one refusal of 'plain' is enough
+        plain_allowed = self.plain_labels or self.label_privacy == "plain"
+        if label_column is not None and settings.get("label_privacy") == "plain" and not plain_allowed \
+                and not privacy_refused:
+            out.append(f"the job runs label_privacy = 'plain', which sends this party's labels "
+                       f"({label_column!r}) out in the clear; this party's policy does not allow it "
+                       "(allow_plain_labels = true in its [policy] would)")
         if settings.get("master_full_model") and not self.full_model:
             out.append("the job asks for master_full_model (this party's split features and thresholds "
                        "go to the master); this party's policy does not allow it "
@@ -285,14 +309,49 @@ def _start_job(raw, cfg, command, timeout, max_frame=DEFAULT_MAX_FRAME):
     def poll():
         if time.monotonic() > deadline:
             raise FedForestError(f"no answer to the job message within {timeout:g} s")
-    refusals = []
+    refusals, accepted = [], []
     for r in range(1, raw.size):
         ok, why = _reply(raw.recv_bytes(r, TAG_JOB, poll=poll))
-        if not ok:
+        if ok:
+            accepted.append(r)
+        else:
             refusals.append(f"{raw.describe(r)} refuses the job: {why}")
     if refusals:
-        raise InputError("policy", "; ".join(refusals))
+        text = "; ".join(refusals)
+        for r in accepted:      # they did nothing wrong: tell them who stopped the job, and why
+            raw.send_bytes(r, json.dumps({
+                "op": "stop", "error": f"the job cannot start: {text} (nothing is wrong with party "
+                                       f"{raw.names[r]!r})"}).encode("utf-8"), TAG_JOB)
+        raise InputError("policy", text)
     raw.max_frame = max_frame
+
+
+def _network_defaults(cfg, config_path, flags, command):
+    """The master's settings of a network job: a vertical training job whose
+    job file (or flags) set no ``label_privacy`` runs :data:`NETWORK_LABEL_PRIVACY`
+    (under MPI the mode's own default holds); InputError where the settings
+    cannot run with Paillier label privacy, saying how to choose."""
+    if command != "train" or cfg.spec.family != VERTICAL or cfg.spec.param("label_privacy") is None:
+        return cfg
+    chosen = "label_privacy" in cfg.given
+    if not chosen and cfg.label_privacy != NETWORK_LABEL_PRIVACY:
+        cfg = resolve(config_path, dict(flags, label_privacy=NETWORK_LABEL_PRIVACY), skip_tables=(NETWORK,))
+    if cfg.label_privacy != "paillier":
+        return cfg
+    why = None
+    if cfg.values.get("split_method", "hist") != "hist":
+        why = f"needs split_method = 'hist' (this job sets {cfg.split_method!r})"
+    elif cfg.values.get("class_weight") is not None:
+        why = "is not available with class_weight (encrypted statistics are integer counts)"
+    if why is None:
+        return cfg
+    if chosen:
+        raise InputError("label_privacy", f"label_privacy = 'paillier' {why}")
+    raise InputError("label_privacy", f"a network job of mode {cfg.spec.name!r} runs label_privacy = 'paillier' "
+                                      f"unless its job file says otherwise, and label_privacy = 'paillier' "
+                                      f"{why}; change that setting, or set label_privacy = \"plain\" in "
+                                      f"[{cfg.spec.table}] (the labels then go out in the clear: the label "
+                                      "holder must allow it with allow_plain_labels = true in its [policy])")
 
 
 def _master_failure(raw, exc, verbose):
@@ -318,6 +377,7 @@ def serve(config_path, flags, command="train", on_listen=None):
     names = [p.name for p in net.parties]
     flags = dict(flags, n_parties=len(names), data=[f"<data of party {n}>" for n in names])
     cfg = resolve(config_path, flags, skip_tables=(NETWORK,))
+    cfg = _network_defaults(cfg, config_path, flags, command)
     role = cfg.spec.role(COMMANDS[command][0])
     cfg.spec.prepare_rank(cfg, command)
     ctx = server_context(net.certificate, net.key, net.trusted, "network")
@@ -369,6 +429,7 @@ def _party_local(doc, path, policy):
         local[k] = relative_to(v, doc["__base__"]) if k in JOB_INDEX and JOB_INDEX[k].path else v
     if not isinstance(local.get("data"), str) or not local["data"]:
         raise InputError("data", f"{path!r} must name this party's data file in [job] data")
+    check_label_declaration(local, policy)
     for k in ("model_dir", "output"):
         local.setdefault(k, os.path.join(policy.base_dir, JOB_INDEX[k].default))
     for k in PARTY_WRITES:
@@ -378,21 +439,88 @@ def _party_local(doc, path, policy):
     return local
 
 
-def _offered(cfg, rank, policy, family):
-    """Restrict the party's table to the offered columns (its ID and label
-    columns are always kept)."""
+def check_label_declaration(local, policy):
+    """A party's [job] says whether it holds the label: ``label_column`` (the
+    column it holds) or ``holds_label = false``; InputError where the two
+    disagree, or where the label column lies outside the policy's
+    ``offered_columns``."""
+    label, holds = local.get("label_column"), local.get("holds_label")
+    check("label_column", label, (None, str))
+    check("holds_label", holds, (None, bool))
+    if label == "":
+        raise InputError("label_column", "must name this party's label column, got an empty text")
+    if holds is True and label is None:
+        raise InputError("holds_label", "holds_label = true, but [job] names no label_column: a party "
+                                        "that holds the label names its column (label_column = \"...\")")
+    if holds is False and label is not None:
+        raise InputError("holds_label", f"holds_label = false, but [job] names label_column = {label!r}: "
+                                        "a party that holds the label names its column, one that does "
+                                        "not names none")
+    if label is not None and policy.columns is not None and label not in policy.columns:
+        raise InputError("policy.offered_columns", f"the label column {label!r} (label_column in [job]) "
+                                                   "is not in offered_columns; list the label column in "
+                                                   "offered_columns to offer it")
+
+
+def _data_columns(path, what):
+    """The column names of a party's data file (its header where the format
+    has one), or None when the file cannot be read here (the job reports
+    that later, as before)."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext in (".csv", ".txt", ".tsv"):
+            from ..data.io import pd
+            return list(pd.read_csv(path, sep="\t" if ext == ".tsv" else ",", nrows=0).columns)
+        if ext in (".parquet", ".pq"):
+            import pyarrow.parquet
+            return list(pyarrow.parquet.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - read the whole table below instead
+        pass
+    from ..data.io import read_table
+    try:
+        return list(read_table(path, None, what, require_id=False, check_types=False).columns)
+    except InputError:
+        return None
+
+
+def _check_label(cfg, rank, local):
+    """Vertical modes: a party's column is the job's label only where the
+    party's own file says it holds that label; InputError (a refusal) when
+    the job names a column of this party's data that it does not declare."""
+    named, declared = cfg.label_column, local.get("label_column")
+    if named is None or declared is not None:
+        return          # a declared label column must equal the job's: Policy.refusals
+    columns = _data_columns(local["data"], f"party {rank}")
+    if columns is None or named not in columns:
+        return
+    says = ("says it does not hold the label (holds_label = false)" if local.get("holds_label") is False
+            else "does not declare a label column")
+    raise InputError("label_column", f"the job names column {named!r} of this party as the label, but this "
+                                     f"party's file {says}; only the party that holds the label makes a "
+                                     f"column the label: if this party holds it, its file says so in [job] "
+                                     f"(label_column = {json.dumps(named)}); refused")
+
+
+def _offered(cfg, rank, policy, family, label=None):
+    """Restrict the party's table to the offered columns (its ID column is
+    always kept; in a vertical mode the label column only where ``label``,
+    the party's own declaration, names it, and then it is an offered column
+    too; in a horizontal mode the job's label column)."""
     from ..data.io import read_table
     path = cfg.data[rank - 1]
+    label = label if family == VERTICAL else cfg.label_column
     df = read_table(path, cfg.id_column, f"party {rank}", require_id=False, na_values=cfg.na_values or [],
-                    categorical_columns=cfg.categorical_columns or [], label_column=cfg.label_column)
-    keep = [cfg.id_column, cfg.label_column]
+                    categorical_columns=cfg.categorical_columns or [], label_column=label)
+    keep = [cfg.id_column] + ([label] if label is not None else [])
     missing = [c for c in policy.columns if c not in df.columns]
     if missing:
         raise InputError("policy.offered_columns", f"{path!r} has no column {missing[0]!r}")
     extra = [c for c in df.columns if c not in policy.columns and c not in keep]
     if not extra:
         return path
-    if family != "vertical":
+    if family != VERTICAL:
         raise InputError("policy.offered_columns", f"{path!r} holds columns this party does not offer "
                                                    f"({extra}); in a horizontal mode give a file with "
                                                    "the offered columns only")
@@ -443,7 +571,8 @@ def _accept_job(msg, local, policy, name):
     sent = [k for k in LOCAL if k in settings]
     if sent:
         raise InputError("job message", f"the master sets {', '.join(sent)}, which only this party's own file "
-                                        "decides (paths, overwrite, resume, threads, logging): refused")
+                                        "decides (paths, overwrite, resume, threads, memory, logging): refused")
+    check_label_declaration(local, policy)
     refusals = policy.refusals(command, mode_name, settings, local.get("label_column"))
     if refusals:
         raise InputError("policy", "; ".join(refusals))
@@ -472,18 +601,82 @@ def _accept_job(msg, local, policy, name):
     for k in PARTY_WRITES:
         if cfg.values.get(k) is not None:
             policy.confine(k, cfg.values[k])
+    if cfg.spec.family == VERTICAL:
+        _check_label(cfg, rank, local)
     if policy.columns is not None:
-        table = _offered(cfg, rank, policy, cfg.spec.family)
+        table = _offered(cfg, rank, policy, cfg.spec.family, local.get("label_column"))
         data = list(cfg.data)
         data[rank - 1] = table
         cfg.set("data", data)
     return command, rank, size, names, cfg
 
 
-def join(config_path, resume=False, data=None):
+def _printable(text, limit=4000):
+    """A peer's text as one printable line (no control characters to forge log lines)."""
+    return "".join(c if c.isprintable() else " " for c in str(text)[:limit])
+
+
+def _reach_master(net, ctx, timeout):
+    """Connect to the master and wait for its job message: ``(raw, message,
+    None)``, or ``(None, None, why)`` where the connection ended first
+    (``why`` holds "refused this connection" where the master said why)."""
+    try:
+        raw = connect_master(net.master, ctx, net.pin, net.name, timeout)
+    except ClosedAtHello as exc:
+        return None, None, str(exc)
+    try:
+        return raw, raw.recv_bytes(0, TAG_JOB), None
+    except (JobAborted, PeerLost) as exc:
+        raw.close()
+        return None, None, f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc)
+
+
+def _start_party(net, ctx):
+    """The party's connection and the master's job message: ``(raw, message,
+    None)``, or ``(None, None, why)`` when the job cannot start for this party.
+
+    A master that ended the connection without saying why either refused
+    this party's certificate in the TLS handshake (and still listens), or
+    stopped altogether because of another participant (and listens no
+    more); one short second try tells them apart, so only a party whose
+    own certificate is refused is asked to check the master's pin of it."""
+    raw, msg, lost = _reach_master(net, ctx, net.connect_timeout)
+    if lost is None or "refused this connection" in lost:
+        return raw, msg, lost
+    try:
+        raw, msg, again = _reach_master(net, ctx, SECOND_TRY_SECONDS)
+    except JoinFailed as exc:
+        if not str(exc).startswith("cannot reach"):
+            raise
+        return None, None, (f"{lost} before the job started and no longer listens: it stopped without "
+                            "telling this party why (another party failed or was refused, or the master "
+                            "was stopped; the master's output names the cause)")
+    if again is None or "refused this connection" in again:
+        return raw, msg, again
+    own = Certificate(net.certificate, "network.certificate").fingerprint
+    return None, None, (f"{lost} before the job started: the master refused this party's certificate, or "
+                        f"stopped; its job file must pin fingerprint {own} for {net.name!r}")
+
+
+def _stop_reason(raw):
+    """Why the master stopped a job this party had accepted, where it said
+    (another party refused it), else None."""
+    if raw.probe(0, TAG_JOB) is None:
+        return None
+    try:
+        msg = json.loads(bytes(raw.recv_bytes(0, TAG_JOB)).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError, FedForestError):
+        return None
+    if isinstance(msg, dict) and msg.get("op") == "stop" and isinstance(msg.get("error"), str):
+        return _printable(msg["error"])
+    return None
+
+
+def join(config_path, resume=False, data=None, overwrite=False):
     """``fedforest join``: run one party of a network job; returns the exit
     code.  ``data``: a data file in place of the party file's (prediction
-    on another table with the same party file)."""
+    on another table with the same party file); ``resume``, ``overwrite``:
+    set this party's own setting of that name (``--resume``, ``--overwrite``)."""
     doc = load_toml(config_path)
     net = PartyNetwork(doc, config_path)
     policy = Policy(doc)
@@ -492,27 +685,18 @@ def join(config_path, resume=False, data=None):
     local = _party_local(doc, config_path, policy)
     if resume:
         local["resume"] = True
+    if overwrite:
+        local["overwrite"] = True
     ctx = client_context(net.certificate, net.key, "network")
     me = f"party {net.name!r}"
-    def before_start(reason):
-        if "refused this connection" not in reason:
-            own = Certificate(net.certificate, "network.certificate").fingerprint
-            reason = (f"{reason} before the job started: the master refused this party's certificate, "
-                      f"or stopped; its job file must pin fingerprint {own} for {net.name!r}")
-        print(f"error: {me}: {reason}", file=sys.stderr, flush=True)
-        return 1
     try:
-        raw = connect_master(net.master, ctx, net.pin, net.name, net.connect_timeout)
-    except ClosedAtHello as exc:
-        return before_start(str(exc))
+        raw, msg, lost = _start_party(net, ctx)
     except FedForestError as exc:
         print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
         return 1
-    try:
-        msg = raw.recv_bytes(0, TAG_JOB)
-    except (JobAborted, PeerLost) as exc:
-        raw.close()
-        return before_start(f"{raw.describe(0)} {raw.lost[0]}" if 0 in raw.lost else str(exc))
+    if lost is not None:
+        print(f"error: {me}: {_printable(lost)}", file=sys.stderr, flush=True)
+        return 1
     try:
         command, rank, size, names, cfg = _accept_job(msg, local, policy, net.name)
     except InputError as exc:
@@ -547,7 +731,9 @@ def join(config_path, resume=False, data=None):
     if raw.aborted or failed:
         if not failed:
             why = raw.lost.get(0, "stopped the job")
-            print(f"error: {me}: {raw.describe(0)} {why}", file=sys.stderr, flush=True)
+            stop = _stop_reason(raw)
+            print(f"error: {me}: {raw.describe(0)} {why}" + (f": {stop}" if stop else ""), file=sys.stderr,
+                  flush=True)
         raw.close()
         return raw.abort_code or (2 if failed and isinstance(failed[0], InputError) else 1)
     raw.finish()

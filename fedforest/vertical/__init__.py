@@ -30,18 +30,16 @@ PARAMS = tuple(
     for name in ForestParams.names()
 ) + (
     Param("label_privacy", "plain", (Options("plain", "paillier"),),
-          "'plain': labels shared with the parties; 'paillier': labels encrypted for all but their "
-          "holder (needs split_method 'hist', no class_weight)", text=True),
+          "'plain': labels shared with the master and the parties; 'paillier': the label holder keeps "
+          "the Paillier key, the labels and every label statistic, the other parties sum its "
+          "ciphertexts (needs split_method 'hist', no class_weight)", text=True),
     Param("key_length", 2048, (Interval(int, 256, 16_384),), "Paillier key bits: 2048 or 3072"),
     Param("insecure_key", False, (bool,), "allow Paillier keys shorter than 2048 bits (tests only)"),
     Param("slot_bits", None, (None, Interval(int, 1, 1024)),
           "bits per encrypted statistic (None: just enough for the rows)"),
-    Param("encrypt_workers", 1, (Interval(int, 1, 1024),),
-          "processes the label holder uses to encrypt the labels with its own randomness"),
-    Param("label_randomness", "master", (Options("master", "own"),),
-          "'master': the key holder computes the labels' encryption randomness (CRT, n_jobs "
-          "processes; with -1 every core of its host, not a share: the parties wait for it) and "
-          "sends it to the label holder; 'own': the label holder draws it", text=True),
+    Param("encrypt_workers", None, (None, Interval(int, 1, 1024)),
+          "processes the label holder uses to make the randomness of its encryptions with its own "
+          "key (None: every core of its host, as n_jobs = -1 gives; the other parties wait for it)"),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
@@ -51,7 +49,7 @@ PARAMS = tuple(
     Param("checkpoint_minutes", 5.0, (Interval(numbers.Real, 0.0, None, closed="neither"),),
           "with tree_batch = None, batches are sized so that a checkpoint is written at least this "
           "often (the first from an estimate of the time per tree, later ones from the measured time)"),
-    Param("batch_memory_mb", 4096, (Interval(int, 1),),
+    Param("batch_memory_mb", 4096, (Interval(int, 1, 1 << 20),),
           "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
     Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),
           "threads per rank for split search, partitions and prediction (-1: the cores given to "
@@ -69,7 +67,7 @@ PARAMS = tuple(
 
 
 # the boosting mode: XGBoost-named settings, then the job settings it shares with the forest
-_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "label_randomness", "master_full_model",
+_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "master_full_model",
            "n_jobs", "resume", "result_party", "predict_method", "explain_row",
            "explain_trees")
 BOOST_PARAMS = tuple(
@@ -78,9 +76,9 @@ BOOST_PARAMS = tuple(
     for name in BoostParams.names()
 ) + (
     Param("label_privacy", "paillier", (Options("plain", "paillier"),),
-          "'paillier': the label holder computes the gradients and sends them only Paillier-encrypted "
-          "under the master's key (needs split_method 'hist'); 'plain': the master computes them from "
-          "the labels and sends them in the clear", text=True),
+          "'paillier': the label holder keeps the key, the labels, the margins and the leaf values and "
+          "sends the gradients only encrypted under its own key (needs split_method 'hist'); 'plain': "
+          "the master computes them from the labels and sends them in the clear", text=True),
 ) + tuple(p for p in PARAMS if p.name in _SHARED)
 
 

@@ -121,6 +121,9 @@ def path_lines(trees, leaves, classes, n_show):
     for t, (tree, leaf) in enumerate(zip(trees[:n_show], leaves[:n_show])):
         path = tree_path(tree, leaf)
         steps = [f"node {n} (party {int(tree['owner'][n]) + 1})" for n in path[:-1]]
+        if "value" not in tree:   # encrypted labels: the label holder prints the leaf values
+            lines.append(f"tree {t}: " + " -> ".join(steps + [f"leaf {leaf} [value at the label holder]"]))
+            continue
         value = tree["value"][leaf]
         if classes is not None:
             shown = ", ".join(f"{c}: {v:.3f}" for c, v in zip(classes, value))

@@ -20,6 +20,7 @@ from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
+from .paillier.relay import RelayGrower
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
@@ -44,6 +45,8 @@ def open_training(comm, cfg, params):
     comm.handshake()
     infos = comm.exchange({r: {"op": protocol.LOAD, "mode": cfg.spec.name, "label_column": cfg.label_column,
                                "label_privacy": cfg.label_privacy} for r in comm.clients})
+    for r in comm.clients:
+        check_load_reply(infos[r], r)
     holders = [r for r in comm.clients if infos[r]["has_label"]]
     if len(holders) != 1:
         where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
@@ -73,6 +76,27 @@ def open_training(comm, cfg, params):
                    random_state=random_state, n_rows=n_rows, lost=lost)
 
 
+def batch_limits(cfg, infos, n_estimators, bytes_per_tree):
+    """The fixed batch size (None: sized by memory and time) and the largest
+    batch: the smallest any rank allows, each by its own ``tree_batch`` and
+    ``batch_memory_mb`` (a party's memory is its own to bound)."""
+    own = [(cfg.tree_batch, cfg.batch_memory_mb)] + [(i["tree_batch"], i["batch_memory_mb"]) for i in infos.values()]
+    limit = min(builder.resolve_tree_batch(tb, n_estimators, mb, bytes_per_tree) for tb, mb in own)
+    fixed = [tb for tb, _ in own if tb is not None]
+    return (min(min(fixed), limit) if fixed else None), limit
+
+
+def check_load_reply(info, r):
+    """A party's description of its table and its own batch bounds."""
+    tb, mb = info.get("tree_batch"), info.get("batch_memory_mb")
+    ok = isinstance(info.get("has_label"), bool) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (info.get("n_rows"), info.get("n_features")))
+    ok = ok and (tb is None or (isinstance(tb, int) and not isinstance(tb, bool) and tb >= 1))
+    ok = ok and isinstance(mb, int) and not isinstance(mb, bool) and mb >= 1
+    if not ok:
+        raise builder.bad_message(f"party {r} described its table as {str(info)[:200]}")
+
+
 def master_train(comm, cfg):
     """Master side of training; returns a summary dict."""
     t_start = time.perf_counter()
@@ -89,9 +113,9 @@ def master_train(comm, cfg):
               "params": params.to_dict(), "task": cfg.task}
     he = {}
     if cfg.label_privacy == "paillier":
-        grower, classes, he = _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts,
-                                              common)
-        n_classes = classes.size if is_clf else 1
+        # the master learns the number of classes, not their names
+        grower, n_classes, he = _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, common)
+        classes = None
     else:
         y_raw = comm.exchange({label_party: {"op": protocol.SEND_LABELS}})[label_party]["y"]
         codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
@@ -110,7 +134,8 @@ def master_train(comm, cfg):
         "run_id": run_id,
         "task": cfg.task,
         "params": params.to_dict(), "feature_counts": feature_counts, "label_party": label_party,
-        "classes": classes.tolist() if is_clf else None, "n_estimators": params.n_estimators,
+        "classes": classes.tolist() if is_clf and classes is not None else None,
+        "n_classes": n_classes, "n_estimators": params.n_estimators,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
         "random_state_used": random_state, "label_privacy": cfg.label_privacy,
     }
@@ -119,10 +144,10 @@ def master_train(comm, cfg):
     n_jobs = numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     builder.warm_up(params.split_method, is_clf)
     seeds = tree_seeds(random_state, params.n_estimators)
-    batch = builder.resolve_tree_batch(cfg.tree_batch, params.n_estimators, cfg.batch_memory_mb,
-                                       builder.tree_state_bytes(n_rows, grower.labels.n_stats,
-                                                                cfg.label_privacy, he.get("key_length")))
-    plan = builder.BatchPlan(cfg.tree_batch, batch, 60.0 * cfg.checkpoint_minutes,
+    n_stats = n_classes if is_clf else 3
+    fixed, batch = batch_limits(cfg, job.infos, params.n_estimators,
+                                builder.tree_state_bytes(n_rows, n_stats, cfg.label_privacy, he.get("key_length")))
+    plan = builder.BatchPlan(fixed, batch, 60.0 * cfg.checkpoint_minutes,
                              builder.estimated_tree_seconds(n_rows, max(feature_counts), params.max_depth,
                                                             he.get("key_length")))
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
@@ -182,8 +207,6 @@ def master_train(comm, cfg):
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
         "label_privacy": cfg.label_privacy, **he,
     }
-    if he:
-        summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)}, {_batches(plan.sizes)})")
     return report_training(cfg, summary)
@@ -209,54 +232,70 @@ def _check_paillier(params, cfg):
 
 
 def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, common):
-    """Key generation, label encryption by the label holder, relay of the
-    ciphertexts to the other parties; returns the grower, the classes and
-    figures for the summary."""
+    """The label holder makes its key pair and encrypts its labels; the master
+    relays the public key and the ciphertexts to the other parties and their
+    bin counts back to the label holder.  Returns the grower, the number of
+    classes and figures for the summary."""
     is_clf = cfg.task == CLASSIFICATION
     n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
-    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
-    log(cfg, f"Paillier key: {public.key_length} bits; party {label_party} encrypts the labels")
-    ask = {"op": protocol.ENCRYPT_LABELS, "public_key": public.to_bytes(), "n_total": n_total,
-           "slot_bits": cfg.slot_bits}
-    randomness_seconds = 0.0
-    if cfg.label_randomness == "master":
-        # the key holder makes the randomness factors (CRT, in parallel): see docs/protocol.md;
-        # the parties wait for them, so it takes every core of its host
-        t0 = time.perf_counter()
-        ask["randomness"] = public.serialize(private.randomness(n_rows, resolve_n_jobs(cfg.n_jobs, alone=True)))
-        randomness_seconds = time.perf_counter() - t0
-    rep = comm.exchange({label_party: ask})[label_party]
-    if rep["fingerprint"] != public.fingerprint:
-        raise encrypted.ProtocolIntegrityError(
-            f"party {label_party} encrypted the labels under another public key (fingerprint "
-            f"{rep['fingerprint']}, the master's key is {public.fingerprint})")
-    spec = encrypted.EncryptionSpec.from_dict(rep["spec"])
-    if spec.key_length != public.key_length or spec.n_total != n_total:
+    rep = comm.exchange({label_party: {"op": protocol.ENCRYPT_LABELS, "n_total": n_total,
+                                       "slot_bits": cfg.slot_bits}})[label_party]
+    public = received_key(rep, cfg, label_party)
+    spec = encrypted.EncryptionSpec.from_dict(rep.get("spec"))
+    if spec.key_length != public.key_length or spec.n_total != n_total or spec.is_classification != is_clf:
         raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
-    classes = np.asarray(rep["classes"]) if is_clf else np.empty(0)
-    n_classes = classes.size if is_clf else 1
+    n_classes = spec.n_classes if is_clf else 1
+    blocks = rep.get("blocks")
+    if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
+            and blocks.shape == (n_rows, public.ciphertext_bytes)):
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {builder.shown(blocks)} as its "
+                                               "encrypted labels")
+    log(cfg, f"Paillier key: {public.key_length} bits, made by party {label_party}, which holds the labels "
+              f"and decides every split")
     settings = SplitSettings(params, n_rows, is_clf, n_classes, sum(feature_counts))
     settings.reveal_splits = bool(cfg.master_full_model)
     # validation is complete: from here on work starts and files get written
     comm.scatter({r: dict(common, settings=settings.to_dict(), n_classes=n_classes, spec=spec.to_dict(),
-                          public_key=public.to_bytes(),
-                          **({} if r == label_party else {"labels": rep["blocks"],
-                                                          "fingerprint": rep["fingerprint"]}))
+                          public_key=public.to_bytes(), feature_counts=list(feature_counts),
+                          label_party=label_party,
+                          **({} if r == label_party else {"labels": blocks, "fingerprint": public.fingerprint}))
                   for r in comm.clients})
+    party_bins = relay_bins(comm, label_party)
+    grower = RelayGrower(RemoteParties(comm), n_rows, params, settings, feature_counts, label_party - 1,
+                         party_bins, spec, public)
+    he = {"key_length": public.key_length, "paillier_key_holder": "label_holder",
+          "label_encrypt_seconds": float(rep.get("seconds", 0.0)), "slot_bits": spec.width,
+          "values_per_ciphertext": spec.per_ciphertext}
+    log(cfg, f"labels encrypted by party {label_party} in {he['label_encrypt_seconds']:.1f}s ({n_rows} rows, "
+              f"{spec.width}-bit slots, {spec.per_ciphertext} statistics vectors per ciphertext)")
+    return grower, n_classes, he
+
+
+def received_key(rep, cfg, label_party):
+    """The label holder's public key from its reply, of the configured length."""
+    data = rep.get("public_key")
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
+            and 0 < data.size <= 16_384 // 8):
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {builder.shown(data)} as its public key")
+    public = paillier.PublicKey.from_bytes(data)
+    if public.key_length != cfg.key_length:
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} made a {public.key_length}-bit key; the "
+                                               f"job's key_length is {cfg.key_length}")
+    paillier.check_key_length(public.key_length, cfg.insecure_key)
+    return public
+
+
+def relay_bins(comm, label_party):
+    """The other parties' bin counts and most frequent bins, passed on to the
+    label holder (it reads their sums); returns them per party index (None
+    for the label holder)."""
     others = [r for r in comm.clients if r != label_party]
     bins = comm.exchange({r: {"op": protocol.BINS} for r in others}) if others else {}
-    party_bins = [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"])
-                  for r in comm.clients]
-    info = encrypted.LabelInfo(is_clf, n_classes, n_rows)
-    grower = encrypted.PaillierGrower(RemoteParties(comm), info, params, settings, feature_counts,
-                                      private, spec, label_party - 1, party_bins)
-    he = {"key_length": public.key_length, "label_randomness": cfg.label_randomness,
-          "label_randomness_seconds": randomness_seconds, "label_encrypt_seconds": rep["seconds"],
-          "label_setup_seconds": randomness_seconds + rep["seconds"],
-          "slot_bits": spec.width, "values_per_ciphertext": spec.per_ciphertext}
-    log(cfg, f"labels encrypted in {rep['seconds']:.1f}s ({n_rows} rows, {spec.width}-bit slots, "
-              f"{spec.per_ciphertext} statistics vectors per ciphertext)")
-    return grower, classes, he
+    cat = [np.empty(0, dtype=np.int64)]
+    comm.exchange({label_party: {"op": protocol.BINS,
+                                 "n_bins": np.concatenate(cat + [np.asarray(bins[r]["n_bins"], np.int64) for r in others]),
+                                 "skip": np.concatenate(cat + [np.asarray(bins[r]["skip"], np.int64) for r in others])}})
+    return [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"]) for r in comm.clients]
 
 
 # ---------------------------------------------------------------------------
@@ -270,6 +309,12 @@ def master_predict(comm, cfg):
     if manifest["n_parties"] != cfg.n_parties:
         raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
                                           f"this job has {cfg.n_parties}")
+    # with encrypted labels the leaf values live at the label holder: it writes the predictions
+    at_holder = manifest.get("label_privacy") == "paillier"
+    if at_holder and cfg.result_party != manifest["label_party"]:
+        raise InputError("result_party", f"the model's leaf values are held by the label holder (party "
+                                         f"{manifest['label_party']}), which writes the predictions; set "
+                                         f"result_party = {manifest['label_party']}")
     comm.handshake()
     infos = comm.exchange({r: {"op": protocol.LOAD} for r in comm.clients})
     for r in comm.clients:
@@ -291,45 +336,66 @@ def master_predict(comm, cfg):
     comm.exchange({r: {"op": protocol.READY} for r in comm.clients})  # every rank has its kernels loaded
     rounds0 = comm.rounds
     t0 = time.perf_counter()
-    leaves = [] if cfg.explain_row is not None else None
     boost = manifest.get("boost")
-    # a forest averages its trees; boosting trees add to the margin of their output
-    # (tree t of a round to output t % n_outputs)
-    outputs = None if boost is None else (np.arange(len(trees)) % boost["n_outputs"],
-                                          np.asarray(boost["base_margin"], dtype=np.float64))
     if cfg.predict_method == "oneshot":
-        values = _predict_oneshot(comm, cfg, trees, n_rows, leaves, outputs)
+        row_leaves = _leaves_oneshot(comm, cfg, trees, n_rows)
     else:
-        values = _predict_classical(comm, cfg, trees, n_rows, leaves, outputs)
+        row_leaves = _leaves_classical(comm, cfg, trees, n_rows)
     seconds = time.perf_counter() - t0
     predict_rounds = comm.rounds - rounds0
+    leaves = None if cfg.explain_row is None else [int(r[0]) for r in row_leaves]
     path = None
     if leaves is not None:
         path = _explain_path(comm, cfg, manifest, trees, leaves)
-    if boost is None:
-        values /= len(trees)
+    values = None
+    if at_holder:
+        msg = {"op": protocol.RESULT, "leaves": np.vstack(row_leaves).astype(np.int32) if trees else
+               np.zeros((0, n_rows), dtype=np.int32)}
     else:
-        values = boosting.predict_output(boost["objective"], values).reshape(n_rows, -1)
-    is_clf = manifest["task"] == CLASSIFICATION
-    msg = {"op": protocol.RESULT}
-    if is_clf:
-        classes = np.array(manifest["classes"])
-        msg.update(prediction=classes[np.argmax(values, axis=1)], proba=values,
-                   classes=[str(c) for c in classes])
-    else:
-        msg.update(prediction=values[:, 0])
+        values = _leaf_sums(trees, row_leaves, n_rows, boost)
+        msg = _result_message(values, manifest)
     out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
     comm.exchange({r: {"op": protocol.DONE} for r in comm.clients})
     log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
               f"({cfg.predict_method}, {plural_rounds(predict_rounds)}); predictions written by party "
               f"{cfg.result_party} to {out['path']}")
     summary = {"n_rows": n_rows, "rows_lost": lost, "seconds": seconds, "rounds": predict_rounds,
-               "method": cfg.predict_method, "values": values, "prediction": msg["prediction"],
-               "output": out["path"]}
+               "method": cfg.predict_method, "output": out["path"]}
+    if values is not None:
+        summary.update(values=values, prediction=msg["prediction"])
     if path is not None:
         summary["path"] = path
     write_summary(cfg.summary_json, summary)
     return summary
+
+
+def _leaf_sums(trees, row_leaves, n_rows, boost):
+    """The model's output per row from every row's leaf in each tree: the
+    forest's mean leaf value, or boosting's probabilities (or values) from
+    the base margin plus the trees' leaf values (tree ``t`` of a round adds to
+    output ``t % n_outputs``)."""
+    if boost is None:
+        values = np.zeros((n_rows, trees[0]["value"].shape[1]))
+        for tree, leaf in zip(trees, row_leaves):
+            values += tree["value"][leaf]
+        return values / len(trees)
+    k_out = boost["n_outputs"]
+    margin = np.tile(np.asarray(boost["base_margin"], dtype=np.float64), (n_rows, 1))
+    for i, (tree, leaf) in enumerate(zip(trees, row_leaves)):
+        margin[:, i % k_out] += tree["value"][leaf, 0]
+    return boosting.predict_output(boost["objective"], margin).reshape(n_rows, -1)
+
+
+def _result_message(values, manifest):
+    """The predictions for the result party: classes and probabilities, or values."""
+    msg = {"op": protocol.RESULT}
+    if manifest["task"] == CLASSIFICATION:
+        classes = np.array(manifest["classes"])
+        msg.update(prediction=classes[np.argmax(values, axis=1)], proba=values,
+                   classes=[str(c) for c in classes])
+    else:
+        msg.update(prediction=values[:, 0])
+    return msg
 
 
 def _explain_path(comm, cfg, manifest, trees, leaves):
@@ -352,65 +418,45 @@ def _explain_path(comm, cfg, manifest, trees, leaves):
     return lines
 
 
-def _sums(trees, n_rows, outputs):
-    """The starting sums of the trees' leaf values, and how to add one tree's:
-    zeros and every column (a forest's trees), or the base margins and column
-    ``columns[i]`` (boosting trees; ``outputs = (columns, base margins)``)."""
-    if outputs is None:
-        values = np.zeros((n_rows, trees[0]["value"].shape[1]))
-
-        def add(i, rows, v):
-            values[rows] += v
-    else:
-        columns, base = outputs
-        values = np.tile(base, (n_rows, 1))
-
-        def add(i, rows, v):
-            values[rows, columns[i]] += v[..., 0]
-    return values, add
-
-
-def _predict_oneshot(comm, cfg, trees, n_rows, leaves=None, outputs=None):
-    """Algorithm 4: one collective round for the whole forest."""
+def _leaves_oneshot(comm, cfg, trees, n_rows):
+    """Algorithm 4: one collective round for the whole forest; every row's
+    leaf (node id) in each tree."""
     comm.scatter({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
     leaf_lists = [leaves_of(t) for t in trees]
     per_party = [unpack_leaf_sets(rep, trees, n_rows) for _, rep in comm.gather_each()]
-    values, add = _sums(trees, n_rows, outputs)
+    out = []
     bar = progress_bar(cfg, total=len(trees), desc="combining leaf sets", unit="tree")
-    # intersections in parallel blocks of trees, sums in tree order
+    # intersections in parallel blocks of trees
     block = 4 * max(1, numba_threads.threads())
     for b0 in range(0, len(trees), block):
         ids = range(b0, min(b0 + block, len(trees)))
         found = predict.in_threads(lambda i: leaf_positions(n_rows, per_party, i, leaf_lists[i].size), ids)
-        for i, pos in zip(ids, found):
-            add(i, slice(None), trees[i]["value"][leaf_lists[i][pos]])
-            if leaves is not None:
-                leaves.append(int(leaf_lists[i][pos][0]))
+        out += [leaf_lists[i][pos] for i, pos in zip(ids, found)]
         bar.update(len(ids))
     bar.close()
-    return values
+    return out
 
 
-def _predict_classical(comm, cfg, trees, n_rows, leaves=None, outputs=None):
-    """Node-by-node prediction: one round trip to the owning party per split node."""
+def _leaves_classical(comm, cfg, trees, n_rows):
+    """Node-by-node prediction: one round trip to the owning party per split
+    node; every row's leaf in each tree."""
     comm.bcast({"op": protocol.CLASSICAL})
-    values, add = _sums(trees, n_rows, outputs)
-    for i, t in enumerate(progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree")):
+    out = []
+    for t in progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree"):
+        leaf = np.zeros(n_rows, dtype=np.int64)
         stack = [(0, np.arange(n_rows, dtype=np.int64))]
         while stack:
             node, rows = stack.pop()
             if t["children_left"][node] < 0:
-                add(i, rows, t["value"][node])
-                if leaves is not None and rows.size:
-                    leaves.append(int(node))
+                leaf[rows] = node
                 continue
             if rows.size == 0:
                 continue
             owner = int(t["owner"][node]) + 1
-            rep = comm.exchange({owner: {"op": protocol.ROUTE, "tree": i, "node": node, "rows": rows}})[owner]
+            rep = comm.exchange({owner: {"op": protocol.ROUTE, "tree": len(out), "node": node, "rows": rows}})[owner]
             left = np.unpackbits(rep["bits"], count=rows.size).astype(bool)
             stack.append((int(t["children_right"][node]), rows[~left]))
             stack.append((int(t["children_left"][node]), rows[left]))
+        out.append(leaf)
     comm.bcast({"op": protocol.END_CLASSICAL})
-    return values
-
+    return out

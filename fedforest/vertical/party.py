@@ -27,12 +27,15 @@ from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
-from . import explain, forest_params, model_files, protocol
+from .paillier.holder import KeyHolderSplitter, check_leaves
+from ..tree.builder import ForestTrees
+from . import boosting, explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
 from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")   # job and run ids: 32 hex digits
 MAX_CLASSES = 1 << 16
+DEFAULT_BATCH_MB = 4096
 
 
 def _crash_point(rank):
@@ -67,8 +70,11 @@ def open_training(comm, cfg):
                                          f"{str(msg.get('label_column'))[:80]!r}; party {rank}'s "
                                          f"configuration names {cfg.label_column!r}")
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=cfg.label_column)
+    # the bounds of this party's memory are its own: the master sizes batches within them
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
-                       "has_label": table.has_label, "fingerprint": table.fingerprint()})
+                       "has_label": table.has_label, "fingerprint": table.fingerprint(),
+                       "tree_batch": cfg.values.get("tree_batch"),
+                       "batch_memory_mb": cfg.values.get("batch_memory_mb", DEFAULT_BATCH_MB)})
     msg = expect(comm.recv(MASTER), protocol.CHECK_DIR)
     if not isinstance(msg.get("full_model"), bool):
         raise bad_message(f"'full_model' must be true or false, got {shown(msg.get('full_model'))}")
@@ -124,7 +130,7 @@ def party_train(comm, cfg):
     splitter.count_total = n_total
     splitter.count_max = n_total if params.bootstrap else 1
     splitter.class_weighted = is_clf and params.class_weight is not None
-    # the trees of a batch, as the master sizes it from the same settings
+    # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
     n_estimators = params.n_estimators
     batch = builder.resolve_tree_batch(
         cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
@@ -141,6 +147,9 @@ def party_train(comm, cfg):
         "n_estimators": n_estimators,
         "label_privacy": cfg.label_privacy,
     }
+    if cfg.label_privacy == "paillier" and held is not None:
+        # the label holder writes the predictions: the class names stay with it
+        manifest["classes"] = [str(c) for c in held["classes"]] if is_clf else None
     if start == 0:
         model_files.clear(folder)
     return serve_growth(comm, splitter, manifest, folder, start, batch)
@@ -297,23 +306,26 @@ def _check_batch_trees(trees, first, end, commit):
 
 
 def public_key(data, cfg):
-    """The master's Paillier public key, of the length this party's settings ask."""
+    """The label holder's Paillier public key (relayed by the master), of the
+    length this party's settings ask."""
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
             and 0 < data.size <= 16_384 // 8):
         raise bad_message(f"'public_key' must be the bytes of a Paillier key, got {shown(data)}")
     public = paillier.PublicKey.from_bytes(data)
     if public.key_length != cfg.key_length:
-        raise InputError("key_length", f"the master's public key has {public.key_length} bits; this "
+        raise InputError("key_length", f"the relayed public key has {public.key_length} bits; this "
                                        f"party's key_length is {cfg.key_length}")
     paillier.check_key_length(public.key_length, cfg.insecure_key)
     return public
 
 
 def _encrypt_labels(comm, cfg, msg, y):
-    """The label holder: encode and encrypt its labels under the master's key."""
+    """The label holder: make its own key pair, encode its labels and encrypt
+    them with its own randomness; the public key, the public slot layout and
+    the ciphertexts go to the master (which relays them), the private key and
+    the grid step stay here."""
     what = f"label column {cfg.label_column!r}"
     codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
-    public = public_key(msg.get("public_key"), cfg)
     params = validate(forest_params(cfg), cfg.task)
     n = codes.shape[0]
     n_total = resolve_max_samples(params.max_samples, n) if params.bootstrap else n
@@ -323,10 +335,7 @@ def _encrypt_labels(comm, cfg, msg, y):
     if msg.get("slot_bits") != cfg.slot_bits or isinstance(msg.get("slot_bits"), bool):
         raise bad_message(f"'slot_bits' must be {cfg.slot_bits} (this party's settings), got "
                           f"{shown(msg.get('slot_bits'))}")
-    if ("randomness" in msg) != (cfg.label_randomness == "master"):
-        raise bad_message(f"with label_randomness = {cfg.label_randomness!r} the master "
-                          f"{'sends' if cfg.label_randomness == 'master' else 'does not send'} "
-                          "'randomness'")
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
     is_clf = cfg.task == CLASSIFICATION
     if is_clf:
         spec = encrypted.EncryptionSpec(True, classes.size, n_total, public.key_length, cfg.slot_bits)
@@ -337,32 +346,62 @@ def _encrypt_labels(comm, cfg, msg, y):
                                         step=step, bias=bias)
         scored = codes * step
     t0 = time.perf_counter()
-    factors = None
-    if "randomness" in msg:
-        factors = public.factors_from_blocks(msg["randomness"], "randomness from the master")
-    cts = encrypted.encrypt_rows(public, spec.row_plaintexts(codes), cfg.encrypt_workers, factors)
+    cts = encrypt_own(private, spec.row_plaintexts(codes), cfg)
     seconds = time.perf_counter() - t0
-    comm.send(MASTER, {"classes": classes if is_clf else None, "spec": spec.to_dict(), "seconds": seconds,
-                       "blocks": public.serialize(cts), "fingerprint": public.fingerprint})
-    return {"codes": codes, "scored": scored, "public": public, "spec": spec, "classes": classes}
+    # the grid step says how large the targets are: it stays here (the others read no sums)
+    public_spec = dict(spec.to_dict(), step=1.0)
+    comm.send(MASTER, {"public_key": public.to_bytes(), "spec": public_spec, "seconds": seconds,
+                       "blocks": public.serialize(cts)})
+    return {"codes": codes, "scored": scored, "public": public, "private": private, "spec": spec,
+            "classes": classes}
+
+
+def encrypt_own(private, plaintexts, cfg):
+    """Encryptions of ``plaintexts`` under the label holder's own key, each with
+    fresh randomness made from the key's factorisation (the CRT; in
+    ``encrypt_workers`` processes, by default every core of the host)."""
+    workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
+    factors = private.randomness(len(plaintexts), workers)
+    return private.public.encrypt_with(plaintexts, factors)
+
+
+def setup_parties(setup, cfg, rank):
+    """The parties' column counts and the label holder's rank from the setup message."""
+    fc = setup.get("feature_counts")
+    if not (isinstance(fc, list) and len(fc) == cfg.n_parties
+            and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in fc)):
+        raise bad_message(f"'feature_counts' must list {cfg.n_parties} column counts, got {shown(fc)}")
+    lp = int_value(setup.get("label_party"), "'label_party'", 1, cfg.n_parties)
+    return fc, lp
 
 
 def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total):
-    """The splitter of a party in the encrypted-label mode."""
+    """The splitter of a party in the encrypted-label mode: the label holder
+    decides the splits; every other party sums ciphertexts."""
     is_clf = settings.is_classification
-    public = public_key(setup.get("public_key"), cfg)
+    fc, lp = setup_parties(setup, cfg, rank)
+    if (held is not None) != (lp == rank):
+        raise bad_message(f"'label_party' is {lp}; this party {'holds' if held is not None else 'does not hold'} "
+                          "the labels")
     if held is not None:
+        public = public_key(setup.get("public_key"), cfg)
         if public.fingerprint != held["public"].fingerprint:
-            raise InputError(f"party {rank}", "the master's public key changed during setup")
-        check_fields(setup.get("spec"), held["spec"].to_dict(), "the slot layout")
+            raise InputError(f"party {rank}", "the setup message carries another public key than this "
+                                              "party's own")
+        check_fields(setup.get("spec"), dict(held["spec"].to_dict(), step=1.0), "the slot layout")
         labels = PlainLabels(held["scored"], is_clf, n_classes)
-        return encrypted.LabelHolderSplitter(X, settings, labels, held["codes"], held["spec"], public)
+        splitter = KeyHolderSplitter(X, settings, labels, ForestTrees(settings), held["spec"], held["private"],
+                                     rank - 1, fc, codes=held["codes"])
+        splitter.set_bins(expect(comm.recv(MASTER), protocol.BINS))
+        comm.send(MASTER, {})
+        return splitter
+    public = public_key(setup.get("public_key"), cfg)
     spec = encrypted.party_spec(setup.get("spec"), is_clf, n_classes, n_total, cfg.key_length,
                                 cfg.slot_bits)
     if setup.get("fingerprint") != public.fingerprint:
         raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
                                           f"(fingerprint {str(setup.get('fingerprint'))[:40]}, the "
-                                          f"master's key is {public.fingerprint})")
+                                          f"relayed key is {public.fingerprint})")
     blocks = setup.get("labels")
     if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8 and blocks.ndim == 2):
         raise bad_message(f"'labels' must be blocks of ciphertext bytes, got {shown(blocks)}")
@@ -432,6 +471,8 @@ def party_predict(comm, cfg):
         elif op == protocol.RESULT:
             if rank != cfg.result_party:
                 raise bad_message(f"predictions sent to party {rank}; result_party is {cfg.result_party}")
+            if "leaves" in msg:   # the leaf values are this party's: it makes the predictions
+                msg = _holder_result(msg, trees, manifest, ids.shape[0], cfg)
             _check_result(msg, ids.shape[0])
             path = _write_predictions(cfg, ids, msg, manifest)
             comm.send(MASTER, {"path": path})
@@ -465,6 +506,38 @@ def _path_steps(msg, trees):
             raise bad_message(f"'child' {child} is not a child of node {node} of tree {i}")
         steps.append((i, node, child))
     return steps
+
+
+def _holder_result(msg, trees, manifest, n_rows, cfg):
+    """The label holder's predictions from every row's leaf in each tree (the
+    master's intersection of the leaf sets) and its own leaf values."""
+    if manifest.get("label_privacy") != "paillier" or not manifest.get("has_label"):
+        raise bad_message("leaves sent to a party that holds no leaf values")
+    leaves = check_leaves(msg.get("leaves"), trees, n_rows)
+    row_leaves = [leaves[i] for i in range(len(trees))]
+    boost = manifest.get("boost")
+    if boost is None:
+        values = np.zeros((n_rows, trees[0]["value"].shape[1]))
+        for tree, leaf in zip(trees, row_leaves):
+            values += tree["value"][leaf]
+        values /= len(trees)
+    else:
+        k_out = boost["n_outputs"]
+        margin = np.tile(np.asarray(boost["base_margin"], dtype=np.float64), (n_rows, 1))
+        for i, (tree, leaf) in enumerate(zip(trees, row_leaves)):
+            margin[:, i % k_out] += tree["value"][leaf, 0]
+        values = boosting.predict_output(boost["objective"], margin).reshape(n_rows, -1)
+    if cfg.explain_row is not None:
+        for i, (tree, leaf) in enumerate(zip(trees[:cfg.explain_trees], row_leaves)):
+            print(f"[party {manifest['rank']}] tree {i}: leaf {int(leaf[0])} value "
+                  f"{', '.join(f'{v:.6g}' for v in tree['value'][leaf[0]])}", flush=True)
+    out = {"op": protocol.RESULT}
+    if manifest["task"] == CLASSIFICATION:
+        classes = np.array(manifest["classes"])
+        out.update(prediction=classes[np.argmax(values, axis=1)], proba=values, classes=[str(c) for c in classes])
+    else:
+        out.update(prediction=values[:, 0])
+    return out
 
 
 def _check_result(msg, n_rows):
