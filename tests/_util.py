@@ -43,11 +43,16 @@ def party_frames(X, y, groups, label_party=0, ids=None, label="y"):
 
 
 def complete_trees(model_dir, n_parties, offsets):
-    """The complete trees as the union of the master's and parties' saved partial trees."""
+    """The complete trees as the union of the master's and parties' saved partial
+    trees (with encrypted labels the leaf values come from the label holder's)."""
     mdir = model_io.party_dir(model_dir, 0)
-    n = model_io.read_manifest(mdir)["n_trees"]
+    manifest = model_io.read_manifest(mdir)
+    n = manifest["n_trees"]
     master = model_io.read_trees(mdir, n)
     parts = [model_io.read_trees(model_io.party_dir(model_dir, r), n) for r in range(1, n_parties + 1)]
+    if "value" not in master[0]:
+        holder = parts[manifest["label_party"] - 1]
+        master = [dict(m, value=h["value"]) for m, h in zip(master, holder)]
     return [merge_partials(master[t], [p[t] for p in parts], offsets) for t in range(n)]
 
 

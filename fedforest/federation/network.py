@@ -319,9 +319,12 @@ def _start_job(raw, cfg, command, timeout, max_frame=DEFAULT_MAX_FRAME):
     if refusals:
         text = "; ".join(refusals)
         for r in accepted:      # they did nothing wrong: tell them who stopped the job, and why
-            raw.send_bytes(r, json.dumps({
-                "op": "stop", "error": f"the job cannot start: {text} (nothing is wrong with party "
-                                       f"{raw.names[r]!r})"}).encode("utf-8"), TAG_JOB)
+            try:
+                raw.send_bytes(r, json.dumps({
+                    "op": "stop", "error": f"the job cannot start: {text} (nothing is wrong with party "
+                                           f"{raw.names[r]!r})"}).encode("utf-8"), TAG_JOB)
+            except (PeerLost, JobAborted):
+                pass            # gone already: the refusal below is still the job's end
         raise InputError("policy", text)
     raw.max_frame = max_frame
 

@@ -41,6 +41,10 @@ from .master import master_predict as server_predict
 from .master import open_training
 from .party import check_setup, party_predict as client_predict
 from .party import public_key as party_public_key
+from .party import setup_parties
+from .master import received_key, relay_bins
+from .paillier.holder import GradientKeyHolder, check_leaves
+from .paillier.relay import RelayGrower
 from .party import open_training as party_open_training
 from .party import serve_growth
 
@@ -70,15 +74,14 @@ def _objective(task, n_classes):
     return B.LOGISTIC if n_classes == 2 else B.SOFTMAX
 
 
-def _row_values(trees, leaf_msgs, n_rows):
-    """Per tree, the leaf value each row lands in; the rows' leaves come from
-    the parties' leaf sets of these trees, intersected (the one-round
-    prediction's Algorithm 4)."""
+def _row_leaves(trees, leaf_msgs, n_rows):
+    """Per tree, the leaf (node id) each row lands in, from the parties' leaf
+    sets of these trees, intersected (the one-round prediction's Algorithm 4)."""
     per_party = [unpack_leaf_sets(m, trees, n_rows) for m in leaf_msgs]
     out = []
     for i, tree in enumerate(trees):
         leaves = leaves_of(tree)
-        out.append(tree["value"][leaves[leaf_positions(n_rows, per_party, i, leaves.size)], 0])
+        out.append(leaves[leaf_positions(n_rows, per_party, i, leaves.size)])
     return out
 
 
@@ -87,151 +90,171 @@ def _leaf_sets_of(reply):
     return {k[5:]: v for k, v in reply.items() if k.startswith("leaf.")}
 
 
-class _EarlyStopping:
-    """The validation loss after every round and the best round so far."""
-
-    def __init__(self, rounds):
-        self.rounds = rounds
-        self.history, self.best, self.best_loss = [], None, np.inf
-
-    def add(self, r, loss):
-        """Record the loss after round ``r``; True when boosting should stop."""
-        self.history.append(float(loss))
-        if self.history[-1] < self.best_loss:
-            self.best, self.best_loss = r, self.history[-1]
-            return False
-        return r - self.best >= self.rounds
-
-
 class _PlainGradients:
     """``label_privacy = "plain"``: the label holder sends its labels; the
-    master computes gradients and losses and sends the gradients in the clear."""
+    master keeps the margins, computes gradients and losses, decides early
+    stopping and sends the gradients in the clear."""
 
     def __init__(self, comm, cfg, job, params):
         label_party = job.label_party
         y_raw = comm.exchange({label_party: {"op": protocol.SEND_LABELS}})[label_party]["y"]
-        codes, self.classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
-        n_classes = self.classes.size if cfg.task == CLASSIFICATION else 1
-        self.objective = _objective(cfg.task, n_classes)
+        codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
+        self.classes = classes.tolist() if cfg.task == CLASSIFICATION else None
+        self.n_classes = classes.size if cfg.task == CLASSIFICATION else 1
+        self.objective = _objective(cfg.task, self.n_classes)
+        self.k_out = B.n_outputs(self.objective, self.n_classes)
         self.target = np.asarray(codes, dtype=np.float64)
         self.train, self.valid = B.holdout(job.n_rows, params, job.random_state)
-        self.base = B.base_margin(self.objective, self.target[self.train], np.ones(self.train.size), n_classes,
+        self.base = B.base_margin(self.objective, self.target[self.train], np.ones(self.train.size), self.n_classes,
                                   params.base_score)
+        self.margin = np.tile(self.base, (job.n_rows, 1))
+        self.stopping = None if self.valid is None else B.EarlyStopping(params.early_stopping_rounds)
+        self.learning_rate = params.learning_rate
         self.summary = {}
 
-    def grower(self, comm, gparams, settings, feature_counts):
-        n = self.train.size
-        return B.BoostGrower(RemoteParties(comm), B.GradientLabels(np.zeros(n), np.ones(n)), gparams, settings,
-                             feature_counts)
+    def setup_message(self, r):
+        return {}
 
-    def losses(self, margins):
-        return [B.loss(self.objective, self.target[self.valid], m[self.valid]) for m in margins]
+    def grower(self, comm, gparams, settings, feature_counts, fuse):
+        n = self.train.size
+        grower = B.BoostGrower(RemoteParties(comm), B.GradientLabels(np.zeros(n), np.ones(n)), gparams, settings,
+                               feature_counts)
+        # the master knows every training row's leaf from its own partition when each
+        # round's sample holds every row: it updates the margins without leaf sets
+        grower.record_row_leaves = fuse
+        return grower
+
+    def manifest(self):
+        return {"classes": self.classes, "base_margin": self.base.tolist()}
+
+    def _loss(self):
+        return B.loss(self.objective, self.target[self.valid], self.margin[self.valid])
 
     def close(self):
         pass
 
-    def round(self, margin, with_loss, more=False):
-        """The labels of a round's trees and, if asked, the validation loss at
-        ``margin`` (``more``: another round follows)."""
-        g, h = B.gradients(self.objective, self.target[self.train], margin[self.train], None)
-        k_out = g.shape[1]
-        return ([B.GradientLabels(g[:, k], h[:, k]) for k in range(k_out)],
-                self.losses([margin])[0] if with_loss else None)
+    def resume(self, rounds, trees, leaves):
+        """The margins (and validation losses) after the stored rounds."""
+        for r in range(rounds):
+            for k in range(self.k_out):
+                t = r * self.k_out + k
+                self.margin[:, k] += trees[t]["value"][leaves[t], 0]
+            if self.stopping is not None:
+                self.stopping.add(r, self._loss())
+
+    def round(self, r, first):
+        """The labels of round ``r``'s trees, or None when early stopping ends boosting here."""
+        if self.stopping is not None and r > first and self.stopping.add(r - 1, self._loss()):
+            return None
+        g, h = B.gradients(self.objective, self.target[self.train], self.margin[self.train], None)
+        return [B.GradientLabels(g[:, k], h[:, k]) for k in range(g.shape[1])]
+
+    def grown(self, trees, leaves):
+        """A round's trees are grown: scale their leaf values, add them to the margins."""
+        for k, tree in enumerate(trees):
+            tree["value"] = tree["value"] * self.learning_rate
+            leaf = tree.pop("row_leaf") if leaves is None else leaves[k]
+            self.margin[:, k] += tree["value"][leaf, 0]
+
+    def finish(self, rounds, more):
+        """The best round (None without early stopping); ``more``: the last
+        round grown has not been scored yet."""
+        if self.stopping is None:
+            return None
+        if more:
+            self.stopping.add(rounds - 1, self._loss())
+        self.summary.update(validation_loss=self.stopping.history)
+        return self.stopping.best
 
 
 class _EncryptedGradients:
-    """``label_privacy = "paillier"``: the master holds the private key; the
-    label holder computes gradients and losses from the margins the master
-    sends and returns the gradients encrypted, which the master relays."""
+    """``label_privacy = "paillier"``: the label holder makes and keeps the
+    key, the labels, the margins, the leaf values and the validation loss;
+    every round it returns the gradients encrypted under its own key, which
+    the master relays.  The master learns the number of classes, never their
+    names, a margin, a gradient or a loss: only when to stop."""
 
     def __init__(self, comm, cfg, job, params):
         paillier.check_key_length(cfg.key_length, cfg.insecure_key)
         self.comm, self.cfg, self.lh = comm, cfg, job.label_party
-        self.public, self.private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
-        log(cfg, f"Paillier key: {self.public.key_length} bits; party {self.lh} encrypts the gradients")
-        rep = comm.exchange({self.lh: {"op": LABEL_INFO, "random_state": job.random_state,
-                                       "public_key": self.public.to_bytes()}})[self.lh]
+        self.train, self.valid = B.holdout(job.n_rows, params, job.random_state)
+        rep = comm.exchange({self.lh: {"op": LABEL_INFO, "random_state": job.random_state}})[self.lh]
+        self.public = received_key(rep, cfg, self.lh)
         is_clf = cfg.task == CLASSIFICATION
-        self.classes = np.asarray(rep.get("classes")) if is_clf else np.empty(0)
-        n_classes = self.classes.size if is_clf else 1
-        if is_clf and not (self.classes.ndim == 1 and 2 <= n_classes <= MAX_CLASSES):
-            raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(rep.get('classes'))} as classes")
+        n_classes = rep.get("n_classes")
+        if not (isinstance(n_classes, int) and not isinstance(n_classes, bool)
+                and (2 <= n_classes <= min(job.n_rows, MAX_CLASSES) if is_clf else n_classes == 1)):
+            raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(n_classes)} as its number of "
+                                                   "classes")
+        self.classes, self.n_classes = None, n_classes
         self.objective = _objective(cfg.task, n_classes)
         self.k_out = B.n_outputs(self.objective, n_classes)
-        base = rep.get("base_margin")
-        if not (isinstance(base, np.ndarray) and base.dtype == np.float64 and base.shape == (self.k_out,)
-                and np.all(np.isfinite(base))):
-            raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(base)} as base margins")
-        self.base = base
-        self.train, self.valid = B.holdout(job.n_rows, params, job.random_state)
         self.spec = EG.GradientSpec(self.train.size, self.public.key_length, cfg.slot_bits)
-        self.seconds = {"label_randomness_seconds": 0.0, "label_encrypt_seconds": 0.0}
-        self.maker = None
-        if cfg.label_randomness == "master":
-            # the factors of every round are made in worker processes while the
-            # parties grow the previous round's trees (and, for the first round,
-            # while the job sets up): the master waits only for what is not ready, and
-            # the parties wait for that too, so the maker takes every core of the host
-            self.maker = paillier.RandomnessMaker(self.private, resolve_n_jobs(cfg.n_jobs, alone=True))
-            self._ahead = self._factors_needed() >= BACKGROUND_FACTORS
-            if self._ahead:
-                self.maker.start(self._factors_needed())
-        self.summary = {"key_length": self.public.key_length, "label_randomness": cfg.label_randomness,
+        self.leaves = self.stored = None
+        self.encrypt_seconds = 0.0
+        self.summary = {"key_length": self.public.key_length, "paillier_key_holder": "label_holder",
                         "slot_bits": self.spec.width, "values_per_ciphertext": self.spec.per_ciphertext}
+        log(cfg, f"Paillier key: {self.public.key_length} bits, made by party {self.lh}, which holds the "
+                  "labels, encrypts the gradients and decides every split")
 
     def setup_message(self, r):
         """What the setup message adds for party rank ``r``."""
-        return {"public_key": self.public.to_bytes(), "spec": self.spec.to_dict()}
+        return {"public_key": self.public.to_bytes(), "spec": self.spec.to_dict(),
+                "feature_counts": list(self.feature_counts), "label_party": self.lh}
 
-    def grower(self, comm, gparams, settings, feature_counts):
-        others = [r for r in comm.clients if r != self.lh]
-        bins = comm.exchange({r: {"op": protocol.BINS} for r in others}) if others else {}
-        party_bins = [None if r == self.lh else (bins[r]["n_bins"], bins[r]["skip"]) for r in comm.clients]
-        info = encrypted.LabelInfo(False, 1, self.train.size)
-        self.grower_ = EG.PaillierBoostGrower(RemoteParties(comm), info, gparams, settings, feature_counts,
-                                              self.private, self.spec, self.lh - 1, party_bins)
-        return self.grower_
+    def grower(self, comm, gparams, settings, feature_counts, fuse):
+        party_bins = relay_bins(comm, self.lh)
+        n = self.train.size
+        return RelayGrower(RemoteParties(comm), n, gparams, settings, feature_counts, self.lh - 1, party_bins,
+                           self.spec, self.public, draw_counts=B.subsampler(n, self.subsample))
 
-    def _factors_needed(self):
-        return self.train.size * self.k_out
+    def manifest(self):
+        return {}
 
     def close(self):
-        if self.maker is not None:
-            self.maker.close()
+        pass
 
-    def _ask(self, margins, with_loss, encrypt, more=False):
-        msg = {"op": EG.GRADIENTS, "margins": np.ascontiguousarray(margins, dtype=np.float64),
-               "losses": bool(with_loss and self.valid is not None), "encrypt": bool(encrypt)}
-        if encrypt and self.maker is not None:
-            t0 = time.perf_counter()
-            factors = self.maker.take(self._factors_needed())
-            if more and self._ahead:
-                self.maker.start(self._factors_needed())
-            msg["randomness"] = self.public.serialize(factors)
-            self.seconds["label_randomness_seconds"] += time.perf_counter() - t0
+    def resume(self, rounds, trees, leaves):
+        self.stored = np.vstack(leaves).astype(np.int32)
+
+    def _ask(self, msg):
+        if self.leaves is not None:
+            msg["leaves"] = self.leaves
+        if self.stored is not None:
+            msg["stored_leaves"] = self.stored
+        t0 = time.perf_counter()
         rep = self.comm.exchange({self.lh: msg})[self.lh]
-        losses = rep.get("valid_loss")
-        n_losses = margins.shape[0] if msg["losses"] else 0
-        if not (isinstance(losses, np.ndarray) and losses.dtype == np.float64 and losses.shape == (n_losses,)):
-            raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(losses)} as validation losses")
-        return rep, losses
+        self.encrypt_seconds += time.perf_counter() - t0
+        self.leaves = self.stored = None
+        best = rep.get("best")
+        if not (isinstance(rep.get("stop"), bool) and isinstance(best, int) and not isinstance(best, bool)
+                and -1 <= best < msg["round"]):
+            raise encrypted.ProtocolIntegrityError(f"party {self.lh} answered the round's gradients with "
+                                                   f"{sorted(map(str, rep))[:8]}")
+        self.best = None if best < 0 else best
+        return rep
 
-    def losses(self, margins):
-        return list(self._ask(np.stack(margins), True, False)[1])
-
-    def round(self, margin, with_loss, more=False):
-        rep, losses = self._ask(margin[None], with_loss, True, more)
-        if rep.get("fingerprint") != self.public.fingerprint:
-            raise encrypted.ProtocolIntegrityError(f"party {self.lh} encrypted the gradients under another key")
+    def round(self, r, first):
+        rep = self._ask({"op": EG.GRADIENTS, "round": r})
+        if rep["stop"]:
+            return None
         n = self.train.size
         blocks = rep.get("blocks")
         if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
                 and blocks.shape == (n * self.k_out, self.public.ciphertext_bytes)):
             raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(blocks)} as encrypted gradients")
-        self.seconds["label_encrypt_seconds"] += float(rep.get("seconds", 0.0))
-        steps = EG.check_steps(rep.get("steps"), self.k_out)
-        labels = [EG.EncryptedRound(k, blocks[k * n:(k + 1) * n], steps[k]) for k in range(self.k_out)]
-        return labels, (float(losses[0]) if losses.size else None)
+        return [EG.EncryptedRound(k, blocks[k * n:(k + 1) * n]) for k in range(self.k_out)]
+
+    def grown(self, trees, leaves):
+        # the label holder adds the leaf values to its margins: from its own trees when the
+        # round's sample held every row, else from the leaves the master intersected
+        self.leaves = None if leaves is None else np.vstack(leaves).astype(np.int32)
+
+    def finish(self, rounds, more):
+        if self.valid is None:
+            return None
+        self._ask({"op": EG.GRADIENTS, "round": rounds, "final": True})
+        return self.best
 
 
 def server_train(comm, cfg):
@@ -241,6 +264,8 @@ def server_train(comm, cfg):
     params = boost_params(cfg)
     job = open_training(comm, cfg, params)
     source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
+    source.feature_counts = job.feature_counts
+    source.subsample = params.subsample
     try:
         return _boost(comm, cfg, params, job, source, t_start)
     finally:
@@ -250,11 +275,8 @@ def server_train(comm, cfg):
 def _boost(comm, cfg, params, job, source, t_start):
     """The master's training after the label source is set up."""
     n_rows, label_party, my_dir = job.n_rows, job.label_party, job.my_dir
-    is_clf = cfg.task == CLASSIFICATION
-    classes, objective, train, valid, base = source.classes, source.objective, source.train, source.valid, \
-        source.base
-    n_classes = classes.size if is_clf else 1
-    k_out = B.n_outputs(objective, n_classes)
+    objective, train, valid, k_out, n_classes = source.objective, source.train, source.valid, source.k_out, \
+        source.n_classes
     seed = job.random_state
     gparams = params.grower_params()
     settings = SplitSettings(gparams, train.size, False, 1, sum(job.feature_counts))
@@ -267,53 +289,39 @@ def _boost(comm, cfg, params, job, source, t_start):
     setup = {"op": protocol.SETUP, "start": start, "job_id": job.job_id, "run_id": job.run_id,
              "params": params.to_dict(), "task": cfg.task, "objective": objective, "n_classes": n_classes,
              "random_state": seed, "settings": settings.to_dict()}
-    if cfg.label_privacy == "paillier":
-        comm.scatter({r: dict(setup, **source.setup_message(r)) for r in comm.clients})
-    else:
-        comm.bcast(setup)
-    grower = source.grower(comm, gparams, settings, job.feature_counts)
+    comm.scatter({r: dict(setup, **source.setup_message(r)) for r in comm.clients})
+    # Without a validation share or a row subsample every training row lies in every tree:
+    # each round's commit travels with the next round's first message (one exchange fewer)
+    fuse = valid is None and params.subsample >= 1.0 and train.size == n_rows
+    grower = source.grower(comm, gparams, settings, job.feature_counts, fuse)
     manifest = {
         "role": "master", "rank": 0, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job.job_id,
         "run_id": job.run_id, "task": cfg.task, "params": params.to_dict(),
         "feature_counts": job.feature_counts, "label_party": label_party,
-        "classes": classes.tolist() if is_clf else None, "n_estimators": n_trees,
+        "classes": source.manifest().get("classes"), "n_classes": n_classes, "n_estimators": n_trees,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
         "random_state_used": seed, "label_privacy": cfg.label_privacy,
-        "boost": {"objective": objective, "base_margin": base.tolist(), "n_outputs": k_out,
-                  "learning_rate": params.learning_rate},
+        "boost": dict({"objective": objective, "n_outputs": k_out, "learning_rate": params.learning_rate},
+                      **({"base_margin": source.manifest()["base_margin"]} if "base_margin" in source.manifest()
+                         else {})),
     }
     if start == 0:
         model_files.clear(my_dir)
     n_jobs = numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     B.warm_up(params.split_method)
     predict.warm_up()
-    margin = np.tile(base, (n_rows, 1))
-    stopping = None if valid is None else _EarlyStopping(params.early_stopping_rounds)
     finished = bool(job.previous.get("complete"))   # resuming a finished model: nothing to grow
     if start and not finished:
         log(cfg, f"resuming from checkpoint: {start // k_out} of {params.n_estimators} rounds already built")
         stored = model_files.read_trees(my_dir, start, "master model")
         replies = comm.exchange({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
-        values = _row_values(stored, [replies[r] for r in comm.clients], n_rows)
-        after = []
-        for r in range(start // k_out):   # the margins after every stored round
-            for k in range(k_out):
-                margin[:, k] += values[r * k_out + k]
-            after.append(margin.copy())
-        if stopping is not None:
-            for r, loss in enumerate(source.losses(after)):
-                stopping.add(r, loss)
+        source.resume(start // k_out, stored, _row_leaves(stored, [replies[r] for r in comm.clients], n_rows))
     seeds = tree_seeds(seed, n_trees)
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     bar = progress_bar(cfg, total=params.n_estimators, initial=start // k_out, desc="boosting", unit="round")
     with model_files.CheckpointWriter(my_dir) as writer:
         done, failed, stopped = start, False, False
         first = start // k_out
-        # Without a validation share or a row subsample the master knows every training
-        # row's leaf from its own partition: it updates the margins itself and sends each
-        # round's commit with the next round's first message (one exchange fewer per round).
-        fuse = stopping is None and params.subsample >= 1.0 and train.size == n_rows
-        grower.record_row_leaves = fuse
         carry, pending = None, None     # the commit messages not yet sent, and their round
 
         def stored(ids, trees, acks):
@@ -328,9 +336,8 @@ def _boost(comm, cfg, params, job, source, t_start):
             return True
 
         for r in range(first, first if finished else params.n_estimators):
-            # the validation loss after the previous round comes with this round's gradients
-            labels, loss = source.round(margin, stopping is not None and r > first, r + 1 < params.n_estimators)
-            if loss is not None and stopping.add(r - 1, loss):
+            labels = source.round(r, first)
+            if labels is None:      # early stopping: the last rounds did not improve
                 stopped = True
                 break
             ids = range(r * k_out, (r + 1) * k_out)
@@ -342,32 +349,27 @@ def _boost(comm, cfg, params, job, source, t_start):
                 if not all(complete):
                     failed = True   # a round counts only when every party stored all its trees
                     break
-                for k, tree in enumerate(trees):
-                    tree["value"] = tree["value"] * params.learning_rate
-                    margin[:, k] += tree["value"][tree.pop("row_leaf"), 0]
+                source.grown(trees, None)
                 carry, pending = commit, (ids, trees)
                 continue
             trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels)
-            for tree in trees:
-                tree["value"] = tree["value"] * params.learning_rate
+            source.grown(trees, _row_leaves(trees, [_leaf_sets_of(a) for a in acks], n_rows))
             if not stored(ids, trees, acks):
                 failed = True
                 break
-            values = _row_values(trees, [_leaf_sets_of(a) for a in acks], n_rows)
-            for k in range(k_out):
-                margin[:, k] += values[k]
         if carry is not None and not failed:
             replies = RemoteParties(comm).exchange(carry)
             failed = not stored(*pending, replies)
     bar.close()
-    if stopping is not None and not (failed or stopped or finished) and done > start:
-        stopping.add(done // k_out - 1, source.losses([margin])[0])
+    best = None
+    if not (failed or finished):
+        best = source.finish(done // k_out, not stopped and done > start)
     train_seconds = time.perf_counter() - t_trees
     train_rounds, tree_bytes = comm.rounds - rounds0, comm.bytes_sent - bytes0
     n_built = done - start
-    if not (failed or finished) and stopping is not None and (stopping.best + 1) * k_out < done:
+    if best is not None and (best + 1) * k_out < done:
         # the model keeps the rounds up to the best one
-        keep = (stopping.best + 1) * k_out
+        keep = (best + 1) * k_out
         comm.exchange({r: {"op": STOP, "keep": keep} for r in comm.clients})
         model_files.write_manifest(my_dir, dict(manifest, n_trees=keep, n_estimators=keep, complete=True,
                                                 stopped_early=True))
@@ -388,12 +390,12 @@ def _boost(comm, cfg, params, job, source, t_start):
         "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job.job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
         "label_privacy": cfg.label_privacy,
-        "best_iteration": None if stopping is None else stopping.best,
-        "validation_loss": None if stopping is None else stopping.history,
-        **source.summary, **getattr(source, "seconds", {}),
+        "best_iteration": best if valid is not None else None,
+        "validation_loss": None,
+        **source.summary,
     }
     if cfg.label_privacy == "paillier":
-        summary["decrypts_per_tree"] = grower.decrypted / max(n_built, 1)
+        summary["label_round_seconds"] = source.encrypt_seconds
     log(cfg, f"boosted {done // k_out} rounds ({done} trees) on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)})")
     return report_training(cfg, summary)
@@ -443,16 +445,28 @@ def client_train(comm, cfg):
         public = party_public_key(setup.get("public_key"), cfg)
         spec = EG.GradientSpec(train.size, public.key_length, cfg.slot_bits)
         check_fields(setup.get("spec"), spec.to_dict(), "the slot layout")
+        fc, lp = setup_parties(setup, cfg, rank)
+        if lp != rank and table.has_label or lp == rank and not table.has_label:
+            raise bad_message(f"'label_party' is {lp}; this party {'holds' if table.has_label else 'does not hold'} "
+                              "the labels")
         if table.has_label:
             if public.fingerprint != info["public"].fingerprint:
-                raise InputError(f"party {rank}", "the master's public key changed during setup")
-            splitter = EG.GradientHolderSplitter(X, settings, spec, public, objective,
-                                                 np.asarray(codes, dtype=np.float64), train, valid)
-            on_op[EG.GRADIENTS] = _gradients_handler(cfg, splitter, public, k_out)
+                raise InputError(f"party {rank}", "the setup message carries another public key than this "
+                                                  "party's own")
+            stopping = None if valid is None else B.EarlyStopping(params.early_stopping_rounds)
+            splitter = GradientKeyHolder(X, settings, B.BoostTrees(settings), spec, info["private"], rank - 1, fc,
+                                         objective, np.asarray(codes, dtype=np.float64), train, valid,
+                                         info["base"], params.learning_rate, stopping,
+                                         cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
+            splitter.set_bins(expect(comm.recv(MASTER), protocol.BINS))
+            comm.send(MASTER, {})
+            holder = splitter
         else:
             splitter = EG.EncryptedGradientSplitter(X[train], settings, spec, public)
             expect(comm.recv(MASTER), protocol.BINS)
             comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
+    if not (paillier_mode and table.has_label):
+        holder = None
     splitter.count_max = 1
     splitter.count_total = train.size if params.subsample >= 1.0 else None
     splitter.class_weighted = False
@@ -470,6 +484,15 @@ def client_train(comm, cfg):
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_trees, "label_privacy": cfg.label_privacy,
     }
+    if holder is not None:
+        # the label holder writes the predictions: the classes, the base margins and the
+        # leaf values stay with it
+        manifest.update(classes=[str(c) for c in held] if is_clf else None,
+                        boost={"objective": objective, "base_margin": info["base"].tolist(), "n_outputs": k_out,
+                               "learning_rate": params.learning_rate})
+        if start:
+            holder.rounds_done = None    # the first round's message brings the stored trees' leaves
+        on_op[EG.GRADIENTS] = _gradients_handler(holder, folder, rank, start, k_out, manifest)
     if start == 0:
         model_files.clear(folder)
     method = settings.split_method
@@ -506,33 +529,45 @@ def _seed(value, params):
 
 
 def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
-    """The label holder, encrypted mode: the classes and the base margins the
-    master needs (the labels stay here)."""
-    public = party_public_key(msg.get("public_key"), cfg)
+    """The label holder, encrypted mode: make its own key pair and its base
+    margins (from its training labels); the master gets the public key and the
+    number of classes only."""
     seed = _seed(msg.get("random_state"), params)
     is_clf = cfg.task == CLASSIFICATION
     n_classes = classes.size if is_clf else 1
     objective = _objective(cfg.task, n_classes)
     target = np.asarray(codes, dtype=np.float64)
     train, _ = B.holdout(n_rows, params, seed)
-    base = B.base_margin(objective, target[train], np.ones(train.size), n_classes, params.base_score)
-    comm.send(MASTER, {"classes": classes if is_clf else None, "base_margin": np.asarray(base, dtype=np.float64)})
-    return {"public": public, "seed": seed}
+    base = np.asarray(B.base_margin(objective, target[train], np.ones(train.size), n_classes, params.base_score),
+                      dtype=np.float64)
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
+    comm.send(MASTER, {"public_key": public.to_bytes(), "n_classes": int(n_classes)})
+    return {"public": public, "private": private, "seed": seed, "base": base}
 
 
-def _gradients_handler(cfg, splitter, public, k_out):
-    """The label holder's reply to a round's ``gradients`` message."""
+def _gradients_handler(holder, folder, rank, start, k_out, manifest):
+    """The label holder's reply to a round's ``gradients`` message (see
+    :meth:`~.paillier.holder.GradientKeyHolder.gradients`); the first one of a
+    resumed run brings every row's leaf in the stored trees."""
     def handle(msg, t):
-        factors = None
-        if msg.get("encrypt") and ("randomness" in msg) != (cfg.label_randomness == "master"):
-            raise bad_message(f"with label_randomness = {cfg.label_randomness!r} the master "
-                              f"{'sends' if cfg.label_randomness == 'master' else 'does not send'} "
-                              "'randomness'")
-        if msg.get("encrypt") and "randomness" in msg:
-            factors = public.factors_from_blocks(msg["randomness"], "randomness from the master")
+        allowed = {"op", "round", "leaves", "stored_leaves", "final"}
+        extra = sorted(str(k) for k in msg if k not in allowed)
+        if extra:
+            raise bad_message(f"a 'gradients' message may not hold {', '.join(map(repr, extra))}")
+        if "final" in msg and msg["final"] is not True:
+            raise bad_message("'final' must be true when given")
+        if holder.rounds_done is None:
+            stored = model_files.read_trees(folder, start, f"party {rank} model")
+            leaves = check_leaves(msg.get("stored_leaves"), stored, holder.y.shape[0], "'stored_leaves'")
+            holder.resume(start // k_out, [tree["value"][:, 0] for tree in stored], leaves)
+        elif "stored_leaves" in msg:
+            raise bad_message("'stored_leaves' only in the first round of a resumed run")
         t0 = time.perf_counter()
-        reply = splitter.encrypt_round(msg, k_out, factors, cfg.encrypt_workers)
+        reply = holder.gradients(msg)
         reply["seconds"] = time.perf_counter() - t0
+        if holder.stopping is not None:
+            # the validation losses stay with the label holder, in its own manifest
+            manifest.update(validation_loss=list(holder.stopping.history),
+                            best_iteration=holder.stopping.best)
         return reply, t
     return handle
-

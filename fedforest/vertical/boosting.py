@@ -245,6 +245,15 @@ class BoostSplitter(PartySplitter):
         return dict(begin, grad=msg["grad"], hess=msg["hess"])
 
 
+def subsampler(n_rows, subsample):
+    """A boosting tree's row sample: each of ``n_rows`` rows kept with
+    probability ``subsample``, without replacement (counts 0 or 1)."""
+    def draw(rng):
+        keep = rng.random(n_rows) < subsample if subsample < 1.0 else np.ones(n_rows, dtype=bool)
+        return keep.astype(np.uint8)
+    return draw
+
+
 class BoostTrees:
     """The decisions that make a tree a boosting tree (the forest's
     :class:`~fedforest.tree.builder.ForestTrees` component): every node that
@@ -276,9 +285,7 @@ class BoostGrower(TreeGrower):
         return {"counts": counts, "class_weight": cw, "grad": self.labels.g, "hess": self.labels.h}
 
     def _draw_counts(self, rng):
-        keep = rng.random(self.n_rows) < self.params.subsample if self.params.subsample < 1.0 \
-            else np.ones(self.n_rows, dtype=bool)
-        return keep.astype(np.uint8)
+        return subsampler(self.n_rows, self.params.subsample)(rng)
 
 
     # the master keeps each tree's leaf of every grown row (under "row_leaf"), so it

@@ -1,20 +1,20 @@
 """Tree growth with Paillier-encrypted labels (``label_privacy = "paillier"``).
 
-Roles (see docs/protocol.md, "Encrypted labels"):
+The slot layout of the encrypted statistics and the parties without labels;
+the label holder and the master are in :mod:`fedforest.vertical.paillier`
+(see docs/protocol.md, "Encrypted labels"):
 
-* the **label holder** (:class:`LabelHolderSplitter`) scores its own features
-  in plaintext like a plain party and, every level, sends the statistics of
-  the new nodes encrypted under the master's key;
+* the **label holder** (:class:`~.paillier.holder.KeyHolderSplitter`) makes
+  the key pair, encrypts its rows with its own randomness, scores its own
+  features in plaintext, decrypts the other parties' sums and chooses every
+  split, with the same kernel arithmetic as the plain mode;
 * every **other party** (:class:`EncryptedHistSplitter`) holds the labels only
   as ciphertexts and, for the (node, feature) pairs the master asks for, sums
   them into per-bin encrypted histograms (bootstrap multiplicities as scalar
   multiples), leaving out each feature's most frequent bin, and packs many
   bins into one ciphertext;
-* the **master** (:class:`PaillierGrower`) holds the private key, decrypts,
-  rebuilds full histograms (the left-out bin from the node total, the larger
-  child's histogram as parent minus smaller child), checks them against the
-  plaintext row counts, and evaluates candidates with the same kernel
-  arithmetic as the plain mode, so both modes grow the same trees.
+* the **master** (:class:`~.paillier.relay.RelayGrower`) coordinates and
+  relays; it holds no key.
 
 Statistics are exact integers in slots: class counts for classification;
 for regression ``(w, w (q + B), w q^2)`` with ``y`` rounded to ``q * step``
@@ -31,10 +31,8 @@ import numpy as np
 
 from ..crypto import paillier as P
 from ..errors import InputError
-from ..tree import criterion, splitter
 from ..tree.binning import MISSING_BIN
-from ..tree.builder import (PARTY_COLUMNS, Nodes, PartySplitter, TreeGrower, bad_message, check_fields,
-                            gain_scale, int_array, min_leaf_weight, node_list, shown)
+from ..tree.builder import PARTY_COLUMNS, Nodes, PartySplitter, bad_message, check_fields, int_array, node_list, shown
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
@@ -279,44 +277,6 @@ def node_int_stats(spec, codes, counts, rows, starts, ends):
     return out
 
 
-class LabelHolderSplitter(PartySplitter):
-    """The label holder: plaintext scoring of its own features, encrypted node statistics."""
-
-    tree_threads = False  # the encryption holds the GIL: threads would not help
-    child_stats = False   # the key holder checks statistics it decrypts against its own
-
-    def __init__(self, X, settings, labels, codes, spec, public_key):
-        super().__init__(X, settings, labels)
-        self.codes = np.asarray(codes, dtype=np.int64)
-        self.spec = spec
-        self.key = public_key
-
-    op_keys = dict(PartySplitter.op_keys, find=("nodes", "fmask", "stat_nodes"))
-
-    def _begin(self, msg):
-        super()._begin(msg)
-        self._tree["counts"] = msg["counts"]
-
-    def _check_find(self, msg):
-        """A ``find`` also asks the statistics of every open leaf (``stat_nodes``)."""
-        stat = int_array(msg.get("stat_nodes"), "'stat_nodes'")
-        if not np.array_equal(stat, self._tree["open"]):
-            raise bad_message("'stat_nodes' must list the open leaves of the tree")
-        return dict(super()._check_find(msg), stat_nodes=self._tree["open"])
-
-    def _find(self, msg):
-        nodes = msg["nodes"]
-        reply = super()._find(msg) if nodes.size else {"gain": np.empty(0)}
-        tree = self._tree["nodes"]
-        ints = self._node_ints(tree.rows, *tree.bounds(msg["stat_nodes"]))
-        reply["stats"] = self.key.serialize(self.key.encrypt_many(self.spec.pack_values(ints)))
-        return reply
-
-    def _node_ints(self, rows, starts, ends):
-        """The exact integer statistics of nodes, in the slot layout."""
-        return node_int_stats(self.spec, self.codes, self._tree["counts"], rows, starts, ends)
-
-
 class EncryptedHistSplitter(PartySplitter):
     """A party without the labels: encrypted per-bin histograms on request."""
 
@@ -445,207 +405,3 @@ class EncryptedHistSplitter(PartySplitter):
         return {"hist": self.key.serialize(packed),
                 "cnt": np.concatenate(cnt_parts).astype(np.uint32) if cnt_parts else np.empty(0, np.uint32),
                 "wcnt": np.concatenate(wcnt_parts).astype(np.uint32) if wcnt_parts else np.empty(0, np.uint32)}
-
-
-# ---------------------------------------------------------------------------
-# The key holder
-# ---------------------------------------------------------------------------
-class LabelInfo:
-    """What the key holder knows of the labels: their kind and shape, not values."""
-
-    def __init__(self, is_classification, n_classes, n_rows):
-        self.is_classification = bool(is_classification)
-        self.n_classes = int(n_classes)
-        self.n_rows = int(n_rows)
-
-    @property
-    def n_stats(self):
-        return self.n_classes if self.is_classification else 3
-
-
-class PaillierGrower(TreeGrower):
-    """The master's side with encrypted labels: it decrypts, it never sees labels per row.
-
-    ``party_bins``: per party, ``(n_bins, skip_bin)`` arrays of its features, or
-    None for the label holder (party index ``label_party``)."""
-
-    parallel_steps = False   # decryption counters and key use stay on one thread
-    stats_from_winners = False   # statistics come from decrypted sums, checked against the rows here
-
-    def __init__(self, parties, info, params, settings, feature_counts, private_key, spec,
-                 label_party, party_bins):
-        super().__init__(parties, info, params, settings, feature_counts)
-        self.key = private_key
-        self.spec = spec
-        self.label_party = label_party
-        self.party_bins = party_bins
-        self._tally = {"decrypted": 0}   # shared by the per-tree copies of a batch
-
-    @property
-    def decrypted(self):
-        """Ciphertexts decrypted so far."""
-        return self._tally["decrypted"]
-
-    def _begin_tree(self, tree, counts, cw):
-        self._counts = counts.astype(np.int64)
-        self._store = {}     # (party, node, feature) -> (hist ints, cnt) of the last level
-        self._family = {}    # child -> (parent, sibling)
-        self._chosen = {}
-
-    def _after_split(self, split_nodes, lefts, rights):
-        for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
-            self._family[left] = (p, right)
-            self._family[right] = (p, left)
-
-    def _to_float(self, ints):
-        """Float statistics of decrypted slot sums (the tree's label mode may rescale them)."""
-        return self.spec.to_float(ints)
-
-    def _decrypt(self, blocks, n_values, what):
-        cts = self.key.public.deserialize(blocks, what)
-        if len(cts) != self.spec.n_ciphertexts(n_values):
-            raise ProtocolIntegrityError(f"{what}: {len(cts)} ciphertexts for {n_values} values")
-        self._tally["decrypted"] += len(cts)
-        try:
-            return self.spec.unpack_values([self.key.decrypt(c) for c in cts], n_values)
-        except InputError:
-            raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
-                                         "ciphertexts were altered or made under another key") from None
-
-    def _requests(self, tree, p, cand, mask):
-        """(node, feature) pairs party ``p`` must compute, and those derived here
-        as parent minus sibling."""
-        c = tree.col
-        need = [(int(j), int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)]
-        compute, derive = set(), []
-        for j, f in need:
-            fam = self._family.get(j)
-            if fam is not None and (p, fam[0], f) in self._store:
-                sib = fam[1]
-                smaller = (c["count"][sib] < c["count"][j]) or (c["count"][sib] == c["count"][j] and sib < j)
-                if smaller:
-                    derive.append((j, f))
-                    compute.add((sib, f))
-                    continue
-            compute.add((j, f))
-        return sorted(compute), derive
-
-    def _search(self, tree, children, cand, masks, pending):
-        n_parties = len(self.feature_counts)
-        lh = self.label_party
-        msgs = [None] * n_parties
-        empty_mask = np.zeros((0, self.feature_counts[lh]), dtype=np.uint8)
-        msgs[lh] = dict(pending[lh], op="find", nodes=cand, stat_nodes=children,
-                        fmask=masks[lh] if cand.size else empty_mask)
-        plan = {}
-        if cand.size:
-            for p in range(n_parties):
-                if p == lh:
-                    continue
-                compute, derive = self._requests(tree, p, cand, masks[p])
-                plan[p] = (compute, derive)
-                arr = np.array(compute, dtype=np.int32).reshape(-1, 2)
-                msgs[p] = dict(pending[p], op="find", pair_node=arr[:, 0].copy(), pair_feat=arr[:, 1].copy())
-        replies = yield msgs
-        pending = [{} if msgs[p] is not None else pending[p] for p in range(n_parties)]
-        # node statistics from the label holder
-        ints = self._decrypt(replies[lh].take("stats", self.spec.n_ciphertexts(children.size)),
-                             children.size, f"node statistics of party {lh + 1}")
-        starts, ends = tree.bounds(children)
-        expected = np.array([self._counts[tree.rows[s:e]].sum() for s, e in zip(starts, ends)])
-        if not np.array_equal(self.spec.weights_of(ints), expected):
-            raise ProtocolIntegrityError(f"node statistics of party {lh + 1} do not match the "
-                                         "bootstrap weights; the ciphertexts were altered or made "
-                                         "under another key")
-        stats = self._to_float(ints)
-        w, imp = criterion.stats_weight_impurity(stats, self.s.is_classification, self.s.crit,
-                                                 self.s.reg_lambda)
-        self._set_stats(tree, children, stats, w, imp)
-        node_ints = dict(zip(children.tolist(), ints))
-        if not cand.size:
-            self._store = {}
-            return cand, None, pending
-        keep = self._searchable(tree, cand)
-        nodes = cand[keep]
-        gains = np.full((n_parties, nodes.size), -np.inf)
-        gains[lh] = replies[lh].take("gain", cand.size)[keep]
-        store = {}
-        for p, (compute, derive) in plan.items():
-            self._decode_hists(p, compute, replies[p], node_ints, store)
-            for j, f in derive:
-                parent, sib = self._family[j]
-                ph, pc = self._store[(p, parent, f)]
-                sh, sc = store[(p, sib, f)]
-                h, cn = ph - sh, pc - sc
-                if (cn < 0).any() or (self.spec.weights_of(h) < 0).any():
-                    raise ProtocolIntegrityError(f"histograms of party {p + 1} are inconsistent "
-                                                 "between levels")
-                store[(p, j, f)] = (h, cn)
-            gains[p] = self._evaluate(p, tree, nodes, masks[p][keep], store)
-        self._store = store
-        return nodes, gains, pending
-
-    def _decode_hists(self, p, compute, reply, node_ints, store):
-        n_bins, skip = self.party_bins[p]
-        nb = n_bins[[f for _, f in compute]].astype(np.int64)
-        seg = np.concatenate(([0], np.cumsum(nb + 1)))
-        cnt_all = reply.take("cnt", int(seg[-1])).astype(np.int64)
-        wcnt_all = reply.take("wcnt", int(seg[-1])).astype(np.int64)
-        if cnt_all.shape[0] != seg[-1] or wcnt_all.shape[0] != seg[-1]:
-            raise ProtocolIntegrityError(f"party {p + 1} sent bin counts of the wrong size")
-        layout = []
-        for i, (j, f) in enumerate(compute):
-            cnt = np.zeros(N_SLOTS_BIN, dtype=np.int64)
-            wcnt = np.zeros(N_SLOTS_BIN, dtype=np.int64)
-            k = int(nb[i])
-            cnt[:k], cnt[MISSING_BIN] = cnt_all[seg[i]:seg[i] + k], cnt_all[seg[i] + k]
-            wcnt[:k], wcnt[MISSING_BIN] = wcnt_all[seg[i]:seg[i] + k], wcnt_all[seg[i] + k]
-            inc = np.flatnonzero((cnt > 0) & (np.arange(N_SLOTS_BIN) != skip[f]))
-            layout.append((cnt, wcnt, inc))
-        n_values = sum(inc.size for _, _, inc in layout)
-        values = self._decrypt(reply.take("hist", self.spec.n_ciphertexts(n_values)), n_values, f"histograms of party {p + 1}")
-        pos = 0
-        for (j, f), (cnt, wcnt, inc) in zip(compute, layout):
-            h = np.zeros((N_SLOTS_BIN, self.spec.n_stats), dtype=np.int64)
-            h[inc] = values[pos:pos + inc.size]
-            pos += inc.size
-            s = int(skip[f])
-            h[s] = node_ints[j] - h.sum(axis=0)  # every requested node is a child of this level
-            w = self.spec.weights_of(h)
-            if not (np.array_equal(w, wcnt) and (h >= 0).all() and not h[w == 0].any()):
-                raise ProtocolIntegrityError(f"histograms of party {p + 1} do not match its row "
-                                             "counts; the ciphertexts were altered or made under "
-                                             "another key")
-            store[(p, j, f)] = (h, cnt)
-
-    def _evaluate(self, p, tree, nodes, mask, store):
-        pairs = [(i, int(f)) for i, row in enumerate(mask) for f in np.flatnonzero(row)]
-        n_bins, _ = self.party_bins[p]
-        if not pairs:
-            self._chosen[p] = (nodes, np.full(nodes.size, -1, np.int32), np.zeros(nodes.size, np.int32),
-                               np.zeros(nodes.size, np.uint8))
-            return np.full(nodes.size, -np.inf)
-        hists = np.empty((len(pairs), N_SLOTS_BIN, self.spec.n_stats))
-        cnts = np.empty((len(pairs), N_SLOTS_BIN), dtype=np.int64)
-        for k, (i, f) in enumerate(pairs):
-            h, cn = store[(p, int(nodes[i]), f)]
-            hists[k] = self._to_float(h)
-            cnts[k] = cn
-        pn = np.array([i for i, _ in pairs], dtype=np.int32)
-        pf = np.array([f for _, f in pairs], dtype=np.int32)
-        c = tree.col
-        gain, feat, b, ml = splitter.best_splits_from_hists(
-            hists, cnts, pn, pf, n_bins[pf].astype(np.int32), c["stats"][nodes], c["count"][nodes],
-            self.s.is_classification, self.labels.n_stats, self.s.crit, self.s.reg_lambda,
-            gain_scale(self.s, self._counts.sum()), self.s.min_samples_leaf,
-            min_leaf_weight(self.s, self._counts.sum()))
-        self._chosen[p] = (nodes, feat, b, ml)
-        return gain
-
-    def _partition_msg(self, p, split_nodes, won):
-        msg = super()._partition_msg(p, split_nodes, won)
-        if p != self.label_party:
-            nodes, feat, b, ml = self._chosen[p]
-            at = np.searchsorted(nodes, split_nodes[won])
-            msg.update(feature=feat[at], bin=b[at], missing_left=ml[at])
-        return msg

@@ -3,6 +3,7 @@ single-process BoostClassifier / BoostRegressor grows on the pooled columns,
 tree for tree, for any column split over 1-4 parties; prediction, early
 stopping and resume keep that identity."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedforest import BoostClassifier, BoostRegressor, InputError, RemoteError
@@ -181,7 +182,7 @@ def test_explain_row_and_importances_of_a_boosted_model(tmp_path, capsys):
 ENCRYPTED_CASES = [
     # task, classes, parties, label party, extra settings
     ("classification", 2, 1, 0, {}),
-    ("classification", 2, 2, 1, {"subsample": 0.7, "label_randomness": "own"}),
+    ("classification", 2, 2, 1, {"subsample": 0.7}),
     ("classification", 3, 3, 0, {"colsample_bytree": 0.6}),
     ("regression", 1, 2, 0, {"early_stopping_rounds": 2, "validation_fraction": 0.2}),
     ("regression", 1, 4, 2, {"max_bins": 16, "gamma": 1.0}),
@@ -199,18 +200,21 @@ def test_encrypted_gradients_grow_the_plain_and_single_process_trees(tmp_path, t
     enc = _boost("train", frames, model_dir=str(tmp_path / "enc"), **PAILLIER, **opts)
     plain = _boost("train", frames, model_dir=str(tmp_path / "plain"), **opts)
     assert enc["label_privacy"] == "paillier" and enc["key_length"] == 512
+    assert enc["paillier_key_holder"] == "label_holder"
     assert enc["n_trees"] == plain["n_trees"] and enc["best_iteration"] == plain["best_iteration"]
-    if n_parties > 1:
-        assert enc["decrypts_per_tree"] > 0
     trees = complete_trees(str(tmp_path / "enc"), n_parties, offsets)
     assert_same_trees(trees, complete_trees(str(tmp_path / "plain"), n_parties, offsets))
-    single = {k: v for k, v in params.items() if k != "label_randomness"}
-    est = _estimator(task, single).fit(X[:, order], y)
+    est = _estimator(task, params).fit(X[:, order], y)
     assert_same_trees(trees, [t for r in est.estimators_ for t in r])
+    # the label holder holds the leaf values: it writes the predictions
     out = _boost("predict", _without_label(frames), model_dir=str(tmp_path / "enc"),
-                 output=str(tmp_path / "p.csv"))
+                 output=str(tmp_path / "p.csv"), result_party=label_party + 1)
+    assert "values" not in out
+    written = pd.read_csv(out["output"])
     expected = est.predict_proba(X[:, order]) if task == "classification" else est.predict(X[:, order])
-    assert np.array_equal(out["values"] if task == "classification" else out["values"][:, 0], expected)
+    got = written[[c for c in written.columns if c.startswith("proba_")]].to_numpy() \
+        if task == "classification" else written["prediction"].to_numpy()
+    assert np.allclose(got, expected, rtol=0, atol=1e-15)
 
 
 def test_encrypted_mode_refuses_short_keys_and_exact_splits_before_any_work(tmp_path):

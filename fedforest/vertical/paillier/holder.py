@@ -226,7 +226,6 @@ class KeyHolderSplitter(PartySplitter):
         t = self._tree
         tree = t["nodes"]
         c = tree.col
-        s = self.settings
         n_parties = len(self.feature_counts)
         cand = np.asarray(msg["cand"], dtype=np.int32)
         self._ensure_stats(cand)
@@ -443,7 +442,7 @@ class GradientKeyHolder(KeyHolderSplitter):
         self.stopping = stopping      # an EarlyStopping, or None
         self.workers = int(workers)
         self.round = None             # (g, h, q_g, q_h, steps) of the round being grown
-        self.rounds_done = None       # rounds whose leaf values are in the margins
+        self.rounds_done = 0          # rounds whose leaf values are in the margins (None: resuming)
 
     # -- the rounds --------------------------------------------------------
     def resume(self, start_round, values, leaves):
