@@ -148,6 +148,22 @@ def test_predict_and_serve_help_show_their_own_options():
     assert "python -m fedforest train --help" in serve
 
 
+def test_network_help_shows_resume_and_overwrite(monkeypatch):
+    # docs/network.md restarts a stopped job with serve --resume and join --resume, and a party's
+    # error about a model already in its model_dir says to pass --overwrite
+    serve, join = _help("serve"), _help("join")
+    assert "--resume" in serve and "continue training from the checkpoint" in " ".join(serve.split())
+    assert "--overwrite" in join and "--resume" in join
+    from fedforest import cli
+    args = cli.build_parser().parse_args(["join", "--config", "p.toml", "--overwrite"])
+    assert args.overwrite is True and args.resume is False
+    assert cli.build_parser().parse_args(["serve", "--config", "j.toml", "--resume"]).resume is True
+    got = {}
+    monkeypatch.setattr("fedforest.federation.network.join", lambda config, **kw: got.update(kw) or 0)
+    assert args.func(args) == 0
+    assert got == {"resume": False, "data": None, "overwrite": True}
+
+
 def test_keygen_says_who_sends_what(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fedforest", "keygen", "--out", str(tmp_path), "--name", "m"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -150,7 +150,7 @@ def test_a_killed_process_under_a_watcher_is_named(tmp_path):
 
 
 def test_tcp_party_killed_is_named_by_the_master(tmp_path):
-    from test_tcp import _port, _start, write_job, write_party   # tests/transport/test_tcp.py
+    from test_tcp import HOLDER, PLAIN, PLAIN_OK, _port, _start, write_job, write_party   # tests/transport/test_tcp.py
     import numpy as np
     from fedforest.crypto.identity import keygen
     from _util import party_frames
@@ -159,7 +159,7 @@ def test_tcp_party_killed_is_named_by_the_master(tmp_path):
     X = rng.normal(size=(3000, 6))
     y = (X[:, 0] + X[:, 1] * X[:, 3] > 0).astype(int)
     frames = party_frames(X, y, [[0, 2, 4], [1, 3, 5]])
-    job = write_job(str(tmp_path), keys, forest="tree_batch = 1")
+    job = write_job(str(tmp_path), keys, forest=f"tree_batch = 1\n{PLAIN}")
     with open(job) as fh:
         text = fh.read().replace("n_estimators = 3\n", "n_estimators = 400\n")
     with open(job, "w") as fh:
@@ -168,7 +168,8 @@ def test_tcp_party_killed_is_named_by_the_master(tmp_path):
     procs = []
     try:
         port = _port(master)
-        procs = [_start(["join", "--config", write_party(str(tmp_path), keys, n, f, port)])
+        procs = [_start(["join", "--config", write_party(str(tmp_path), keys, n, f, port,
+                                                         **(dict(job=HOLDER, policy=PLAIN_OK) if n == "p1" else {}))])
                  for n, f in zip(("p1", "p2"), frames)]
         joined = 0
         while joined < 2:

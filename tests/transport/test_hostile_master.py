@@ -178,12 +178,14 @@ def test_a_master_path_setting_is_refused(keys, machine):
 
 
 def test_an_accepted_job_writes_only_where_the_party_says(keys, machine):
-    answer, code = hostile(keys, str(machine), job_message())
+    # the party holds the label 'y' and says so; its labels stay encrypted
+    message = job_message(label_privacy="paillier")
+    answer, code = hostile(keys, str(machine), message, job='label_column = "y"')
     assert answer == {"ok": True} and code == 1          # accepted, then stopped by the double
-    doc = load_toml(_party_file(str(machine / "party"), keys, 1))
+    doc = load_toml(_party_file(str(machine / "party"), keys, 1, job='label_column = "y"'))
     policy = Policy(doc)
     local = _party_local(doc, "p1.toml", policy)
-    *_, cfg = _accept_job(json.dumps(job_message()).encode(), local, policy, "p1")
+    *_, cfg = _accept_job(json.dumps(message).encode(), local, policy, "p1")
     party = os.path.realpath(machine / "party")
     # the party file names no model_dir or output: the defaults lie in the party's folder
     assert cfg.model_dir == os.path.join(party, "fedforest-model")

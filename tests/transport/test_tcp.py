@@ -61,14 +61,21 @@ def write_job(folder, keys, forest="", network="", parties=("p1", "p2"), pin_fil
     return path
 
 
-def write_party(folder, keys, name, frame, port, identity=None, master_pin=None, policy="", data=None):
+# the party holding the label says so in its file (label_column); its labels leave it in the
+# clear only where its policy allows it (allow_plain_labels)
+HOLDER = 'label_column = "y"'
+PLAIN = 'label_privacy = "plain"'
+PLAIN_OK = "allow_plain_labels = true"
+
+
+def write_party(folder, keys, name, frame, port, identity=None, master_pin=None, policy="", data=None, job=""):
     key, cert, _ = keys[identity or name]
     if data is None:
         data = os.path.join(folder, f"{name}.csv")
         frame.to_csv(data, index=False)
     path = os.path.join(folder, f"{name}.toml")
     with open(path, "w") as fh:
-        fh.write(f'[job]\ndata = "{data}"\nmodel_dir = "model-{name}"\nn_jobs = 1\n\n'
+        fh.write(f'[job]\ndata = "{data}"\nmodel_dir = "model-{name}"\nn_jobs = 1\n{job}\n\n'
                  f'[network]\nname = "{name}"\nmaster = "127.0.0.1:{port}"\n'
                  f'master_fingerprint = "{master_pin or _fp(keys, "master")}"\n'
                  f'certificate = "{cert}"\nkey = "{key}"\nconnect_timeout = 20\n\n[policy]\n{policy}\n')
@@ -92,9 +99,11 @@ def _port(master):
 def run_network_job(folder, keys, frames, timeout=480):
     """The master and each party as processes of their own; returns the master's
     (returncode, stdout, stderr) and each party's, after all ended."""
-    master = _start(["serve", "--config", write_job(folder, keys)])
+    master = _start(["serve", "--config", write_job(folder, keys, forest=PLAIN)])
     port = _port(master)
-    procs = {name: _start(["join", "--config", write_party(folder, keys, name, frame, port)])
+    procs = {name: _start(["join", "--config", write_party(folder, keys, name, frame, port,
+                                                           **(dict(job=HOLDER, policy=PLAIN_OK) if name == "p1"
+                                                              else {}))])
              for name, frame in zip(("p1", "p2"), frames)}
     out = master.communicate(timeout=timeout)
     done = {n: (p.wait(timeout=60), *p.communicate(timeout=60)) for n, p in procs.items()}
@@ -116,7 +125,8 @@ def test_vertical_forest_over_tcp_equals_in_process_run(tmp_path, keys, frames):
     procs = []
     for name, rows in zip(("p1", "p2"), new_rows):
         rows.to_csv(tmp_path / f"{name}-new.csv", index=False)
-        party = write_party(str(tmp_path), keys, name, None, port, data=str(tmp_path / f"{name}.csv"))
+        party = write_party(str(tmp_path), keys, name, None, port, data=str(tmp_path / f"{name}.csv"),
+                            **(dict(job=HOLDER, policy=PLAIN_OK) if name == "p1" else {}))
         procs.append(_start(["join", "--config", party, "--data", str(tmp_path / f"{name}-new.csv")]))
     _, err = master.communicate(timeout=300)
     assert master.returncode == 0 and all(p.wait(timeout=60) == 0 for p in procs), err
@@ -244,7 +254,7 @@ def test_an_expired_pinned_certificate_is_accepted_as_docs_say(tmp_path, keys, f
     ids = dict(keys, p2=_expired_identity(str(tmp_path / "old"), "p2"))
     job = write_job(str(tmp_path), ids)
     run = InProcess(job)
-    run.join("p1", write_party(str(tmp_path), ids, "p1", frames[0], run.port))
+    run.join("p1", write_party(str(tmp_path), ids, "p1", frames[0], run.port, job=HOLDER))
     run.join("p2", write_party(str(tmp_path), ids, "p2", frames[1], run.port))
     assert run.wait(timeout=120) == {"master": 0, "p1": 0, "p2": 0}, capsys.readouterr().err
 
@@ -272,9 +282,9 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, keys):
 
 
 def test_dropped_party_is_named_within_reply_timeout(tmp_path, keys, frames, capsys):
-    job = write_job(str(tmp_path), keys, forest="tree_batch = 1", network="")
+    job = write_job(str(tmp_path), keys, forest=f"tree_batch = 1\n{PLAIN}", network="")
     run = InProcess(job, {"reply_timeout": 60.0})
-    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port))
+    run.join("p1", write_party(str(tmp_path), keys, "p1", frames[0], run.port, job=HOLDER, policy=PLAIN_OK))
     # p2 is a process of its own that vanishes when its 6th message arrives
     p2 = _start(["join", "--config", write_party(str(tmp_path), keys, "p2", frames[1], run.port)],
                 env={"FEDFOREST_FAULT_DROP": "6"})

@@ -56,6 +56,7 @@ def test_boosting_over_tcp_equals_the_in_process_run(tmp_path, keys):
         key, cert, _ = keys[name]
         (tmp_path / f"{name}.toml").write_text(
             f'[job]\ndata = "{tmp_path / (name + ".csv")}"\nmodel_dir = "{tmp_path / ("model-" + name)}"\n'
+            + ('label_column = "y"\n' if name == "p1" else "") +
             f'n_jobs = 1\n\n[network]\nname = "{name}"\nmaster = "127.0.0.1:{m.group(1)}"\n'
             f'master_fingerprint = "{keys["master"][2]}"\ncertificate = "{cert}"\nkey = "{key}"\n'
             f'connect_timeout = 20\n')
