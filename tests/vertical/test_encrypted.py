@@ -3,6 +3,7 @@ what crosses the transport, and clear errors for altered or foreign ciphertexts.
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 from _util import assert_same_trees, complete_trees, party_frames, random_groups
 from sklearn.datasets import make_classification, make_regression
@@ -15,12 +16,9 @@ from fedforest.jobs import run_vertical
 from fedforest.tree.params import ForestParams, validate
 from fedforest.transport import base
 from fedforest.vertical import encrypted_labels as E
-from fedforest.tree.builder import (
-    LocalParties,
-    PartySplitter,
-    SplitSettings,
-    TreeGrower,
-)
+from fedforest.tree.builder import ForestTrees, LocalParties, PartySplitter, SplitSettings, TreeGrower
+from fedforest.vertical.paillier.holder import KeyHolderSplitter
+from fedforest.vertical.paillier.relay import RelayGrower
 from fedforest.tree.labels import PlainLabels
 
 KEY = 512  # insecure, for speed; one test below uses 2048 bits
@@ -38,7 +36,8 @@ def _data(task, n, n_features, seed, n_classes=2, nan=0.05):
 
 
 def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **params):
-    """Trees of the plain grower and of the encrypted grower on the same data."""
+    """Trees of the plain grower and of the encrypted growth (the master's relay
+    grower, the label holder deciding) on the same data."""
     is_clf = task == "classification"
     params = validate(ForestParams(n_estimators=n_trees, random_state=seed, **params), task)
     n = X.shape[0]
@@ -60,31 +59,40 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
     pub, priv = key or P.generate_keypair(KEY, insecure=True)
     spec = E.EncryptionSpec(is_clf, n_classes, n_total, pub.key_length, **spec_args)
     enc = pub.encrypt_many(spec.row_plaintexts(codes))
+    counts = [len(g) for g in groups]
     parties, bins = [], []
     for p, g in enumerate(groups):
         if p == label_party:
-            parties.append(E.LabelHolderSplitter(X[:, g], settings, labels, codes, spec, pub))
+            parties.append(KeyHolderSplitter(X[:, g], settings, labels, ForestTrees(settings), spec, priv, p,
+                                             counts, codes=codes))
             bins.append(None)
         else:
             parties.append(E.EncryptedHistSplitter(X[:, g], settings, enc, spec, pub))
             bins.append((parties[-1].n_bins, parties[-1].skip))
-    he = E.PaillierGrower(LocalParties(parties), E.LabelInfo(is_clf, n_classes, n), params, settings,
-                          [len(g) for g in groups], priv, spec, label_party, bins)
+    none = [np.empty(0, dtype=np.int64)]
+    parties[label_party].set_bins({"n_bins": np.concatenate(none + [b[0] for b in bins if b is not None]),
+                                   "skip": np.concatenate(none + [b[1] for b in bins if b is not None])})
+    he = RelayGrower(LocalParties(parties), n, params, settings, counts, label_party, bins, spec, pub)
     seeds = np.random.SeedSequence(seed).spawn(n_trees)
     a = [plain.grow(s) for s in seeds]
     b = [he.grow(s) for s in seeds]
-    return a, b, plain_parties, parties, he
+    return a, b, plain_parties, parties, parties[label_party]
 
 
 def _assert_equal_growth(a, b, plain_parties, parties):
-    assert len(a) == len(b)
-    for t, (x, z) in enumerate(zip(a, b)):
-        assert x.keys() == z.keys()
-        for k in x:
-            assert np.array_equal(x[k], z[k], equal_nan=True), f"tree {t}: master {k} differs"
+    """The master's structure, the label holder's statistics and leaf values and
+    every party's own splits are the plain mode's."""
+    holder = next(p for p in parties if isinstance(p, KeyHolderSplitter))
+    assert len(a) == len(b) == len(holder.trees)
+    for t, (x, z, h) in enumerate(zip(a, b, holder.trees)):
+        for k in ("children_left", "children_right", "owner", "n_node_samples"):
+            assert np.array_equal(x[k], z[k]), f"tree {t}: master {k} differs"
+        assert not {"value", "impurity", "weighted_n_node_samples"} & set(z)   # none of them on the master
+        for k in ("value", "impurity", "weighted_n_node_samples"):
+            assert np.array_equal(x[k], h[k]), f"tree {t}: label holder's {k} differs"
     for p, (u, v) in enumerate(zip(plain_parties, parties)):
         for t, (x, z) in enumerate(zip(u.trees, v.trees)):
-            for k in x:
+            for k in ("children_left", "children_right", "feature", "threshold", "missing_left"):
                 assert np.array_equal(x[k], z[k], equal_nan=True), f"party {p} tree {t}: {k} differs"
 
 
@@ -104,7 +112,7 @@ def test_same_trees_as_plain(task, n_classes, case):
                                   min_samples_leaf=1 + case)
     _assert_equal_growth(a, b, pp, hp)
     assert sum(t["children_left"].size for t in a) > 3 * 9  # real trees, not stumps
-    assert he.decrypted > 0
+    assert (he.decrypted > 0) == (n_parties > 1)
 
 
 def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(monkeypatch):
@@ -117,7 +125,7 @@ def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(mon
 
     def counting(self, nodes, starts, ends):
         out = orig(self, nodes, starts, ends)
-        if isinstance(self, E.LabelHolderSplitter):
+        if isinstance(self, KeyHolderSplitter):
             derived.append(int((out[2] >= 0).sum()))
         return out
 
@@ -186,12 +194,19 @@ def test_protocol_same_model_as_plain(tmp_path, task):
         s = run_vertical("train", frames, task=task, model_dir=d, label_privacy=mode, **OPTS)
         models[mode] = complete_trees(d, 3, [0, 2, 4, 6])
         if mode == "paillier":
-            assert s["key_length"] == KEY and s["decrypts_per_tree"] > 0
+            assert s["key_length"] == KEY and s["paillier_key_holder"] == "label_holder"
     assert_same_trees(models["paillier"], models["plain"])
-    out = str(tmp_path / "pred.csv")
-    pred = run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames],
-                        model_dir=str(tmp_path / "paillier"), output=out)
-    assert os.path.exists(out) and pred["prediction"].shape == (len(y),)
+    written = {}
+    for mode in ("plain", "paillier"):
+        out = str(tmp_path / f"pred-{mode}.csv")
+        run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames],
+                     model_dir=str(tmp_path / mode), output=out, result_party=2)
+        written[mode] = pd.read_csv(out)
+    assert written["paillier"].equals(written["plain"])
+    # the leaf values are the label holder's: another result party is refused before any work
+    with pytest.raises(InputError, match="result_party = 2"):
+        run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames],
+                     model_dir=str(tmp_path / "paillier"), output=str(tmp_path / "x.csv"), result_party=1)
 
 
 def test_2048_bit_key_same_trees():
@@ -264,14 +279,14 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
                     assert not np.isin(a[np.isfinite(a)], vals).any(), (src, r, list(msg))
         if src == label_rank:
             # after label encryption the label holder only sends gains, ciphertexts and bits
-            allowed = {"gain", "stats", "bits", "classes", "spec", "seconds", "blocks", "fingerprint",
-                       "n_rows", "n_features", "has_label", "n_trees", "public", "sealed",
-                       "digests", "tree_bytes_sent", "model_dir"}
+            allowed = {"bits", "spec", "seconds", "blocks", "public_key", "split", "winner", "split_feature",
+                       "split_bin", "split_missing_left", "n_rows", "n_features", "has_label", "n_trees",
+                       "public", "sealed", "digests", "tree_bytes_sent", "model_dir", "fingerprint",
+                       "tree_batch", "batch_memory_mb"}
             allowed |= {k for k in msg if k.startswith("sealed")}
             allowed |= {"len." + k for k in allowed}   # per-tree entry counts of a batch reply
             assert set(msg) <= allowed, set(msg) - allowed
-            if "stats" in msg:
-                assert msg["stats"].dtype == np.uint8 and msg["stats"].shape[1] == 2 * KEY // 8
+            assert "stats" not in msg and "gain" not in msg
         if dest not in (0, label_rank) and src == 0 and "labels" in msg:
             assert msg["labels"].dtype == np.uint8 and msg["labels"].shape == (len(y), 2 * KEY // 8)
     # parties without labels receive no label statistic in plaintext: only ciphertext blocks
@@ -297,77 +312,61 @@ def test_tampered_histogram_ciphertext(tmp_path, monkeypatch):
         return reply
 
     monkeypatch.setattr(E.EncryptedHistSplitter, "_find", tamper)
-    with pytest.raises(E.ProtocolIntegrityError, match="altered or made under another key"):
+    with pytest.raises(RemoteError, match="altered or made under another key") as err:
         run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
+    assert err.value.rank == 2 and err.value.exc_type == "ProtocolIntegrityError"   # the key holder saw it
 
 
-def test_tampered_node_statistics(tmp_path, monkeypatch):
-    frames, _, _ = _frames()
-    orig = E.LabelHolderSplitter._find
+@pytest.mark.parametrize("slot", [0, 1, 2])
+def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, slot):
+    """A party adds to one slot of one bin (homomorphically, without the key):
+    the count slot is checked against the plaintext bin weights, the target
+    slots against the bounds of sums of that many rows (``[0, 2 B w]`` and
+    ``[0, B**2 w]``); the left-out bin absorbs the difference and goes out of
+    bounds too."""
+    frames, X, y = _frames("regression")
+    orig = E.EncryptedHistSplitter._find
+    state = {"n": 0}
 
     def tamper(self, msg):
         reply = orig(self, msg)
-        reply["stats"] = reply["stats"].copy()
-        reply["stats"][0, -3] ^= 0x10
+        state["n"] += 1
+        if state["n"] == 1 and reply["hist"].size:
+            cts = self.key.deserialize(reply["hist"])
+            w = self.spec.width
+            # the last value of a ciphertext lies in its lowest bits, its last slot lowest
+            shift = w * (self.spec.n_stats - 1 - slot)
+            cts[0] = cts[0] * self.key.encrypt((1 << (w - 2)) << shift) % self.key.nsq
+            reply["hist"] = self.key.serialize(cts)
         return reply
 
-    monkeypatch.setattr(E.LabelHolderSplitter, "_find", tamper)
-    with pytest.raises(E.ProtocolIntegrityError, match="altered or made under another key"):
-        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
+    monkeypatch.setattr(E.EncryptedHistSplitter, "_find", tamper)
+    with pytest.raises(RemoteError, match="do not match its row counts|altered") as err:
+        run_vertical("train", frames, task="regression", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
+    assert err.value.rank == 2 and err.value.exc_type == "ProtocolIntegrityError"
 
 
-def test_foreign_public_key(tmp_path, monkeypatch):
-    """The label holder encrypts under a key that is not the master's."""
+def test_a_foreign_key_relayed_to_a_party_is_caught(tmp_path, monkeypatch):
+    """A hostile master relays its own public key (and a matching fingerprint)
+    to a party without labels: the party's sums are not sums under the label
+    holder's key, and the label holder stops the job before any tree is stored."""
+    from fedforest.transport import base
     frames, _, _ = _frames()
     foreign, _ = P.generate_keypair(KEY, insecure=True)
-    orig = vertical_party._encrypt_labels
+    orig = base.Comm.send
 
-    def evil(comm, cfg, msg, y):
-        return orig(comm, cfg, dict(msg, public_key=foreign.to_bytes()), y)
+    def send(self, dest, msg):
+        if self.rank == 0 and dest == 1 and msg.get("op") == "setup":
+            msg = dict(msg, public_key=foreign.to_bytes(), fingerprint=foreign.fingerprint)
+        return orig(self, dest, msg)
 
-    monkeypatch.setattr(vertical_party, "_encrypt_labels", evil)
-    with pytest.raises(E.ProtocolIntegrityError, match="under another public key"):
+    monkeypatch.setattr(base.Comm, "send", send)
+    with pytest.raises(RemoteError, match="altered or made under another key|not a valid"):
         run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
-    assert not os.path.exists(tmp_path / "m")
-
-
-def test_foreign_key_with_forged_fingerprint(tmp_path, monkeypatch):
-    """Ciphertexts under another key but labelled with the master's fingerprint
-    are caught when they are used, never turned into a model."""
-    frames, _, _ = _frames()
-    foreign, _ = P.generate_keypair(KEY, insecure=True)
-    orig_from_bytes = P.PublicKey.from_bytes.__func__
-    real = {}
-
-    def swap(cls, data):
-        key = orig_from_bytes(cls, data)
-        real.setdefault("fp", key.fingerprint)
-        if not real.get("swapped"):  # only the label holder's first read: it encrypts under foreign
-            real["swapped"] = True
-            foreign_fp = key.fingerprint
-            foreign.__dict__["_forged"] = foreign_fp
-            return _Forged(foreign.n, foreign_fp)
-        return key
-
-    monkeypatch.setattr(P.PublicKey, "from_bytes", classmethod(swap))
-    with pytest.raises((E.ProtocolIntegrityError, InputError, RemoteError),
-                       match="another key|not a valid value|public key changed"):
-        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
-                     label_privacy="paillier", **OPTS)
-    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("tree-*.npz"))
-
-
-class _Forged(P.PublicKey):
-    def __init__(self, n, fingerprint):
-        super().__init__(n)
-        self._fp = fingerprint
-
-    @property
-    def fingerprint(self):
-        return self._fp
+    assert not any((tmp_path / "m").rglob("tree-*.npz"))
 
 
 def test_slot_overflow_refused_before_work(tmp_path):
