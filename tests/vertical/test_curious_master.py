@@ -22,6 +22,8 @@ from fedforest.crypto import paillier as P
 from fedforest.jobs import run_job
 from fedforest.transport import base
 from fedforest.vertical import model_files
+from fedforest.vertical.boost_params import BoostParams
+from fedforest.vertical.boosting import holdout
 
 from _util import make_table, party_frames
 
@@ -30,8 +32,8 @@ LABEL_RANK = 2
 
 
 def _frames(task, n_classes, seed=5, n=160):
-    X, y = make_table(task, n_classes, seed, n, 6, 0.05)
-    return party_frames(X, y, [[0, 1], [2, 3], [4, 5]], label_party=LABEL_RANK - 1), y
+    X, y = make_table(task, n_classes, seed, n, 9, 0.05)
+    return party_frames(X, y, [[0, 1, 2], [3, 4, 5], [6, 7, 8]], label_party=LABEL_RANK - 1), y
 
 
 class Transcript:
@@ -93,47 +95,53 @@ def _layout(tr):
     return None
 
 
-def _recovered(plaintexts, y, layout):
-    """How many labels a reading of the decrypted row plaintexts gets right:
-    the class of the slot holding the 1, or (targets, gradients) all of them
-    when the second slot follows the labels."""
+def _recovered(plaintexts, ys, layout):
+    """The largest share of the labels a reading of the decrypted row
+    plaintexts gets right, for each candidate label vector of ``ys`` (all rows,
+    or the training rows of a job with a validation share): the class of the
+    slot holding the 1, or (targets, gradients) all of them when the second
+    slot follows the labels."""
+    return max(_share(plaintexts, y, layout) for y in ys)
+
+
+def _share(plaintexts, y, layout):
     n = y.shape[0]
     if layout is None or len(plaintexts) < n:
-        return 0
+        return 0.0
     width, n_stats, key_length = layout
     slots = P.Slots(width, key_length)
     try:
         rows = np.array([slots.unpack(int(m), n_stats) for m in plaintexts[:n]], dtype=np.float64)
     except Exception:   # not row plaintexts of this layout
-        return 0
+        return 0.0
     if n_stats == len(np.unique(y)) and n_stats != 3 or np.all(np.isin(rows, (0, 1))):
         codes = np.unique(y, return_inverse=True)[1]
-        return int(np.sum(np.argmax(rows, axis=1) == codes))
+        return float(np.mean(np.argmax(rows, axis=1) == codes))
     corr = np.corrcoef(rows[:, 1], y)[0, 1]
-    return n if np.isfinite(corr) and abs(corr) > 0.9 else 0
+    return 1.0 if np.isfinite(corr) and abs(corr) > 0.9 else 0.0
 
 
-def decrypt_attack(tr, y, task, width):
-    """Labels read by decrypting the received row ciphertexts with a key the master holds."""
-    best = 0
+def decrypt_attack(tr, ys, width):
+    """The share of labels read by decrypting the received row ciphertexts with a key the master holds."""
+    best = 0.0
     for private in tr.master_keys():
         cts = [c for c in _ciphertexts(tr.received + [(0, m) for _, m in tr.sent], width)
                if 0 < c < private.public.nsq]
-        best = max(best, _recovered([private.decrypt(c) % private.public.n for c in cts], y, _layout(tr)))
+        best = max(best, _recovered([private.decrypt(c) % private.public.n for c in cts], ys, _layout(tr)))
     return best
 
 
-def factor_attack(tr, y, task, width):
-    """Labels read by dividing received ciphertexts by encryption factors the master sent."""
+def factor_attack(tr, ys, width):
+    """The share of labels read by dividing received ciphertexts by encryption factors the master sent."""
     factors = set()
     for _, msg in tr.sent:
         for path, a in _values(msg):
             if "random" in path and a.dtype == np.uint8 and a.ndim == 2:
                 factors |= {gmpy2.mpz(int.from_bytes(bytes(row), "big")) for row in a}
     if not factors:
-        return 0
+        return 0.0
     keys = [public for _, public, _ in tr.keys]
-    best = 0
+    best = 0.0
     for public in keys:
         n, nsq = public.n, public.nsq
         plain = []
@@ -143,7 +151,7 @@ def factor_attack(tr, y, task, width):
                 if u % n == 1:
                     plain.append((u - 1) // n)
                     break
-        best = max(best, _recovered(plain, y, _layout(tr)))
+        best = max(best, _recovered(plain, ys, _layout(tr)))
     return best
 
 
@@ -182,9 +190,13 @@ def test_a_curious_master_learns_no_label(tmp_path, monkeypatch, mode, task, n_c
     assert [name for name, _, _ in tr.keys] == [f"fedforest-rank-{LABEL_RANK}"]
     assert tr.master_keys() == []
     width = tr.keys[0][1].ciphertext_bytes
-    assert len(_ciphertexts(tr.received, width)) >= len(y)      # it does relay the row ciphertexts
-    assert decrypt_attack(tr, y, task, width) == 0
-    assert factor_attack(tr, y, task, width) == 0
+    assert len(_ciphertexts(tr.received, width)) >= len(y) * 3 // 4   # it does relay the row ciphertexts
+    # the labels a reading could be checked against: every row's, or the training rows'
+    ys = [y]
+    if mode == "vertical_boost":
+        ys.append(y[holdout(len(y), BoostParams(**extra), 1)[0]])
+    assert decrypt_attack(tr, ys, width) == 0
+    assert factor_attack(tr, ys, width) == 0
     assert float_statistics(tr, model_files.party_dir(str(tmp_path / "m"), 0)) == []
     assert not {"validation_loss", "decrypts_per_tree"} & {k for k, v in summary.items() if v is not None}
 
@@ -208,7 +220,7 @@ def test_the_attacks_find_labels_where_they_leak(monkeypatch, task, n_classes):
     tr.received = [(LABEL_RANK, {"blocks": blocks})]
     tr.sent = [(LABEL_RANK, {"randomness": public.serialize(factors), "spec": spec.to_dict()})]
     tr.keys = [("MainThread", public, private)]
-    assert decrypt_attack(tr, y, task, public.ciphertext_bytes) == y.size
+    assert decrypt_attack(tr, [y], public.ciphertext_bytes) == 1.0
     tr.keys = [(f"fedforest-rank-{LABEL_RANK}", public, private)]   # no key on the master
-    assert decrypt_attack(tr, y, task, public.ciphertext_bytes) == 0
-    assert factor_attack(tr, y, task, public.ciphertext_bytes) == y.size
+    assert decrypt_attack(tr, [y], public.ciphertext_bytes) == 0
+    assert factor_attack(tr, [y], public.ciphertext_bytes) == 1.0

@@ -325,7 +325,8 @@ class KeyHolderSplitter(PartySplitter):
                  "split_missing_left": ml}
         own = split[winner == self.me]
         t["searched"] = own_nodes
-        t["decided"] = split
+        # no split ends the tree: no partition follows
+        t["decided"] = split if split.size else None
         t["partitioned"] = own
         if own.size:
             reply["bits"] = self._partition({"nodes": own})["bits"]
