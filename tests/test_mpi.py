@@ -257,9 +257,9 @@ def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties, privacy):
     out = _check(mpirun(n_parties + 1, ["train", "--config", str(job)]))
     assert "boosted 8 rounds (24 trees)" in out
     summary = json.loads((tmp_path / "train.json").read_text())
-    # two exchanges per level and the commit; encrypted: also the round's gradients and
-    # the last leaves' statistics
-    assert summary["rounds_per_boosting_round"] <= 2 * 4 + (1 if privacy == "plain" else 3)
+    # two exchanges per level and the commit; encrypted: the label holder's decision is a
+    # third exchange of a level, and each round starts with its encrypted gradients
+    assert summary["rounds_per_boosting_round"] <= (2 * 4 + 1 if privacy == "plain" else 3 * 4 + 2)
     order = [c for g in groups for c in g]
     est = BoostClassifier(n_estimators=8, max_depth=4, subsample=0.8, random_state=3).fit(X[:, order], y)
     offsets = np.concatenate(([0], np.cumsum([len(g) for g in groups])))
@@ -267,8 +267,9 @@ def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties, privacy):
                       [t for r in est.estimators_ for t in r])
     test_paths = [str(tmp_path / p) for p in paths]
     pred_job = tmp_path / "predict.toml"
+    # with encrypted gradients the leaf values are the label holder's: it writes the predictions
     pred_job.write_text(f'[job]\ndata = {test_paths!r}\nmodel_dir = "model"\nprogress = false\n'
-                        .replace("'", '"'))
+                        f'[boost]\nresult_party = {n_parties}\n'.replace("'", '"'))
     out = _check(mpirun(n_parties + 1, ["predict", "--config", str(pred_job), "--output",
                                         str(tmp_path / "pred.csv")]))
     assert "(oneshot, 1 round)" in out

@@ -149,10 +149,14 @@ class _PlainGradients:
         g, h = B.gradients(self.objective, self.target[self.train], self.margin[self.train], None)
         return [B.GradientLabels(g[:, k], h[:, k]) for k in range(g.shape[1])]
 
-    def grown(self, trees, leaves):
-        """A round's trees are grown: scale their leaf values, add them to the margins."""
-        for k, tree in enumerate(trees):
+    def scale(self, trees):
+        """A round's trees are grown: their leaf values times the learning rate."""
+        for tree in trees:
             tree["value"] = tree["value"] * self.learning_rate
+
+    def grown(self, trees, leaves):
+        """Add a round's (scaled) leaf values to the margins."""
+        for k, tree in enumerate(trees):
             leaf = tree.pop("row_leaf") if leaves is None else leaves[k]
             self.margin[:, k] += tree["value"][leaf, 0]
 
@@ -244,6 +248,9 @@ class _EncryptedGradients:
                 and blocks.shape == (n * self.k_out, self.public.ciphertext_bytes)):
             raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(blocks)} as encrypted gradients")
         return [EG.EncryptedRound(k, blocks[k * n:(k + 1) * n]) for k in range(self.k_out)]
+
+    def scale(self, trees):
+        pass     # the leaf values are the label holder's
 
     def grown(self, trees, leaves):
         # the label holder adds the leaf values to its margins: from its own trees when the
@@ -349,14 +356,16 @@ def _boost(comm, cfg, params, job, source, t_start):
                 if not all(complete):
                     failed = True   # a round counts only when every party stored all its trees
                     break
+                source.scale(trees)
                 source.grown(trees, None)
                 carry, pending = commit, (ids, trees)
                 continue
             trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels)
-            source.grown(trees, _row_leaves(trees, [_leaf_sets_of(a) for a in acks], n_rows))
+            source.scale(trees)
             if not stored(ids, trees, acks):
                 failed = True
                 break
+            source.grown(trees, _row_leaves(trees, [_leaf_sets_of(a) for a in acks], n_rows))
         if carry is not None and not failed:
             replies = RemoteParties(comm).exchange(carry)
             failed = not stored(*pending, replies)

@@ -105,13 +105,16 @@ def test_early_stopping_keeps_the_best_round_as_the_single_process_does(tmp_path
         assert kept == s["n_trees"]
 
 
-@pytest.mark.parametrize("early_stopping", [None, 50])
-def test_resume_after_a_party_failure_gives_the_uninterrupted_model(tmp_path, monkeypatch, early_stopping):
+@pytest.mark.parametrize("early_stopping,privacy", [(None, "plain"), (50, "plain"), (None, "paillier"),
+                                                    (2, "paillier")])
+def test_resume_after_a_party_failure_gives_the_uninterrupted_model(tmp_path, monkeypatch, early_stopping,
+                                                                   privacy):
     X, y = _data("classification", 3, 4, n=250, nan_share=0.0)
     frames, order, offsets = _split(X, y, 2, 4, label_party=1)
     md = str(tmp_path / "model")
     opts = dict(task="classification", label_column="y", model_dir=md, n_estimators=5, max_depth=3,
-                random_state=9, subsample=0.8, early_stopping_rounds=early_stopping)
+                random_state=9, subsample=0.8, early_stopping_rounds=early_stopping,
+                **(PAILLIER if privacy == "paillier" else {}))
     monkeypatch.setenv("FEDFOREST_FAULT_CRASH", "2:7")   # party 2 stores 7 trees: two rounds of 3 and one tree
     with pytest.raises(RemoteError) as err:
         _boost("train", frames, **opts)
@@ -121,11 +124,14 @@ def test_resume_after_a_party_failure_gives_the_uninterrupted_model(tmp_path, mo
     monkeypatch.delenv("FEDFOREST_FAULT_CRASH")
     s = _boost("train", frames, resume=True, **opts)
     assert s["trees_built"] == 9 - (s["n_rounds"] < 5) * 3 * (5 - s["n_rounds"])
-    params = {k: v for k, v in opts.items() if k not in ("task", "label_column", "model_dir")}
+    params = {k: v for k, v in opts.items() if k not in ("task", "label_column", "model_dir") + tuple(PAILLIER)}
     est = BoostClassifier(**params).fit(X[:, order], y)
     assert_same_trees(complete_trees(md, 2, offsets), [t for r in est.estimators_ for t in r])
     if early_stopping:
-        assert s["validation_loss"] == est.evals_result_
+        # the losses are known where the labels are: the master (plain) or the label holder's own files
+        losses = s["validation_loss"] if privacy == "plain" else \
+            model_io.read_manifest(model_io.party_dir(md, 2))["validation_loss"]
+        assert losses == est.evals_result_
 
 
 def test_a_party_of_another_mode_is_refused_before_any_work(tmp_path):
@@ -251,24 +257,53 @@ def test_randomness_made_ahead_grows_the_same_trees(tmp_path, monkeypatch):
                       complete_trees(str(tmp_path / "plain"), 2, offsets))
 
 
-@pytest.mark.parametrize("privacy,per_level_extra", [("plain", 0), ("paillier", 2)])
-def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, privacy, per_level_extra):
-    """Without a validation share or a subsample the master updates the margins
-    from its own partition: a round costs two exchanges per level (Paillier: plus
-    the gradients and the last level's statistics), and only the last round
-    has a commit of its own.  The trees stay the single-process ones."""
+def _exchanges(monkeypatch):
+    """Every exchange of the master's growth, as the ops of its messages."""
+    from fedforest.tree import builder
+    from fedforest.vertical import common
+    seen = []
+    orig = common.RemoteParties.exchange
+
+    def exchange(self, msgs):
+        ops = set()
+        for m in msgs:
+            if m is None:
+                continue
+            ops.add(m["op"])
+            for part in ("commit", "grow"):
+                if isinstance(m.get(part), dict):
+                    ops |= {v for k, v in m[part].items() if k.endswith(".op")}
+            ops |= {v for k, v in m.items() if isinstance(k, str) and k.endswith(".op")}
+        seen.append(ops)
+        return orig(self, msgs)
+    monkeypatch.setattr(common.RemoteParties, "exchange", exchange)
+    return seen, builder
+
+
+@pytest.mark.parametrize("privacy", ["plain", "paillier"])
+def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, monkeypatch, privacy):
+    """Without a validation share or a subsample the margins come from the trees'
+    own partitions: a round costs two exchanges per level (Paillier: the label
+    holder's decision is a third where another party won a split), and only
+    the last round has a commit of its own.  The trees stay the single-process ones."""
     X, y = _data("classification", 2, 21, n=300)
     frames, order, offsets = _split(X, y, 2, 21, label_party=1)
     depth, n_rounds = 3, 5
     opts = dict(task="classification", label_column="y", n_estimators=n_rounds, max_depth=depth,
                 random_state=21, learning_rate=0.5)
     extra = PAILLIER if privacy == "paillier" else {}
+    seen, builder = _exchanges(monkeypatch)
     s = _boost("train", frames, model_dir=str(tmp_path / "m"), **extra, **opts)
     assert s["n_trees"] == n_rounds
-    assert s["rounds_total"] == n_rounds * (2 * depth + per_level_extra) + 1
+    commits_alone = [ops for ops in seen if ops == {builder.COMMIT, "finish"}]
+    assert len(commits_alone) == 1
+    per_level = 2 if privacy == "plain" else 3
+    assert s["rounds_total"] <= n_rounds * per_level * depth + 1 + (n_rounds if privacy == "paillier" else 0)
+    assert sum(builder.FUSED in ops for ops in seen) == n_rounds - 1
     est = BoostClassifier(n_estimators=n_rounds, max_depth=depth, random_state=21, learning_rate=0.5)
     assert_same_trees(complete_trees(str(tmp_path / "m"), 2, offsets),
                       [t for r in est.fit(X[:, order], y).estimators_ for t in r])
     # with a subsample the parties' leaf sets are needed: a commit exchange per round
-    sub = _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
-    assert sub["rounds_total"] == n_rounds * (2 * depth + per_level_extra + 1)
+    seen.clear()
+    _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
+    assert len([ops for ops in seen if ops == {builder.COMMIT, "finish"}]) == n_rounds

@@ -13,7 +13,7 @@ from sklearn.datasets import make_classification
 from fedforest.crypto import paillier as P
 from fedforest.data import alignment
 from fedforest.errors import InputError, RemoteError
-from fedforest.jobs import run_vertical
+from fedforest.jobs import run_job, run_vertical
 from fedforest.transport import base
 from fedforest.transport.base import ProtocolError
 from fedforest.tree import builder
@@ -76,7 +76,7 @@ def refused(tmp_path, field, exc_type="ProtocolError", rank=None, command="train
     before = _files(tmp_path)
     options = dict(OPTS, model_dir=str(tmp_path / "m"), **options)
     with pytest.raises(RemoteError) as err:
-        run_vertical(command, frames or _frames(), **options)
+        run_job(command, frames or _frames(), **dict({"mode": "vertical"}, **options))
     assert err.value.exc_type == exc_type, err.value
     assert field in err.value.remote_message, err.value.remote_message
     if rank is not None:
@@ -400,13 +400,161 @@ def test_the_lead_seals_the_secret_for_exactly_the_other_parties(tmp_path, monke
 
 
 # ---------------------------------------------------------------------------
-# C7: the master's Paillier key
+# C7: the label holder's Paillier key, relayed by the master
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("op,to", [(protocol.ENCRYPT_LABELS, 2), (protocol.SETUP, 1)])
-def test_paillier_key_has_the_configured_length(tmp_path, monkeypatch, op, to):
+def test_a_relayed_key_has_the_configured_length(tmp_path, monkeypatch):
     short, _ = P.generate_keypair(256, insecure=True)
-    hostile(monkeypatch, op, lambda m, d: dict(m, public_key=short.to_bytes()), to=to)
-    refused(tmp_path, "key_length", exc_type="InputError", rank=to, **PAILLIER)
+    hostile(monkeypatch, protocol.SETUP, lambda m, d: dict(m, public_key=short.to_bytes()), to=1)
+    refused(tmp_path, "key_length", exc_type="InputError", rank=1, **PAILLIER)
+
+
+def test_the_label_holder_keeps_its_own_key(tmp_path, monkeypatch):
+    """A master that hands the label holder another public key in the set-up
+    (to make it work under a key the master holds) is refused."""
+    other, _ = P.generate_keypair(512, insecure=True)
+    hostile(monkeypatch, protocol.SETUP, lambda m, d: dict(m, public_key=other.to_bytes()), to=2)
+    refused(tmp_path, "another public key than this party's own", exc_type="InputError", rank=2, **PAILLIER)
+
+
+def test_the_label_holder_is_the_one_that_holds_the_labels(tmp_path, monkeypatch):
+    hostile(monkeypatch, protocol.SETUP, lambda m, d: dict(m, label_party=1), to=2)
+    refused(tmp_path, "'label_party'", rank=2, **PAILLIER)
+
+
+# ---------------------------------------------------------------------------
+# C8: the label holder's decision (both encrypted modes)
+# ---------------------------------------------------------------------------
+def _decide(change):
+    def edit(msg, dest):
+        for key in _tree_keys(msg, "op"):
+            if msg[key] == "decide":
+                change(msg, key.split(".")[0])
+        return msg
+    return edit
+
+
+def _shift(field, by):
+    def change(msg, t):
+        msg[f"{t}.{field}"] = msg[f"{t}.{field}"] + by
+    return change
+
+
+def _drop_cipher(msg, t):
+    msg[f"{t}.hist"] = msg[f"{t}.hist"][1:]
+
+
+def _forge_margins(msg, t):
+    msg[f"{t}.margins"] = np.zeros((1, 3))
+
+
+DECIDE_CASES = [
+    (_shift("cand", 1), "'cand'"),                         # not the nodes of the level's find
+    (_shift("pair_party", 1), "pairs name a party"),       # the label holder's own or no party
+    (_shift("pair_feat", 7), "features outside party 1's columns"),
+    (_drop_cipher, "ciphertexts for"),                      # sums missing
+    (_shift("derive_node", 1000), "'derive_node'"),
+    (_forge_margins, "may not hold 'margins'"),
+]
+
+
+@pytest.mark.parametrize("mode", ["vertical", "vertical_boost"])
+@pytest.mark.parametrize("change,field", DECIDE_CASES)
+def test_the_decision_is_asked_for_this_levels_requests_only(tmp_path, monkeypatch, mode, change, field):
+    frames = _frames(n=200) if mode == "vertical" else _boost_frames()
+    hostile(monkeypatch, builder.GROW, _decide(change), to=2, times=100)
+    # per-tree features: children share their parent's, so the label holder derives sums
+    extra = {"feature_sampling": "tree", "max_features": None} if mode == "vertical" else {}
+    refused(tmp_path, field, rank=2, frames=frames, mode=mode, **dict(PAILLIER, max_depth=4), **extra)
+
+
+def test_the_label_holder_applies_only_the_splits_it_decided(tmp_path, monkeypatch):
+    def change(msg, dest):
+        for key in _tree_keys(msg, "split_nodes"):
+            msg[key] = msg[key][:-1]
+        return msg
+    hostile(monkeypatch, builder.APPLY, change, to=2, times=20)
+    refused(tmp_path, "'split_nodes'", rank=2, **PAILLIER)
+
+
+# ---------------------------------------------------------------------------
+# C9: encrypted boosting: the round's messages
+# ---------------------------------------------------------------------------
+BOOST = dict(PAILLIER, mode="vertical_boost", n_estimators=3, max_depth=3)
+
+
+def _boost_frames():
+    return [f.assign(y=(f["y"] > 0).astype(int)) if "y" in f else f for f in _frames(n=150)]
+
+
+@pytest.mark.parametrize("change,field", [
+    (lambda m, d: dict(m, round=5), "'round'"),
+    (lambda m, d: dict(m, margins=np.zeros((1, 150, 1))), "may not hold 'margins'"),   # the old loss oracle
+    (lambda m, d: dict(m, losses=True), "may not hold 'losses'"),
+    (lambda m, d: dict(m, final="yes"), "'final'"),
+    (lambda m, d: dict(m, leaves=np.zeros((1, 150), dtype=np.int32)), "'leaves'"),
+    (lambda m, d: dict(m, stored_leaves=np.zeros((3, 150), dtype=np.int32)), "'stored_leaves'"),
+])
+def test_a_rounds_gradients_are_asked_for_in_order_and_nothing_else(tmp_path, monkeypatch, change, field):
+    from fedforest.vertical import encrypted_gradients as EG
+    hostile(monkeypatch, EG.GRADIENTS, change, to=2, times=1)
+    refused(tmp_path, field, rank=2, frames=_boost_frames(), **BOOST)
+
+
+def test_leaves_of_a_round_must_be_leaves_of_its_trees(tmp_path, monkeypatch):
+    """With a subsample the master sends the rows' leaves of the last round;
+    internal nodes (a way to move margins) are refused."""
+    from fedforest.vertical import encrypted_gradients as EG
+
+    def change(msg, dest):
+        if "leaves" in msg:
+            msg["leaves"] = np.zeros_like(msg["leaves"])   # the root: never a leaf of a split tree
+        return msg
+    hostile(monkeypatch, EG.GRADIENTS, change, to=2, times=3)
+    refused(tmp_path, "'leaves' names nodes that are not leaves", rank=2, frames=_boost_frames(),
+            subsample=0.8, **BOOST)
+
+
+@pytest.mark.parametrize("field,value,to,match", [
+    ("output", 3, 2, "'output'"),                      # one output in binary boosting
+    ("grad_ct", np.zeros((3, 128), dtype=np.uint8), 1, "'grad_ct'"),
+])
+def test_a_trees_first_message_is_checked(tmp_path, monkeypatch, field, value, to, match):
+    def change(msg, dest):
+        for key in _tree_keys(msg, field):
+            msg[key] = value
+        return msg
+    hostile(monkeypatch, builder.GROW, change, to=to, times=1)
+    refused(tmp_path, match, rank=to, frames=_boost_frames(), **BOOST)
+
+
+def test_stop_keeps_whole_stored_rounds(tmp_path, monkeypatch):
+    from fedforest.vertical import boost_roles
+    hostile(monkeypatch, protocol.DONE, lambda m, d: {"op": boost_roles.STOP, "keep": 99}, to=2)
+    refused(tmp_path, "'keep'", rank=2, frames=_boost_frames(), **BOOST)
+
+
+def test_stored_leaf_sets_only_before_growth_resumes(tmp_path, monkeypatch):
+    hostile(monkeypatch, protocol.DONE, lambda m, d: {"op": protocol.LEAF_SETS}, to=1)
+    refused(tmp_path, "asked for only before growth resumes", rank=1, frames=_boost_frames(), **BOOST)
+
+
+# ---------------------------------------------------------------------------
+# C10: memory is each party's own
+# ---------------------------------------------------------------------------
+def test_a_batch_larger_than_the_partys_own_bound_is_refused(tmp_path, monkeypatch):
+    from fedforest.vertical import master
+    monkeypatch.setattr(master, "batch_limits", lambda cfg, infos, n, b: (None, 50))
+    refused(tmp_path, "outside the batch being grown", tree_batch=1, n_estimators=4)
+
+
+def test_the_master_sizes_batches_within_every_partys_bound():
+    from types import SimpleNamespace
+    from fedforest.vertical.master import batch_limits
+    cfg = SimpleNamespace(tree_batch=None, batch_memory_mb=4096)
+    infos = {1: {"tree_batch": None, "batch_memory_mb": 4096}, 2: {"tree_batch": 3, "batch_memory_mb": 4096}}
+    assert batch_limits(cfg, infos, 100, 1000) == (3, 3)
+    infos[2] = {"tree_batch": None, "batch_memory_mb": 1}   # 1 MiB: 10 trees of 100 kB
+    assert batch_limits(cfg, infos, 100, 100 * 1024) == (None, 10)
 
 
 def test_label_holder_encrypts_for_the_configured_draws(tmp_path, monkeypatch):

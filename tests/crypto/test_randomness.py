@@ -1,15 +1,12 @@
-"""The key holder's randomness for the label encryption (label_randomness =
-"master"): valid, fresh factors, and the same forest as the label holder's own."""
+"""The label holder's randomness for its encryptions: it holds the key's
+factorisation, so it makes each ``r^n mod n²`` with the CRT from fixed-base
+tables; valid, fresh and uniform factors."""
 import gmpy2
 import numpy as np
 import pytest
-from sklearn.datasets import make_classification
 
 from fedforest.crypto import paillier as P
 from fedforest.errors import InputError
-from fedforest.jobs import run_vertical
-
-from _util import assert_same_trees, complete_trees, party_frames
 
 KEY = 512
 
@@ -74,23 +71,6 @@ def test_repeated_or_invalid_factors_are_refused(keys):
         pub.encrypt_with([1], [gmpy2.mpz(1)])
     with pytest.raises(InputError, match="2 randomness factors for 1 values"):
         pub.encrypt_with([1], f)
-
-
-def test_master_and_own_randomness_grow_the_plain_forest(tmp_path):
-    X, y = make_classification(150, 6, n_informative=4, random_state=3)
-    frames = party_frames(X, y, [[0, 1, 2], [3, 4, 5]], label_party=1)
-    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3,
-                random_state=1, key_length=KEY, insecure_key=True)
-    plain = str(tmp_path / "plain")
-    run_vertical("train", frames, model_dir=plain, **opts)
-    ref = complete_trees(plain, 2, [0, 3, 6])
-    for source in ("master", "own"):
-        md = str(tmp_path / source)
-        s = run_vertical("train", frames, model_dir=md, label_privacy="paillier",
-                         label_randomness=source, **opts)
-        assert s["label_randomness"] == source
-        assert (s["label_randomness_seconds"] > 0) == (source == "master")
-        assert_same_trees(complete_trees(md, 2, [0, 3, 6]), ref)
 
 
 def test_factors_made_ahead_are_fresh_and_sized(keys):
