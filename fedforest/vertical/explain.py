@@ -75,6 +75,25 @@ def master_party_totals(folder):
     return owner_totals(trees, int(m["n_parties"]))
 
 
+def split_counts(folder):
+    """``(columns, splits)`` of a party folder: how many splits use each of its
+    columns (XGBoost's ``weight`` importance; no label statistic needed)."""
+    m, trees = _load(folder)
+    n = len(m["columns"])
+    counts = np.zeros(n, dtype=np.int64)
+    for t in trees:
+        f = np.asarray(t["feature"])
+        counts += np.bincount(f[f >= 0], minlength=n)
+    return list(m["columns"]), counts
+
+
+def holder_party_totals(folder):
+    """With encrypted labels, the label holder's view: each party's share of
+    the forest's impurity decrease (it holds every split's share)."""
+    m, trees = _load(folder)
+    return owner_totals(trees, int(m["n_parties"]))
+
+
 def describe(model_dir, top=None):
     """Text: what each role folder at ``model_dir`` knows of the importances."""
     folders = role_folders(model_dir)
@@ -83,6 +102,23 @@ def describe(model_dir, top=None):
     out = []
     for folder in folders:
         m = model_files.read_manifest(folder)
+        encrypted = m.get("label_privacy") == "paillier"
+        if encrypted and m.get("role") == "master":
+            out.append(f"master ({folder}): {m['n_trees']} trees, {m['task']}; the importances are label "
+                       f"statistics held by the label holder (party {m['label_party']})")
+            continue
+        if encrypted and not m.get("has_label"):
+            columns, counts = split_counts(folder)
+            out.append(f"party {m['rank']} ({folder}): splits on its own columns (the importances are label "
+                       "statistics held by the label holder):")
+            order = np.argsort(-counts, kind="stable")[:top]
+            width = max((len(c) for c in columns), default=0)
+            out += [f"  {columns[i]:<{width}}  {counts[i]}" for i in order]
+            continue
+        if encrypted:
+            totals = holder_party_totals(folder)
+            out.append(f"label holder, party {m['rank']} ({folder}): share of the impurity decrease by party:")
+            out += [f"  party {p + 1}: {v:.4f}" for p, v in enumerate(totals)]
         if m.get("role") == "master":
             totals = master_party_totals(folder)
             out.append(f"master ({folder}): {m['n_trees']} trees, {m['task']}; share of the "

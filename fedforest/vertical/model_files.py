@@ -1,4 +1,4 @@
-"""Model files on disk (format ``fedforest-vertical`` version 1, see docs/model-format.md).
+"""Model files on disk (format ``fedforest-vertical`` version 2, see docs/model-format.md).
 
 Each rank writes only its own directory ``<model_dir>/master`` or
 ``<model_dir>/party-<rank>``:
@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..federation.files import atomic_write, atomic_write_many
 
 FORMAT = "fedforest-vertical"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: with encrypted labels the leaf values are the label holder's
 MANIFEST = "manifest.json"
 
 

@@ -159,3 +159,28 @@ def test_vertical_folder_without_importances_is_a_clear_error(tmp_path):
         np.savez(path, **arrays)
     with pytest.raises(InputError, match="did not record importances"):
         explain.party_feature_importances(f"{model_dir}/party-2")
+
+
+def test_encrypted_labels_keep_the_importances_with_the_label_holder(tmp_path):
+    """With label_privacy = "paillier" the importance shares are label
+    statistics: the label holder holds every split's (its own columns' and each
+    party's total, the same as the plain model's), the other party counts its
+    splits, and the master points to the label holder."""
+    X, y = make_classification(300, 6, n_informative=4, random_state=2)
+    frames = party_frames(np.round(X, 2), y, [[0, 1, 2], [3, 4, 5]], label_party=1)
+    opts = dict(task="classification", label_column="y", n_estimators=4, max_depth=4, random_state=3)
+    run_vertical("train", frames, model_dir=str(tmp_path / "plain"), **opts)
+    run_vertical("train", frames, model_dir=str(tmp_path / "enc"), label_privacy="paillier", key_length=512,
+                 insecure_key=True, **opts)
+    text = explain.describe(str(tmp_path / "enc"))
+    assert "held by the label holder (party 2)" in text
+    assert "splits on its own columns" in text
+    plain_cols, plain_imp = explain.party_feature_importances(str(tmp_path / "plain" / "party-2"))
+    enc_cols, enc_imp = explain.party_feature_importances(str(tmp_path / "enc" / "party-2"))
+    np.testing.assert_array_equal(enc_imp, plain_imp)
+    np.testing.assert_allclose(explain.holder_party_totals(str(tmp_path / "enc" / "party-2")),
+                               explain.master_party_totals(str(tmp_path / "plain" / "master")), rtol=1e-12)
+    _, counts = explain.split_counts(str(tmp_path / "enc" / "party-1"))
+    _, plain_counts = explain.split_counts(str(tmp_path / "plain" / "party-1"))
+    np.testing.assert_array_equal(counts, plain_counts)
+    assert counts.sum() > 0
