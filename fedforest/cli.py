@@ -293,10 +293,11 @@ def cmd_warm_up(args):
     first job does not pay for it."""
     import time
     t0 = time.perf_counter()
-    from .tree import builder, predict
+    from .tree import predict
+    from .vertical import tree_grower
     for split_method in ("hist", "exact"):
         for is_classification in (True, False):
-            builder.warm_up(split_method, is_classification)
+            tree_grower.warm_up(split_method, is_classification)
     predict.warm_up()
     print(f"kernels ready in {time.perf_counter() - t0:.1f} s")
     return 0

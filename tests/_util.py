@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fedforest.vertical import model_files as model_io
-from fedforest.tree.builder import merge_partials
+from fedforest.tree.growth import merge_partials
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)

@@ -11,7 +11,8 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..constraints import Interval, check
 from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
-from ..tree.builder import LocalParties, SplitSettings, merge_partials, tree_seeds
+from ..tree.growth import SplitSettings, merge_partials, tree_seeds
+from .party_splitter import LocalParties
 from ..tree.format import node_values
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import prepare_X

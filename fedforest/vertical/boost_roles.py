@@ -26,7 +26,8 @@ from ..errors import InputError
 from ..tree import predict
 from ..tree import threads as numba_threads
 from ..crypto import paillier
-from ..tree.builder import SplitSettings, bad_message, check_fields, int_value, shown, tree_seeds
+from ..tree.growth import SplitSettings, tree_seeds
+from .messages import accept_settings, bad_message, check_fields, int_value, shown
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
 from ..transport.base import expect
@@ -53,7 +54,6 @@ __all__ = ["server_train", "client_train", "server_predict", "client_predict", "
 STOP = "stop"              # master -> party: keep only the first trees (early stopping's best round)
 LABEL_INFO = "label_info"  # master -> label holder (paillier): the classes and base margins
 MAX_CLASSES = 1 << 16
-BACKGROUND_FACTORS = 2048  # rounds needing at least this many encryption factors get them made ahead
 
 
 def warm_up(cfg, command):
@@ -445,7 +445,7 @@ def client_train(comm, cfg):
     if table.has_label and paillier_mode and seed != info["seed"]:
         raise bad_message("'random_state' differs from the one the label information was made with")
     train, valid = B.holdout(n_rows, params, seed)
-    settings = SplitSettings.accept(setup.get("settings"), params.grower_params(), train.size, False, 1,
+    settings = accept_settings(setup.get("settings"), params.grower_params(), train.size, False, 1,
                                     len(table.columns), cfg.master_full_model)
     on_op = {}
     if not paillier_mode:

@@ -1,7 +1,7 @@
 """Vertical gradient boosting on the Federated Forest's grower.
 
 Each boosting round grows trees with the same level-wise grower as the forest
-(:class:`fedforest.tree.builder.TreeGrower`, the same parties' split search
+(:class:`fedforest.vertical.tree_grower.TreeGrower`, the same parties' split search
 and partitions), under the Newton criterion: the per-row statistics are
 ``(h, g, 0)``, the hessian and gradient of the loss at the current
 predictions, a candidate's gain is XGBoost's loss reduction
@@ -22,8 +22,10 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..tree.builder import (EPSILON, LocalParties, PartySplitter, SplitSettings, TreeGrower,
-                            bad_message, shown)
+from ..tree.growth import EPSILON, SplitSettings
+from .messages import bad_message, shown
+from .party_splitter import LocalParties, PartySplitter
+from .tree_grower import TreeGrower
 from ..tree.format import NO_CHILD
 from .boost_params import BoostParams
 
@@ -256,7 +258,7 @@ def subsampler(n_rows, subsample):
 
 class BoostTrees:
     """The decisions that make a tree a boosting tree (the forest's
-    :class:`~fedforest.tree.builder.ForestTrees` component): every node that
+    :class:`~fedforest.tree.growth.ForestTrees` component): every node that
     may split is searched (a node's impurity says nothing under the Newton
     criterion); a split is made when it reduces the loss by more than
     ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves hold ``-G / (H + lambda)``."""

@@ -17,7 +17,9 @@ import numpy as np
 
 from ..crypto import paillier as P
 from ..errors import InputError
-from ..tree.builder import PARTY_COLUMNS, Nodes, PartySplitter, bad_message, shown
+from ..tree.growth import PARTY_COLUMNS, Nodes
+from .messages import bad_message, shown
+from .party_splitter import PartySplitter
 from . import boosting as B
 from .encrypted_labels import EncryptedHistSplitter, EncryptionSpec
 

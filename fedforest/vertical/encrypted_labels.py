@@ -32,7 +32,9 @@ import numpy as np
 from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree.binning import MISSING_BIN
-from ..tree.builder import PARTY_COLUMNS, Nodes, PartySplitter, bad_message, check_fields, int_array, node_list, shown
+from ..tree.growth import PARTY_COLUMNS, Nodes
+from .messages import bad_message, check_fields, int_array, node_list, shown
+from .party_splitter import PartySplitter
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1

@@ -16,7 +16,9 @@ from ..errors import InputError
 from ..constraints import Interval, check
 from ..tree.threads import set_threads
 from ..tree.params import ForestParams, resolve_n_jobs, validate
-from ..tree.builder import LocalParties, PartySplitter, SplitSettings, TreeGrower, merge_partials, tree_seeds
+from ..tree.growth import SplitSettings, merge_partials, tree_seeds
+from .party_splitter import LocalParties, PartySplitter
+from .tree_grower import TreeGrower
 from ..tree.labels import PlainLabels
 from ..tree.importance import feature_importances
 from ..tree.predict import mean_leaf_values

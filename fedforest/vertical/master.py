@@ -13,9 +13,13 @@ from ..crypto import paillier
 from ..data.alignment import master_align
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
-from ..tree import builder, predict
+from ..tree import predict
+from ..tree import growth
+from . import messages
+from . import tree_grower
 from ..tree import threads as numba_threads
-from ..tree.builder import SplitSettings, TreeGrower, tree_seeds
+from ..tree.growth import SplitSettings, tree_seeds
+from .tree_grower import TreeGrower
 from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
@@ -81,7 +85,7 @@ def batch_limits(cfg, infos, n_estimators, bytes_per_tree):
     batch: the smallest any rank allows, each by its own ``tree_batch`` and
     ``batch_memory_mb`` (a party's memory is its own to bound)."""
     own = [(cfg.tree_batch, cfg.batch_memory_mb)] + [(i["tree_batch"], i["batch_memory_mb"]) for i in infos.values()]
-    limit = min(builder.resolve_tree_batch(tb, n_estimators, mb, bytes_per_tree) for tb, mb in own)
+    limit = min(growth.resolve_tree_batch(tb, n_estimators, mb, bytes_per_tree) for tb, mb in own)
     fixed = [tb for tb, _ in own if tb is not None]
     return (min(min(fixed), limit) if fixed else None), limit
 
@@ -94,7 +98,7 @@ def check_load_reply(info, r):
     ok = ok and (tb is None or (isinstance(tb, int) and not isinstance(tb, bool) and tb >= 1))
     ok = ok and isinstance(mb, int) and not isinstance(mb, bool) and mb >= 1
     if not ok:
-        raise builder.bad_message(f"party {r} described its table as {str(info)[:200]}")
+        raise messages.bad_message(f"party {r} described its table as {str(info)[:200]}")
 
 
 def master_train(comm, cfg):
@@ -142,13 +146,13 @@ def master_train(comm, cfg):
     if start == 0:
         model_files.clear(my_dir)
     n_jobs = numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
-    builder.warm_up(params.split_method, is_clf)
+    tree_grower.warm_up(params.split_method, is_clf)
     seeds = tree_seeds(random_state, params.n_estimators)
     n_stats = n_classes if is_clf else 3
     fixed, batch = batch_limits(cfg, job.infos, params.n_estimators,
-                                builder.tree_state_bytes(n_rows, n_stats, cfg.label_privacy, he.get("key_length")))
-    plan = builder.BatchPlan(fixed, batch, 60.0 * cfg.checkpoint_minutes,
-                             builder.estimated_tree_seconds(n_rows, max(feature_counts), params.max_depth,
+                                tree_grower.tree_state_bytes(n_rows, n_stats, cfg.label_privacy, he.get("key_length")))
+    plan = growth.BatchPlan(fixed, batch, 60.0 * cfg.checkpoint_minutes,
+                             tree_grower.estimated_tree_seconds(n_rows, max(feature_counts), params.max_depth,
                                                             he.get("key_length")))
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     if start:
@@ -248,7 +252,7 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     blocks = rep.get("blocks")
     if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
             and blocks.shape == (n_rows, public.ciphertext_bytes)):
-        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {builder.shown(blocks)} as its "
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {messages.shown(blocks)} as its "
                                                "encrypted labels")
     log(cfg, f"Paillier key: {public.key_length} bits, made by party {label_party}, which holds the labels "
               f"and decides every split")
@@ -276,7 +280,7 @@ def received_key(rep, cfg, label_party):
     data = rep.get("public_key")
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
             and 0 < data.size <= 16_384 // 8):
-        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {builder.shown(data)} as its public key")
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {messages.shown(data)} as its public key")
     public = paillier.PublicKey.from_bytes(data)
     if public.key_length != cfg.key_length:
         raise encrypted.ProtocolIntegrityError(f"party {label_party} made a {public.key_length}-bit key; the "
@@ -291,10 +295,9 @@ def relay_bins(comm, label_party):
     for the label holder)."""
     others = [r for r in comm.clients if r != label_party]
     bins = comm.exchange({r: {"op": protocol.BINS} for r in others}) if others else {}
-    cat = [np.empty(0, dtype=np.int64)]
-    comm.exchange({label_party: {"op": protocol.BINS,
-                                 "n_bins": np.concatenate(cat + [np.asarray(bins[r]["n_bins"], np.int64) for r in others]),
-                                 "skip": np.concatenate(cat + [np.asarray(bins[r]["skip"], np.int64) for r in others])}})
+    def joined(key):
+        return np.concatenate([np.empty(0, dtype=np.int64)] + [np.asarray(bins[r][key], np.int64) for r in others])
+    comm.exchange({label_party: {"op": protocol.BINS, "n_bins": joined("n_bins"), "skip": joined("skip")}})
     return [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"]) for r in comm.clients]
 
 

@@ -18,17 +18,20 @@ from ..data.alignment import party_align
 from ..data.io import pd
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
-from ..tree import builder, partitioner, predict
+from ..tree import partitioner, predict
+from ..tree import growth
+from . import messages
+from . import tree_grower
 from ..tree import threads as numba_threads
-from ..tree.builder import (PartySplitter, SplitSettings, bad_message, check_fields, index_array, int_array,
-                            int_value, shown)
+from .messages import accept_settings, bad_message, check_fields, index_array, int_array, int_value, shown
+from .party_splitter import PartySplitter
 from ..tree.labels import PlainLabels
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
 from .paillier.holder import KeyHolderSplitter, check_leaves
-from ..tree.builder import ForestTrees
+from ..tree.growth import ForestTrees
 from . import boosting, explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
 from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
@@ -117,7 +120,7 @@ def party_train(comm, cfg):
         held["codes"], held["classes"] = encode_labels(held["y"], cfg.task,
                                                        what=f"label column {cfg.label_column!r}")
     n_classes = _n_classes(setup.get("n_classes"), is_clf, n_rows, held)
-    settings = SplitSettings.accept(setup.get("settings"), params, n_rows, is_clf, n_classes,
+    settings = accept_settings(setup.get("settings"), params, n_rows, is_clf, n_classes,
                                     len(table.columns), cfg.master_full_model)
     n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
     if cfg.label_privacy == "paillier":
@@ -132,11 +135,11 @@ def party_train(comm, cfg):
     splitter.class_weighted = is_clf and params.class_weight is not None
     # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
     n_estimators = params.n_estimators
-    batch = builder.resolve_tree_batch(
+    batch = growth.resolve_tree_batch(
         cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
-        builder.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
+        tree_grower.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
-    builder.warm_up(settings.split_method, settings.is_classification)
+    tree_grower.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,
         "run_id": setup["run_id"],
@@ -171,9 +174,9 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
     def step(op, msg):
         """One grow or commit message of the batch being grown; returns the reply."""
         nonlocal t, failing
-        _check_batch_trees(msg.get("trees"), t, min(t + batch, n_estimators), op == builder.COMMIT)
+        _check_batch_trees(msg.get("trees"), t, min(t + batch, n_estimators), op == messages.COMMIT)
         reply = splitter.handle_batch(msg)
-        if op == builder.COMMIT:
+        if op == messages.COMMIT:
             # the batch's trees are on disk before the master counts them as done
             done = list(zip(splitter.tree_ids, splitter.trees))
             if crash_after is not None:
@@ -208,21 +211,21 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
             reply, t = on_op[op](msg, t)
             comm.send(MASTER, reply)
             continue
-        if op == builder.FUSED:
+        if op == messages.FUSED:
             # the previous batch's commit, then the next batch's first message
             parts = {k: msg.get(k) for k in ("commit", "grow")}
             for k, part in parts.items():
-                want = builder.COMMIT if k == "commit" else builder.GROW
+                want = messages.COMMIT if k == "commit" else messages.GROW
                 if not (isinstance(part, dict) and part.get("op") == want):
                     raise ProtocolError(f"protocol error: the {k!r} part of a commit and grow message "
                                         f"must be a {want!r} message")
-            committed = step(builder.COMMIT, parts["commit"])
+            committed = step(messages.COMMIT, parts["commit"])
             if failing is not None:
                 raise RuntimeError(failing)
-            reply = {"commit": committed, "grow": step(builder.GROW, parts["grow"])}
-        elif op in (builder.GROW, builder.COMMIT):
+            reply = {"commit": committed, "grow": step(messages.GROW, parts["grow"])}
+        elif op in (messages.GROW, messages.COMMIT):
             reply = step(op, msg)
-        elif op == builder.APPLY:
+        elif op == messages.APPLY:
             step(op, msg)       # one-way: the level's partitions, no reply
             continue
         else:

@@ -1,7 +1,7 @@
 """Names of the vertical job's messages (the ``"op"`` of each message dict),
 in the order a job sends them; docs/protocol.md describes each one.  The ID
 alignment and tree growth messages are named beside their code
-(:mod:`fedforest.data.alignment`, :mod:`fedforest.tree.builder`)."""
+(:mod:`fedforest.data.alignment`, :mod:`fedforest.vertical.messages`)."""
 
 LOAD = "load"                      # master -> party: read your table, describe it
 CHECK_DIR = "check_dir"            # master -> party: check your model folder for this job

@@ -1,6 +1,7 @@
 """The vertical mode's roles: the master is the server, the parties are the clients."""
 from ..data.tasks import CLASSIFICATION
-from ..tree import builder, predict
+from ..tree import predict
+from . import tree_grower
 from .master import master_predict as server_predict
 from .master import master_train as server_train
 from .party import party_predict as client_predict
@@ -12,6 +13,6 @@ __all__ = ["server_train", "client_train", "server_predict", "client_predict", "
 def warm_up(cfg, command):
     """Load the kernels a rank of this job runs (from numba's cache)."""
     if command == "train":
-        builder.warm_up(cfg.split_method, cfg.task == CLASSIFICATION)
+        tree_grower.warm_up(cfg.split_method, cfg.task == CLASSIFICATION)
     else:
         predict.warm_up()

@@ -8,7 +8,10 @@ from sklearn.datasets import make_classification, make_regression
 from fedforest import ForestClassifier, ForestRegressor, RemoteError
 from fedforest.errors import InputError
 from fedforest.jobs import run_vertical
-from fedforest.tree import builder
+from fedforest.tree import growth
+from fedforest.vertical import messages
+from fedforest.vertical import party_splitter
+from fedforest.vertical import tree_grower
 from fedforest.tree.params import resolve_n_jobs
 from fedforest.vertical import model_files as model_io
 
@@ -57,13 +60,13 @@ def test_batches_grow_the_same_forest_in_two_rounds_per_level(tmp_path, task, ex
 
 
 def test_memory_budget_bounds_the_default_batch():
-    per_tree = builder.tree_state_bytes(10 ** 6, 3)
-    assert builder.resolve_tree_batch(None, 100, 4096, per_tree) == 100
-    small = builder.resolve_tree_batch(None, 100, 64, per_tree)
+    per_tree = tree_grower.tree_state_bytes(10 ** 6, 3)
+    assert growth.resolve_tree_batch(None, 100, 4096, per_tree) == 100
+    small = growth.resolve_tree_batch(None, 100, 64, per_tree)
     assert 1 <= small < 100 and small * per_tree <= 64 * 2 ** 20
-    assert builder.resolve_tree_batch(None, 100, 1, per_tree) == 1
-    assert builder.resolve_tree_batch(8, 5, 1, per_tree) == 5
-    paillier = builder.tree_state_bytes(10 ** 6, 3, "paillier", 2048)
+    assert growth.resolve_tree_batch(None, 100, 1, per_tree) == 1
+    assert growth.resolve_tree_batch(8, 5, 1, per_tree) == 5
+    paillier = tree_grower.tree_state_bytes(10 ** 6, 3, "paillier", 2048)
     assert paillier > per_tree
 
 
@@ -121,13 +124,13 @@ def test_in_process_trees_apart_grow_the_level_wise_forest(monkeypatch, task, ex
     X, y = _data(task, n=700, seed=6)
     est_cls = ForestClassifier if task == "classification" else ForestRegressor
     apart = []
-    real = builder.TreeGrower._grow_apart
-    monkeypatch.setattr(builder.TreeGrower, "_grow_apart",
+    real = tree_grower.TreeGrower._grow_apart
+    monkeypatch.setattr(tree_grower.TreeGrower, "_grow_apart",
                         lambda self, *a, **k: apart.append(1) or real(self, *a, **k))
     got = est_cls(n_estimators=9, random_state=5, max_depth=6, n_jobs=2, **extra).fit(X, y)
     expected = [1] if numba_threads.concurrent_launches_ok() else []
     assert apart == expected
-    monkeypatch.setattr(builder.LocalParties, "trees_apart", False)
+    monkeypatch.setattr(party_splitter.LocalParties, "trees_apart", False)
     ref = est_cls(n_estimators=9, random_state=5, max_depth=6, n_jobs=2, **extra).fit(X, y)
     assert apart == expected
     assert_same_trees(got.estimators_, ref.estimators_)
@@ -142,8 +145,9 @@ def test_without_concurrent_kernel_launches_trees_run_in_turn(monkeypatch):
     X, y = _data("classification", n=600, seed=8)
     ref = ForestClassifier(n_estimators=6, random_state=4, n_jobs=2).fit(X, y)
     pools = []
-    real_pool = builder.ThreadPoolExecutor
-    monkeypatch.setattr(builder, "ThreadPoolExecutor", lambda *a, **k: pools.append(1) or real_pool(*a, **k))
+    real_pool = tree_grower.ThreadPoolExecutor
+    for module in (tree_grower, party_splitter):   # the grower's tree blocks and the parties'
+        monkeypatch.setattr(module, "ThreadPoolExecutor", lambda *a, **k: pools.append(1) or real_pool(*a, **k))
     monkeypatch.setattr(numba_threads, "concurrent_launches_ok", lambda: False)
     got = ForestClassifier(n_estimators=6, random_state=4, n_jobs=2).fit(X, y)
     assert not pools
@@ -183,22 +187,22 @@ def test_ranks_sharing_a_host_share_its_cores(monkeypatch, var):
 
 def test_batches_are_sized_to_checkpoint_in_time():
     # fixed batches
-    plan = builder.BatchPlan(3, 100, 300.0, 1.0)
+    plan = growth.BatchPlan(3, 100, 300.0, 1.0)
     assert [plan.next_size(r) for r in (10, 7, 4, 1)] == [3, 3, 3, 1]
     # from the estimate: 10 s per tree, a checkpoint every 60 s: six trees, spread evenly
-    plan = builder.BatchPlan(None, 100, 60.0, 10.0)
+    plan = growth.BatchPlan(None, 100, 60.0, 10.0)
     assert plan.next_size(20) == 5            # 20 trees in four batches of five, not 6+6+6+2
     plan.record(5, 5.0)                       # measured: 1 s per tree
     assert plan.next_size(15) == 15
     # the memory bound caps the batch, whatever the time
-    plan = builder.BatchPlan(None, 4, 60.0, 1e-6)
+    plan = growth.BatchPlan(None, 4, 60.0, 1e-6)
     assert plan.next_size(10) == 4 and plan.next_size(6) == 3
     # a tree slower than the interval: one tree per batch
-    assert builder.BatchPlan(None, 100, 60.0, 1e4).next_size(5) == 1
+    assert growth.BatchPlan(None, 100, 60.0, 1e4).next_size(5) == 1
     # the estimate: plain trees are cheap, encrypted ones far dearer, depth caps the levels
-    plain = builder.estimated_tree_seconds(10 ** 5, 10, 10)
-    assert plain < 1.0 < builder.estimated_tree_seconds(10 ** 5, 10, 10, 2048)
-    assert builder.estimated_tree_seconds(10 ** 5, 10, None) > plain
+    plain = tree_grower.estimated_tree_seconds(10 ** 5, 10, 10)
+    assert plain < 1.0 < tree_grower.estimated_tree_seconds(10 ** 5, 10, 10, 2048)
+    assert tree_grower.estimated_tree_seconds(10 ** 5, 10, None) > plain
 
 
 def test_a_short_checkpoint_interval_checkpoints_every_tree_and_grows_the_same_forest(tmp_path):
@@ -231,8 +235,8 @@ def test_batch_reply_cuts_each_trees_part_and_refuses_wrong_counts():
     replies = [{"gain": np.array([1.0, 2.0]), "bits": np.array([7], np.uint8)},
                {"gain": np.array([3.0])},
                {"gain": np.array([4.0, 5.0, 6.0]), "bits": np.array([1, 2], np.uint8)}]
-    msg = builder.join_replies(replies)
-    view = builder.BatchReply(msg, 0, [4, 7, 9])
+    msg = messages.join_replies(replies)
+    view = messages.BatchReply(msg, 0, [4, 7, 9])
     np.testing.assert_array_equal(view.part(9).take("gain", 3), [4.0, 5.0, 6.0])
     np.testing.assert_array_equal(view.part(4).take("gain", 2), [1.0, 2.0])
     assert "bits" not in view.part(7) or view.part(7).parts["bits"].size == 0
@@ -243,15 +247,15 @@ def test_batch_reply_cuts_each_trees_part_and_refuses_wrong_counts():
         view.check_used()       # tree 9's bits were never taken
     bad = dict(msg, **{"len.gain": np.array([2, 1, 2])})     # counts do not add up
     with pytest.raises(ValueError, match="do not match"):
-        builder.BatchReply(bad, 1, [4, 7, 9])
+        messages.BatchReply(bad, 1, [4, 7, 9])
     with pytest.raises(ValueError, match="do not match"):
-        builder.BatchReply(msg, 1, [4, 7])                   # a tree too many in the reply
-    lone = builder.BatchReply(builder.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3)
+        messages.BatchReply(msg, 1, [4, 7])                   # a tree too many in the reply
+    lone = messages.BatchReply(messages.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3)
     assert lone.take("bits", 0).size == 0                   # nothing expected, nothing sent
     with pytest.raises(ValueError, match="sent 0 'bits' entries"):
-        builder.BatchReply(builder.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3).take("bits", 2)
+        messages.BatchReply(messages.join_replies([{"gain": np.array([1.0])}]), 0, [3]).part(3).take("bits", 2)
     with pytest.raises(ValueError, match="not an array of entries"):
-        builder.BatchReply({"gain": np.float64(1.0), "len.gain": np.array([1])}, 0, [3])
+        messages.BatchReply({"gain": np.float64(1.0), "len.gain": np.array([1])}, 0, [3])
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
@@ -260,14 +264,14 @@ def test_children_statistics_that_do_not_add_up_are_refused(tmp_path, monkeypatc
     no rows; statistics that do not sum to the parent's stop the job."""
     X, y = _data(task)
     frames = party_frames(X, y, GROUPS, label_party=1)
-    orig = builder.PartySplitter._partition
+    orig = party_splitter.PartySplitter._partition
 
     def inflate(self, msg):
         reply = orig(self, msg)
         reply["stats"] = reply["stats"] * 1.01
         return reply
 
-    monkeypatch.setattr(builder.PartySplitter, "_partition", inflate)
+    monkeypatch.setattr(party_splitter.PartySplitter, "_partition", inflate)
     with pytest.raises(ValueError, match="do not add up to their parents"):
         run_vertical("train", frames, task=task, label_column="y", model_dir=str(tmp_path / "m"),
                      n_estimators=2, random_state=1, max_depth=3)

@@ -128,7 +128,7 @@ def _row_loss(objective, y, margin):
 
 
 def _party(n=30):
-    from fedforest.tree.builder import SplitSettings
+    from fedforest.tree.growth import SplitSettings
     X = np.random.default_rng(0).normal(size=(n, 3))
     params = B.BoostParams(max_depth=3).grower_params()
     return B.BoostSplitter(X, SplitSettings(params, n, False, 1, 3))

@@ -233,33 +233,9 @@ def test_encrypted_mode_refuses_short_keys_and_exact_splits_before_any_work(tmp_
     assert not (tmp_path / "m").exists()
 
 
-def test_randomness_made_ahead_grows_the_same_trees(tmp_path, monkeypatch):
-    """The master makes each round's encryption factors in the background while
-    the previous round grows; the trees are the plain mode's."""
-    from fedforest.crypto import paillier
-    from fedforest.vertical import boost_roles
-    started = []
-    orig = paillier.RandomnessMaker.start
-
-    def start(self, count):
-        started.append(count)
-        return orig(self, count)
-    monkeypatch.setattr(paillier.RandomnessMaker, "start", start)
-    monkeypatch.setattr(boost_roles, "BACKGROUND_FACTORS", 1)
-    X, y = _data("classification", 3, 11, n=150)
-    frames, order, offsets = _split(X, y, 2, 11, label_party=1)
-    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3, random_state=11)
-    _boost("train", frames, model_dir=str(tmp_path / "enc"), **PAILLIER, **opts)
-    _boost("train", frames, model_dir=str(tmp_path / "plain"), **opts)
-    # one batch while setting up and one during each round but the last, 3 outputs x 150 rows each
-    assert started == [450, 450, 450]
-    assert_same_trees(complete_trees(str(tmp_path / "enc"), 2, offsets),
-                      complete_trees(str(tmp_path / "plain"), 2, offsets))
-
-
 def _exchanges(monkeypatch):
     """Every exchange of the master's growth, as the ops of its messages."""
-    from fedforest.tree import builder
+    from fedforest.vertical import messages
     from fedforest.vertical import common
     seen = []
     orig = common.RemoteParties.exchange
@@ -277,7 +253,7 @@ def _exchanges(monkeypatch):
         seen.append(ops)
         return orig(self, msgs)
     monkeypatch.setattr(common.RemoteParties, "exchange", exchange)
-    return seen, builder
+    return seen, messages
 
 
 @pytest.mark.parametrize("privacy", ["plain", "paillier"])
@@ -292,18 +268,18 @@ def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, 
     opts = dict(task="classification", label_column="y", n_estimators=n_rounds, max_depth=depth,
                 random_state=21, learning_rate=0.5)
     extra = PAILLIER if privacy == "paillier" else {}
-    seen, builder = _exchanges(monkeypatch)
+    seen, messages = _exchanges(monkeypatch)
     s = _boost("train", frames, model_dir=str(tmp_path / "m"), **extra, **opts)
     assert s["n_trees"] == n_rounds
-    commits_alone = [ops for ops in seen if ops == {builder.COMMIT, "finish"}]
+    commits_alone = [ops for ops in seen if ops == {messages.COMMIT, "finish"}]
     assert len(commits_alone) == 1
     per_level = 2 if privacy == "plain" else 3
     assert s["rounds_total"] <= n_rounds * per_level * depth + 1 + (n_rounds if privacy == "paillier" else 0)
-    assert sum(builder.FUSED in ops for ops in seen) == n_rounds - 1
+    assert sum(messages.FUSED in ops for ops in seen) == n_rounds - 1
     est = BoostClassifier(n_estimators=n_rounds, max_depth=depth, random_state=21, learning_rate=0.5)
     assert_same_trees(complete_trees(str(tmp_path / "m"), 2, offsets),
                       [t for r in est.fit(X[:, order], y).estimators_ for t in r])
     # with a subsample the parties' leaf sets are needed: a commit exchange per round
     seen.clear()
     _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
-    assert len([ops for ops in seen if ops == {builder.COMMIT, "finish"}]) == n_rounds
+    assert len([ops for ops in seen if ops == {messages.COMMIT, "finish"}]) == n_rounds

@@ -8,7 +8,6 @@ import pytest
 from _util import assert_same_trees, complete_trees, party_frames, random_groups
 from sklearn.datasets import make_classification, make_regression
 
-from fedforest.vertical import party as vertical_party
 from fedforest.vertical import roles as vertical_roles
 from fedforest.crypto import paillier as P
 from fedforest.errors import InputError, RemoteError
@@ -16,7 +15,9 @@ from fedforest.jobs import run_vertical
 from fedforest.tree.params import ForestParams, validate
 from fedforest.transport import base
 from fedforest.vertical import encrypted_labels as E
-from fedforest.tree.builder import ForestTrees, LocalParties, PartySplitter, SplitSettings, TreeGrower
+from fedforest.tree.growth import ForestTrees, SplitSettings
+from fedforest.vertical.party_splitter import LocalParties, PartySplitter
+from fedforest.vertical.tree_grower import TreeGrower
 from fedforest.vertical.paillier.holder import KeyHolderSplitter
 from fedforest.vertical.paillier.relay import RelayGrower
 from fedforest.tree.labels import PlainLabels
@@ -118,10 +119,11 @@ def test_same_trees_as_plain(task, n_classes, case):
 def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(monkeypatch):
     """The label holder searches its own columns in plaintext, with the plain
     mode's histogram subtraction (every node keeping its histograms here)."""
-    from fedforest.tree import builder
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
+    from fedforest.tree import growth
+    from fedforest.vertical import party_splitter
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
     derived = []
-    orig = builder.PartySplitter._subtraction
+    orig = party_splitter.PartySplitter._subtraction
 
     def counting(self, nodes, starts, ends):
         out = orig(self, nodes, starts, ends)
@@ -129,7 +131,7 @@ def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(mon
             derived.append(int((out[2] >= 0).sum()))
         return out
 
-    monkeypatch.setattr(builder.PartySplitter, "_subtraction", counting)
+    monkeypatch.setattr(party_splitter.PartySplitter, "_subtraction", counting)
     X, y = _data("classification", 400, 6, seed=6)
     a, b, pp, hp, _ = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 0, seed=3,
                                  n_trees=2, feature_sampling="tree", max_features=None, max_depth=5)

@@ -16,8 +16,10 @@ from fedforest.errors import InputError, RemoteError
 from fedforest.jobs import run_job, run_vertical
 from fedforest.transport import base
 from fedforest.transport.base import ProtocolError
-from fedforest.tree import builder
-from fedforest.tree.builder import PartySplitter, SplitSettings, pack_batch
+from fedforest.vertical import messages
+from fedforest.tree.growth import SplitSettings
+from fedforest.vertical.messages import pack_batch
+from fedforest.vertical.party_splitter import PartySplitter
 from fedforest.tree.labels import PlainLabels
 from fedforest.tree.params import ForestParams, validate
 from fedforest.vertical import model_files, protocol
@@ -46,9 +48,9 @@ def hostile(monkeypatch, op, change, to=None, times=1):
             if msg.get("op") == op:
                 done["n"] += 1
                 msg = change(dict(msg), dest)
-            elif msg.get("op") == builder.FUSED and op in (builder.COMMIT, builder.GROW):
+            elif msg.get("op") == messages.FUSED and op in (messages.COMMIT, messages.GROW):
                 # a batch's commit travels with the next batch's first grow message
-                part = "commit" if op == builder.COMMIT else "grow"
+                part = "commit" if op == messages.COMMIT else "grow"
                 done["n"] += 1
                 msg = dict(msg, **{part: change(dict(msg[part]), dest)})
         return orig_send(self, dest, msg)
@@ -232,7 +234,7 @@ def _counts(kind):
 
 @pytest.mark.parametrize("kind", ["long", "negative", "float", "sum", "2-D"])
 def test_bootstrap_counts_are_checked(tmp_path, monkeypatch, kind):
-    hostile(monkeypatch, builder.GROW, _counts(kind), to=1)
+    hostile(monkeypatch, messages.GROW, _counts(kind), to=1)
     refused(tmp_path, "'counts'", rank=1)
 
 
@@ -243,7 +245,7 @@ def test_counts_of_a_run_without_bootstrap_are_all_one(tmp_path, monkeypatch):
             c[:2], c[2:4] = 2, 0
             msg[key] = c
         return msg
-    hostile(monkeypatch, builder.GROW, change, to=1)
+    hostile(monkeypatch, messages.GROW, change, to=1)
     refused(tmp_path, "'counts'", rank=1, bootstrap=False)
 
 
@@ -281,7 +283,7 @@ def _find(kind):
                                         ("float mask", "'fmask'"), ("short stats", "'stats'"),
                                         ("nan stats", "'stats'")])
 def test_find_names_open_leaves_and_own_columns(tmp_path, monkeypatch, kind, field):
-    hostile(monkeypatch, builder.GROW, _find(kind), to=1)
+    hostile(monkeypatch, messages.GROW, _find(kind), to=1)
     refused(tmp_path, field, rank=1)
 
 
@@ -295,7 +297,7 @@ def test_find_at_a_later_level_names_only_the_new_leaves(tmp_path, monkeypatch):
                 msg[f"{t}.nodes"] = np.zeros(1, dtype=np.int32)
                 msg[f"{t}.fmask"] = np.ones((1, 2), dtype=np.uint8)
         return msg
-    hostile(monkeypatch, builder.GROW, change, to=1, times=10)
+    hostile(monkeypatch, messages.GROW, change, to=1, times=10)
     refused(tmp_path, "'nodes'", rank=1)
 
 
@@ -309,7 +311,7 @@ def test_paillier_partition_uses_own_features_and_bins(tmp_path, monkeypatch, fi
         for key in _tree_keys(msg, field):
             msg[key] = np.full_like(msg[key], value)
         return msg
-    hostile(monkeypatch, builder.GROW, change, to=1, times=50)
+    hostile(monkeypatch, messages.GROW, change, to=1, times=50)
     refused(tmp_path, repr(field), rank=1, **PAILLIER)
 
 
@@ -318,7 +320,7 @@ def test_paillier_pairs_name_open_leaves_and_own_features(tmp_path, monkeypatch)
         for key in _tree_keys(msg, "pair_feat"):
             msg[key] = msg[key] + 5
         return msg
-    hostile(monkeypatch, builder.GROW, change, to=1)
+    hostile(monkeypatch, messages.GROW, change, to=1)
     refused(tmp_path, "'pair_feat'", rank=1, **PAILLIER)
 
 
@@ -355,7 +357,7 @@ def test_commit_stores_the_batch_being_grown(tmp_path, monkeypatch):
                 t, _, rest = k.partition(".")
                 out[f"{int(t) + 7}.{rest}"] = v
         return out
-    hostile(monkeypatch, builder.COMMIT, change, to=1)
+    hostile(monkeypatch, messages.COMMIT, change, to=1)
     refused(tmp_path, "a commit must store trees 0 to at most 0", rank=1, tree_batch=1)
     assert _party_trees(str(tmp_path / "m"), 1) == []
 
@@ -368,13 +370,13 @@ def test_a_stored_tree_is_not_grown_again(tmp_path, monkeypatch):
         out = {"op": msg["op"], "trees": np.array([0])}
         out.update({"0." + k.partition(".")[2]: v for k, v in msg.items() if k not in ("op", "trees")})
         return out
-    hostile(monkeypatch, builder.GROW, change, to=1, times=100)
+    hostile(monkeypatch, messages.GROW, change, to=1, times=100)
     refused(tmp_path, "outside the batch being grown (1 to 1)", rank=1, tree_batch=1)
     assert _party_trees(str(tmp_path / "m"), 1) == ["tree-00000.npz"]
 
 
 def test_batch_keys_must_name_its_trees(tmp_path, monkeypatch):
-    hostile(monkeypatch, builder.GROW, lambda m, d: dict(m, **{"x.nodes": np.zeros(1)}), to=1)
+    hostile(monkeypatch, messages.GROW, lambda m, d: dict(m, **{"x.nodes": np.zeros(1)}), to=1)
     refused(tmp_path, "names no tree of the message", rank=1)
 
 
@@ -461,7 +463,7 @@ DECIDE_CASES = [
 @pytest.mark.parametrize("change,field", DECIDE_CASES)
 def test_the_decision_is_asked_for_this_levels_requests_only(tmp_path, monkeypatch, mode, change, field):
     frames = _frames(n=200) if mode == "vertical" else _boost_frames()
-    hostile(monkeypatch, builder.GROW, _decide(change), to=2, times=100)
+    hostile(monkeypatch, messages.GROW, _decide(change), to=2, times=100)
     # per-tree features: children share their parent's, so the label holder derives sums
     extra = {"feature_sampling": "tree", "max_features": None} if mode == "vertical" else {}
     refused(tmp_path, field, rank=2, frames=frames, mode=mode, **dict(PAILLIER, max_depth=4), **extra)
@@ -472,7 +474,7 @@ def test_the_label_holder_applies_only_the_splits_it_decided(tmp_path, monkeypat
         for key in _tree_keys(msg, "split_nodes"):
             msg[key] = msg[key][:-1]
         return msg
-    hostile(monkeypatch, builder.APPLY, change, to=2, times=20)
+    hostile(monkeypatch, messages.APPLY, change, to=2, times=20)
     refused(tmp_path, "'split_nodes'", rank=2, **PAILLIER)
 
 
@@ -523,7 +525,7 @@ def test_a_trees_first_message_is_checked(tmp_path, monkeypatch, field, value, t
         for key in _tree_keys(msg, field):
             msg[key] = value
         return msg
-    hostile(monkeypatch, builder.GROW, change, to=to, times=1)
+    hostile(monkeypatch, messages.GROW, change, to=to, times=1)
     refused(tmp_path, match, rank=to, frames=_boost_frames(), **BOOST)
 
 
@@ -678,7 +680,7 @@ def _begin(n=40):
     return {"counts": np.ones(n, dtype=np.uint8), "class_weight": np.empty(0)}
 
 
-def _grow(sub, t=0, op=builder.GROW):
+def _grow(sub, t=0, op=messages.GROW):
     return pack_batch(op, [(t, sub)])
 
 
@@ -713,7 +715,7 @@ def test_splitter_takes_the_split_only_from_its_own_search():
            split_nodes=np.zeros(1, np.int32), bits=np.zeros(5, np.uint8))], "min_samples_leaf"),
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
       {"op": "partition", "nodes": np.zeros(1, np.int32)},
-      (builder.COMMIT, {"op": "finish", "importance": np.zeros(1)})],
+      (messages.COMMIT, {"op": "finish", "importance": np.zeros(1)})],
      "'finish' before the partition"),
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
       {"op": "partition", "nodes": np.zeros(1, np.int32)},
@@ -721,20 +723,20 @@ def test_splitter_takes_the_split_only_from_its_own_search():
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8),
            class_weight=np.array([1.0, np.nan]))], "'class_weight'"),
     ([{"op": "explode"}], "unknown tree message"),
-    ([(builder.APPLY, dict(_begin(), op="find", nodes=np.zeros(1, np.int32),
+    ([(messages.APPLY, dict(_begin(), op="find", nodes=np.zeros(1, np.int32),
                            fmask=np.ones((1, 3), np.uint8)))], "an? 'apply' message holds a 'find'"),
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
       {"op": "apply", "split_nodes": np.zeros(1, np.int32), "bits": np.zeros(5, np.uint8)}],
      "a 'grow' message holds a 'apply'"),
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
       {"op": "partition", "nodes": np.zeros(1, np.int32)},
-      (builder.APPLY, {"op": "apply"})], "'split_nodes' and 'bits' travel together"),
+      (messages.APPLY, {"op": "apply"})], "'split_nodes' and 'bits' travel together"),
 ])
 def test_splitter_refuses_messages_out_of_order(messages, match):
     sp = _splitter()
     with pytest.raises(ProtocolError, match=match):
         for m in messages:
-            op, m = m if isinstance(m, tuple) else (builder.GROW, m)
+            op, m = m if isinstance(m, tuple) else (messages.GROW, m)
             sp.handle_batch(_grow(m, op=op))
 
 
@@ -758,7 +760,7 @@ def test_splitter_refuses_a_commit_that_leaves_a_tree_open():
     sp.handle_batch(_grow(dict(_begin(), op="find", nodes=np.zeros(1, np.int32),
                                fmask=np.ones((1, 3), np.uint8))))
     with pytest.raises(ProtocolError, match="leaves trees \\[0\\] unfinished"):
-        sp.handle_batch(_grow({"op": "finish", "importance": np.zeros(1)}, t=1, op=builder.COMMIT))
+        sp.handle_batch(_grow({"op": "finish", "importance": np.zeros(1)}, t=1, op=messages.COMMIT))
 
 
 def test_a_commit_may_not_leave_a_begun_tree_unfinished(tmp_path, monkeypatch):
@@ -770,13 +772,13 @@ def test_a_commit_may_not_leave_a_begun_tree_unfinished(tmp_path, monkeypatch):
         out.update({k: v for k, v in msg.items() if k not in ("op", "trees")
                     and int(k.partition(".")[0]) in keep.tolist()})
         return out
-    hostile(monkeypatch, builder.COMMIT, change, to=1)
+    hostile(monkeypatch, messages.COMMIT, change, to=1)
     refused(tmp_path, "the commit leaves trees", rank=1, tree_batch=2)
     assert _party_trees(str(tmp_path / "m"), 1) == []
 
 
 def test_a_commit_and_grow_message_must_hold_both_parts(tmp_path, monkeypatch):
-    hostile(monkeypatch, builder.FUSED, lambda m, d: dict(m, grow=dict(m["grow"], op=builder.COMMIT)), to=2)
+    hostile(monkeypatch, messages.FUSED, lambda m, d: dict(m, grow=dict(m["grow"], op=messages.COMMIT)), to=2)
     refused(tmp_path, "the 'grow' part of a commit and grow message must be a 'grow' message", rank=2,
             tree_batch=1)
     assert _party_trees(str(tmp_path / "m"), 2) == []

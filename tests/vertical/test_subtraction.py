@@ -9,7 +9,8 @@ from sklearn.datasets import make_classification, make_regression
 
 from fedforest import ForestClassifier, ForestRegressor
 from fedforest.jobs import run_vertical
-from fedforest.tree import builder
+from fedforest.tree import growth
+from fedforest.vertical import party_splitter
 from fedforest.tree.params import ForestParams, validate
 
 from _util import assert_same_trees, complete_trees, party_frames, random_groups
@@ -32,7 +33,7 @@ class Tally:
     def __init__(self, monkeypatch):
         self.derived = 0
         self.kept_bytes = []    # (bytes kept by one find, in-bag rows of the tree)
-        sub, find = builder.PartySplitter._subtraction, builder.PartySplitter._find
+        sub, find = party_splitter.PartySplitter._subtraction, party_splitter.PartySplitter._find
 
         def subtraction(splitter, nodes, starts, ends):
             out = sub(splitter, nodes, starts, ends)
@@ -47,8 +48,8 @@ class Tally:
                 self.kept_bytes.append((hist.nbytes + cnt.nbytes, t["nodes"].rows.size))
             return reply
 
-        monkeypatch.setattr(builder.PartySplitter, "_subtraction", subtraction)
-        monkeypatch.setattr(builder.PartySplitter, "_find", find_)
+        monkeypatch.setattr(party_splitter.PartySplitter, "_subtraction", subtraction)
+        monkeypatch.setattr(party_splitter.PartySplitter, "_find", find_)
 
 
 def _estimator(task, **params):
@@ -59,11 +60,11 @@ def _estimator(task, **params):
 @pytest.mark.parametrize("sampling,extra", [("tree", {}), ("node", {"bootstrap": False})])
 def test_subtraction_grows_the_trees_of_building_every_histogram(monkeypatch, sampling, extra):
     X, y = _data("classification", 3)
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)   # every node keeps
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)   # every node keeps
     tally = Tally(monkeypatch)
     with_sub = _estimator("classification", feature_sampling=sampling, **extra).fit(X, y)
     assert tally.derived > 50
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** -9)  # no node keeps
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", 10 ** -9)  # no node keeps
     tally.derived = 0
     without = _estimator("classification", feature_sampling=sampling, **extra).fit(X, y)
     assert tally.derived == 0
@@ -77,7 +78,7 @@ def test_no_subtraction_where_it_would_round(monkeypatch, task, extra):
     and a rounding difference can swap tied candidates: such trees build every
     histogram."""
     X, y = _data(task, 3)
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
     tally = Tally(monkeypatch)
     _estimator(task, **extra).fit(X, y)
     assert tally.derived == 0 and not tally.kept_bytes
@@ -85,7 +86,7 @@ def test_no_subtraction_where_it_would_round(monkeypatch, task, extra):
 
 @pytest.mark.parametrize("n_parties,sampling", [(3, "tree"), (2, "node")])
 def test_federated_equals_centralized_with_subtraction(tmp_path, monkeypatch, n_parties, sampling):
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", 10 ** 9)
     tally = Tally(monkeypatch)
     X, y = _data("classification", 4, n=600)
     groups = random_groups(X.shape[1], n_parties, np.random.default_rng(4))
@@ -104,10 +105,10 @@ def test_federated_equals_centralized_with_subtraction(tmp_path, monkeypatch, n_
 def test_kept_histograms_stay_within_their_bound(monkeypatch):
     X, y = _data("classification", 6, n=6000, n_features=7)
     per_row = 64
-    monkeypatch.setattr(builder, "HIST_CACHE_BYTES_PER_ROW", per_row)
+    monkeypatch.setattr(growth, "HIST_CACHE_BYTES_PER_ROW", per_row)
     tally = Tally(monkeypatch)
     _estimator("classification", max_features=None).fit(X, y)
-    settings = builder.SplitSettings(validate(ForestParams(max_features=None), "classification"),
+    settings = growth.SplitSettings(validate(ForestParams(max_features=None), "classification"),
                                      X.shape[0], True, 3, X.shape[1])
     # 7 features * 256 bins * (3 statistics * 8 + 4) bytes / 64 bytes per row
     assert settings.hist_cache_rows == 784
@@ -119,6 +120,6 @@ def test_kept_histograms_stay_within_their_bound(monkeypatch):
 
 def test_default_bound():
     params = validate(ForestParams(), "classification")
-    s = builder.SplitSettings(params, 10 ** 5, True, 2, 20)
+    s = growth.SplitSettings(params, 10 ** 5, True, 2, 20)
     # sqrt(20) = 4 features * 256 bins * (2 * 8 + 4) bytes, at most 2 bytes per row
     assert s.hist_cache_rows == 4 * 256 * 20 // 2

@@ -27,8 +27,9 @@ import numpy as np
 from ...errors import InputError
 from ...tree import criterion, splitter
 from ...tree.binning import MISSING_BIN
-from ...tree.builder import (COMMIT, PARTY_COLUMNS, Nodes, PartySplitter, bad_message, gain_scale, int_array,
-                             int_value, min_leaf_weight, node_list, shown)
+from ...tree.growth import PARTY_COLUMNS, Nodes, gain_scale, min_leaf_weight
+from ..messages import COMMIT, bad_message, int_array, int_value, node_list, shown
+from ..party_splitter import PartySplitter
 from ...tree.importance import node_shares
 from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, hist_layout, node_int_stats
 
@@ -49,7 +50,7 @@ class KeyHolderSplitter(PartySplitter):
     """The label holder: split search on its own columns, and the decision of
     every split from its own gains and the other parties' decrypted sums.
 
-    ``kind`` is the tree kind (:class:`~fedforest.tree.builder.ForestTrees` or
+    ``kind`` is the tree kind (:class:`~fedforest.tree.growth.ForestTrees` or
     :class:`~fedforest.vertical.boosting.BoostTrees`); ``spec`` the slot
     layout; ``private_key`` its own key; ``me`` its party index;
     ``feature_counts`` every party's column count (party order)."""

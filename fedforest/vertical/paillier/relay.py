@@ -19,7 +19,7 @@ receives no gain, statistic or leaf value.
 """
 import numpy as np
 
-from ...tree.builder import TreeGrower
+from ..tree_grower import TreeGrower
 from ..encrypted_labels import hist_layout
 from .holder import DECIDE
 

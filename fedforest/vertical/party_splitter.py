@@ -1,0 +1,446 @@
+"""A party's side of vertical tree growth (:class:`PartySplitter`): split
+search on its own columns, partitions of the nodes it wins, every message of
+the master checked first; :class:`LocalParties` runs parties in the
+grower's process (the single-process estimators)."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..transport.base import ProtocolError
+from ..tree import criterion, partitioner
+from ..tree import splitter as split_kernels
+from ..tree import threads as numba_threads
+from ..tree.format import LEAF, NOT_OWNED
+from ..tree.binning import MISSING_BIN, fit_bins, transform_bins
+from ..tree.growth import Nodes, PARTY_COLUMNS, gain_scale, min_leaf_weight, pack_bits, unpack_bits
+from .messages import (APPLY, COMMIT, COUNT_DTYPES, GROW, MASK_DTYPES, bad_message, join_replies, node_list, shown,
+                       sorted_subset, unpack_batch)
+
+
+class PartySplitter:
+    """One party's side of tree growth over its own columns ``X`` (float64, NaN = missing).
+
+    Every message is checked against what the party knows before a kernel
+    sees it (the kernels do no bounds checks): node ids must be open leaves
+    of the tree, arrays must have the party's row and column counts, and the
+    messages of a tree must come in the order of growth
+    (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
+
+    tree_threads = True   # trees of a batch may be handled on parallel threads
+    # the winner of a split sends its children's label statistics with the
+    # partition bits (the master then keeps no rows of its own); parties
+    # without plain labels do not
+    child_stats = True
+    checked = True        # check every message (off only where the grower is in this process)
+    # the keys a tree's message may hold besides "op": per op, then those of a tree's
+    # first message and of the partition of the last level (any op)
+    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",),
+               "apply": ()}
+    begin_keys = ("counts", "class_weight")
+    apply_keys = ("split_nodes", "bits")
+
+    def __init__(self, X, settings, labels):
+        self.settings = settings
+        self.labels = labels
+        X = np.asarray(X, dtype=np.float64)
+        self.n_rows, self.n_features = X.shape
+        # what a job's party also checks (None: not checked): the in-bag draws every
+        # tree's counts sum to, the largest count of one row, whether class weights apply
+        self.count_total = None
+        self.count_max = None
+        self.class_weighted = None
+        if settings.split_method == "hist":
+            # one byte per value: the bin codes are all the growth needs
+            # rows of weight zero take no part, not even in the bin edges
+            sw = getattr(labels, "sample_weight", None)
+            self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
+            self.Xb = transform_bins(X, self.edges, self.n_bins)
+            self.X = None
+        else:
+            self.edges = self.n_bins = self.Xb = None
+            # scikit-learn compares float32 feature values against float64 thresholds
+            self.X = np.asfortranarray(X, dtype=np.float32)
+        self.trees = []
+        self.tree_ids = []
+        self._current = threading.local()
+        self._states = {}
+
+    # -- message handling -------------------------------------------------
+    # the tree being handled, per thread (trees of a batch may be handled in parallel)
+    _tree = property(lambda self: getattr(self._current, "tree", None),
+                     lambda self, tree: setattr(self._current, "tree", tree))
+
+    def handle_batch(self, msg):
+        """Process a :func:`pack_batch` message of several trees; returns the
+        packed replies.  After a ``commit`` the batch's trees are in
+        :attr:`trees` (numbers in :attr:`tree_ids`), in tree order.
+
+        With more trees than kernel threads (and :attr:`tree_threads`), the
+        trees are handled in blocks on that many threads, each running
+        single-threaded kernels: a level of a large batch then costs no
+        parallel launch per tree.  Replies are joined in tree order."""
+        op = msg.get("op")
+        if op not in (GROW, COMMIT, APPLY):
+            raise bad_message(f"unexpected batch message {op!r}")
+        items = sorted(unpack_batch(msg).items())
+        if self.checked:
+            for t, sub in items:
+                sub_op = sub.get("op")
+                # a commit holds finish messages only, an apply batch apply messages only
+                if (sub_op == "finish") != (op == COMMIT) or (sub_op == "apply") != (op == APPLY):
+                    raise bad_message(f"tree {t}: a {op!r} message holds a {sub_op!r} message")
+            if op == COMMIT:
+                open_trees = sorted(set(self._states) - {t for t, _ in items})
+                if open_trees:
+                    raise bad_message(f"the commit leaves trees {open_trees} unfinished")
+        n_threads = numba_threads.threads()
+        if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
+                and msg["op"] != COMMIT and numba_threads.concurrent_launches_ok():
+            with ThreadPoolExecutor(n_threads, initializer=numba_threads.set_threads,
+                                    initargs=(1,)) as pool:
+                done = list(pool.map(self._handle_tree, items))
+        else:
+            done = [self._handle_tree(item) for item in items]
+        replies = []
+        for (t, sub), (state, reply) in zip(items, done):
+            if sub["op"] == "finish":
+                self.tree_ids.append(t)
+                self.trees.append(state)
+            else:
+                self._states[t] = state
+            if reply is not None:
+                replies.append(reply)
+        return join_replies(replies)
+
+    def _handle_tree(self, item):
+        """One tree's message, on this thread: returns (its new state or, when it
+        finished, its arrays; the reply)."""
+        t, sub = item
+        self._tree = self._states.pop(t, None)
+        try:
+            reply = self.handle(sub)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{exc} (tree {t})") from None
+        state = self._finished if sub["op"] == "finish" else self._tree
+        self._tree = None
+        return state, reply
+
+    @classmethod
+    def _allowed_keys(cls, op):
+        """The keys a tree's ``op`` message may hold (built once per class and op)."""
+        cache = cls.__dict__.get("_keys_of_op")
+        if cache is None:
+            cache = {}
+            setattr(cls, "_keys_of_op", cache)
+        if op not in cache:
+            cache[op] = frozenset(cls.op_keys[op]) | frozenset(cls.begin_keys) | frozenset(cls.apply_keys) | {"op"}
+        return cache[op]
+
+    def handle(self, msg):
+        """Process one message from the grower; returns the reply (or None)."""
+        op = msg.get("op")
+        if not self.checked:        # the grower runs in this process (the single-process estimators)
+            if self._tree is None:
+                self._begin(msg)
+            if "split_nodes" in msg:
+                self._apply(msg)
+            if op == "find":
+                return self._find(msg)
+            if op == "partition":
+                return self._partition(msg)
+            if op == "apply":
+                return None
+            self._tree["importance"] = msg["importance"]
+            self._finish()
+            return None
+        if op not in self.op_keys:
+            raise bad_message(f"unknown tree message {op!r}")
+        allowed = self._allowed_keys(op)
+        extra = sorted(str(k) for k in msg if k not in allowed)
+        if extra:
+            raise bad_message(f"a {op!r} message may not hold {', '.join(map(repr, extra))}")
+        if self._tree is None:
+            self._begin(self._check_begin(msg))
+            # growth state: the open leaves (the root, then the children of the last
+            # split), their depth, the nodes searched and partitioned at this level
+            self._tree.update(open=np.zeros(1, dtype=np.int32), open_ids=range(1), level=0, searched=None,
+                              partitioned=None)
+        elif any(k in msg for k in self.begin_keys):
+            raise bad_message(f"{', '.join(map(repr, self.begin_keys))} for a tree that has begun")
+        if any(k in msg for k in self.apply_keys) or op == "apply":
+            self._apply_checked(msg)
+        if op == "apply":
+            return None
+        if op == "find":
+            return self._find(self._check_find(msg))
+        if op == "partition":
+            return self._partition(self._check_partition(msg))
+        self._tree["importance"] = self._check_finish(msg)
+        self._finish()
+        return None
+
+    # -- checks of the grower's messages ------------------------------------
+    def _check_begin(self, msg):
+        """The bootstrap counts and class weights of a tree's first message."""
+        if any(k not in msg for k in self.begin_keys):
+            raise bad_message(f"the first message of a tree must hold {', '.join(map(repr, self.begin_keys))}")
+        counts = msg["counts"]
+        if not (isinstance(counts, np.ndarray) and counts.dtype in COUNT_DTYPES
+                and counts.shape == (self.n_rows,)):
+            raise bad_message(f"'counts' must be a uint8 or int32 array of {self.n_rows} counts (one "
+                              f"per aligned row), got {shown(counts)}")
+        if counts.size and counts.min() < 0:
+            raise bad_message("'counts' holds negative counts")
+        if self.count_max is not None and counts.size and counts.max() > self.count_max:
+            raise bad_message(f"'counts' holds a count above {self.count_max}")
+        if self.count_total is not None and int(counts.sum(dtype=np.int64)) != self.count_total:
+            raise bad_message(f"'counts' sum to {int(counts.sum(dtype=np.int64))}, not to the "
+                              f"{self.count_total} draws of a tree")
+        cw = msg["class_weight"]
+        s = self.settings
+        sizes = (0, s.n_classes) if s.is_classification else (0,)
+        if self.class_weighted is not None:
+            sizes = (s.n_classes,) if self.class_weighted else (0,)
+        if not (isinstance(cw, np.ndarray) and cw.dtype == np.float64 and cw.ndim == 1
+                and cw.size in sizes):
+            raise bad_message(f"'class_weight' must be a float64 array of "
+                              f"{' or '.join(map(str, sizes))} weights, got {shown(cw)}")
+        if not np.all(np.isfinite(cw) & (cw >= 0)):
+            raise bad_message("'class_weight' holds weights that are negative or not finite")
+        return {"counts": counts, "class_weight": cw}
+
+    def _apply_checked(self, msg):
+        """Apply the last level's partition (``split_nodes``, ``bits``) after
+        checking it: open leaves this party may split (depth, row counts, its
+        own partitioned nodes among them), one bit per row, and children of at
+        least ``min_samples_leaf`` rows.  The children become the open leaves."""
+        t = self._tree
+        s = self.settings
+        if any(k not in msg for k in self.apply_keys):
+            raise bad_message("'split_nodes' and 'bits' travel together")
+        nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open_ids"])
+        tree = t["nodes"]
+        if nodes.size and t["level"] >= s.max_depth:
+            raise bad_message(f"'split_nodes' splits nodes at depth {t['level']}; max_depth is "
+                              f"{s.max_depth}")
+        starts, ends = tree.bounds(nodes)
+        least = s.min_samples_split          # at least 2 * min_samples_leaf (SplitSettings)
+        if ((ends - starts) < least).any():
+            raise bad_message(f"'split_nodes' names a node of fewer than {least} rows, which is "
+                              "never split")
+        n = int((ends - starts).sum())
+        bits = msg["bits"]
+        if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8
+                and bits.shape == ((n + 7) // 8,)):
+            raise bad_message(f"'bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
+                              f"rows of the split nodes), got {shown(bits)}")
+        mine = t["partitioned"]
+        if mine is not None and not sorted_subset(mine, nodes):
+            raise bad_message("'split_nodes' leaves out nodes this party partitioned")
+        first = tree.n
+        self._apply({"split_nodes": nodes, "bits": bits})
+        children = np.arange(first, tree.n, dtype=np.int32)
+        starts, ends = tree.bounds(children)
+        if ((ends - starts) < s.min_samples_leaf).any():
+            raise bad_message(f"'bits' leave a child of fewer than {s.min_samples_leaf} rows "
+                              "(min_samples_leaf)")
+        t.update(open=children, open_ids=range(first, tree.n), level=t["level"] + 1, searched=None,
+                 partitioned=None)
+
+    def _check_find(self, msg):
+        """A ``find``: open leaves and a feature mask of this party's columns."""
+        t = self._tree
+        if t["searched"] is not None:
+            raise bad_message("a second 'find' for one level of the tree")
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
+        fmask = msg.get("fmask")
+        if not (isinstance(fmask, np.ndarray) and fmask.dtype in MASK_DTYPES
+                and fmask.shape == (nodes.size, self.n_features)):
+            raise bad_message(f"'fmask' must be a uint8 or bool array of shape ({nodes.size}, "
+                              f"{self.n_features}), got {shown(fmask)}")
+        t["searched"] = nodes
+        out = dict(msg, nodes=nodes, fmask=np.ascontiguousarray(fmask, dtype=np.uint8))
+        if "stats" in msg:
+            stats = msg["stats"]
+            shape = (nodes.size, self.labels.n_stats)
+            if not (isinstance(stats, np.ndarray) and stats.dtype == np.float64 and stats.shape == shape
+                    and np.all(np.isfinite(stats))):
+                raise bad_message(f"'stats' must be a float64 array of shape {shape} (finite label "
+                                  f"statistics of the nodes), got {shown(stats)}")
+        return out
+
+    def _check_partition(self, msg):
+        """A ``partition``: nodes this party searched at this level and found a split for."""
+        t = self._tree
+        if t["searched"] is None or t["partitioned"] is not None:
+            raise bad_message("a 'partition' without a 'find' of its level, or a second one")
+        # among the open leaves, only those searched at this level that found a split
+        # have a candidate feature (new leaves start without one)
+        nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
+        if (t["nodes"].col["cand_feature"][nodes] < 0).any():
+            raise bad_message("'nodes' names a node this party did not search or found no split for")
+        t["partitioned"] = nodes
+        return dict(msg, nodes=nodes)
+
+    def _check_finish(self, msg):
+        """A ``finish``: the tree's importance shares, one per node."""
+        t = self._tree
+        if t["partitioned"] is not None and t["partitioned"].size:
+            raise bad_message("'finish' before the partition of the last level was applied")
+        imp = msg.get("importance")
+        n = t["nodes"].n
+        if not (isinstance(imp, np.ndarray) and imp.dtype == np.float64 and imp.shape == (n,)
+                and np.all(np.isfinite(imp))):
+            raise bad_message(f"'importance' must be {n} finite float64 values (one per node), "
+                              f"got {shown(imp)}")
+        return imp
+
+    def _begin(self, msg):
+        counts = msg["counts"]
+        ycls, yw = self._statistics(msg)
+        total_w = float(yw[:, 0].sum())
+        # histograms are derived by subtraction only where that is exact: integer
+        # statistics (class counts under integer row weights) sum alike in any order
+        exact = self.settings.is_classification and total_w < 2.0 ** 53 \
+            and bool(np.all(yw == np.floor(yw)))
+        self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "ycls": ycls, "yw": yw,
+                      "total_w": total_w, "subtract": exact, "hists": None, "family": None}
+
+    def _statistics(self, msg):
+        """Per-row statistics ``(ycls, yw)`` of a tree from its first message."""
+        return self.labels.tree_stats(msg["counts"], msg["class_weight"])
+
+    def _find(self, msg):
+        t = self._tree
+        s = self.settings
+        tree = t["nodes"]
+        nodes = msg["nodes"]
+        if self.n_features == 0:  # a party holding only the label never wins a split
+            return {"gain": np.full(nodes.shape[0], -np.inf)}
+        starts, ends = tree.bounds(nodes)
+        args = (tree.rows, starts, ends, msg["fmask"], t["ycls"], t["yw"], s.is_classification,
+                self.labels.n_stats, s.crit, s.reg_lambda, gain_scale(s, t["total_w"]), s.min_samples_leaf,
+                min_leaf_weight(s, t["total_w"]))
+        # the nodes' weights and impurities: from the statistics the grower sent (the same
+        # sums over the same rows), else from the rows here
+        known = criterion.stats_weight_impurity(msg["stats"], s.is_classification, s.crit, s.reg_lambda) \
+            if "stats" in msg else split_kernels.NO_NODE_STATS
+        c = tree.col
+        if s.split_method == "hist":
+            sub = self._subtraction(nodes, starts, ends)
+            gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(self.Xb, self.n_bins,
+                                                                           *args, *sub, *known)
+            if t["subtract"]:
+                kept = sub[-1].astype(bool)
+                t["hists"] = (nodes[kept], index[kept], hist, cnt)
+            thr = self.bin_threshold(feat, b)
+            c["cand_bin"][nodes] = b
+        else:
+            gain, feat, thr, ml = split_kernels.best_splits_exact(self.X, *args, *known)
+        c["cand_feature"][nodes] = feat
+        c["cand_threshold"][nodes] = thr
+        c["cand_missing_left"][nodes] = ml
+        return {"gain": gain}
+
+    def _subtraction(self, nodes, starts, ends):
+        """The histogram subtraction arguments of :func:`split_kernels.best_splits_hist`:
+        a node whose parent kept its histograms and whose sibling has fewer rows
+        (the lower id on a tie) derives them as parent minus sibling; nodes of
+        at least ``hist_cache_rows`` rows keep theirs for the next level."""
+        t = self._tree
+        none = split_kernels.no_subtraction(nodes.shape[0], self.labels.n_stats)
+        if not t["subtract"]:
+            return none
+        keep = ((ends - starts) >= self.settings.hist_cache_rows).astype(np.uint8)
+        cached, t["hists"] = t["hists"], None   # the parents' level is used up by this one
+        if cached is None or t["family"] is None or not cached[0].size:
+            return none[:-1] + (keep,)
+        cached_nodes, index, hist, cnt = cached
+        split_nodes, first_child = t["family"]
+        # children come in (left, right) id pairs, in the order of the split nodes
+        offset = nodes - first_child
+        parent = split_nodes[offset // 2]
+        sibling = np.where(offset % 2 == 0, nodes + 1, nodes - 1).astype(nodes.dtype)
+        sib_starts, sib_ends = t["nodes"].bounds(sibling)
+        n_sib, n_own = sib_ends - sib_starts, ends - starts
+        at = np.minimum(np.searchsorted(cached_nodes, parent), cached_nodes.shape[0] - 1)
+        use = (cached_nodes[at] == parent) & ((n_sib < n_own) | ((n_sib == n_own) & (sibling < nodes)))
+        return (sib_starts, sib_ends, np.where(use, at, -1), index, hist, cnt, keep)
+
+    def bin_threshold(self, feat, b):
+        """Thresholds of histogram candidates (feature -1: none)."""
+        f0 = np.maximum(feat, 0)
+        thr = np.where(feat >= 0, self.edges[f0, b], np.nan)
+        # the last bin means "all non-missing values left"
+        thr[(feat >= 0) & (b == self.n_bins[f0] - 1)] = np.inf
+        return thr
+
+    def _partition(self, msg):
+        tree = self._tree["nodes"]
+        c = tree.col
+        nodes = msg["nodes"]
+        feat = c["cand_feature"][nodes]
+        thr = c["cand_threshold"][nodes]
+        ml = c["cand_missing_left"][nodes]
+        starts, ends = tree.bounds(nodes)
+        X, cut, missing = (self.Xb, c["cand_bin"][nodes], MISSING_BIN) if self.Xb is not None \
+            else (self.X, thr, np.nan)
+        reply = {}
+        if self.child_stats:
+            s = self.settings
+            bits, reply["stats"] = partitioner.partition_stats(
+                X, tree.rows, starts, ends, feat.astype(np.int64), cut, ml, missing, self._tree["ycls"],
+                self._tree["yw"], s.is_classification, self.labels.n_stats)
+        else:
+            bits = partitioner.partition_bits(X, tree.rows, starts, ends, feat.astype(np.int64), cut, ml,
+                                              missing)
+        c["feature"][nodes] = feat
+        c["threshold"][nodes] = thr
+        c["missing_left"][nodes] = ml
+        reply["bits"] = pack_bits(bits)
+        if self.settings.reveal_splits:
+            reply.update(feature=feat, threshold=thr, missing_left=ml)
+        return reply
+
+    def _apply(self, msg):
+        tree = self._tree["nodes"]
+        nodes = msg["split_nodes"]
+        lefts, _ = tree.split(nodes, unpack_bits(msg["bits"], tree.n_rows(nodes)))
+        self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
+        feature = tree.col["feature"]
+        feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
+
+    def _finish(self):
+        t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
+        self._current.finished = {"children_left": t["left"], "children_right": t["right"],
+                                  "feature": t["feature"], "threshold": t["threshold"],
+                                  "missing_left": t["missing_left"],
+                                  "importance": np.asarray(self._tree["importance"], dtype=np.float64)}
+        self._tree = None
+
+    @property
+    def _finished(self):
+        return self._current.finished
+
+
+class LocalParties:
+    """Parties living in this process (the centralized estimator).  An
+    exchange costs no round trip here, so a batch's trees need not keep in
+    step: :meth:`TreeGrower.grow_batch_fused` lets each tree run all its
+    rounds on a pool thread (``trees_apart``)."""
+
+    trees_apart = True
+
+    def __init__(self, splitters):
+        self.splitters = splitters
+        for sp in splitters:
+            sp.checked = False      # their grower is this process: nothing to check
+
+    def exchange(self, msgs):
+        return [None if m is None else s.handle_batch(m) for s, m in zip(self.splitters, msgs)]
+
+    def post(self, msgs):
+        for s, m in zip(self.splitters, msgs):
+            if m is not None:
+                s.handle_batch(m)

@@ -1,0 +1,523 @@
+"""The master's side of vertical tree growth (:class:`TreeGrower`).
+
+A level costs two exchanges: ``find`` (all parties report their best gain per
+open node) and ``partition`` (only winners send row bitmaps); the master
+passes the level's partition on to every party in an ``apply`` message as soon
+as the winners' bitmaps are in (no reply: the parties reorder their rows while
+the master does its own bookkeeping of the level).
+Trees grow in batches (:meth:`TreeGrower.grow_batch`): one exchange carries the
+``find`` (or ``partition``) messages of every tree of the batch, so a batch of
+any size costs two exchanges per level plus one ``commit``.
+How splits are chosen is the grower's label channel (:meth:`TreeGrower._choose`):
+here the master, which holds the labels in the clear; with Paillier the label
+holder (:class:`~fedforest.vertical.paillier.relay.RelayGrower`).
+The centralized estimator runs the same two roles in one process
+(:class:`~fedforest.vertical.party_splitter.LocalParties`), so both give the
+same trees for the same seed."""
+import copy
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..tree import criterion, partitioner
+from ..tree import threads as numba_threads
+from ..tree.format import LEAF
+from ..tree.importance import node_shares
+from ..tree.labels import PlainLabels, class_weight_vector
+from ..tree.params import resolve_max_features, resolve_max_samples
+from ..tree.growth import ForestTrees, HIST_CACHE_BYTES_PER_ROW, Nodes, SplitSettings, unpack_bits
+from .messages import APPLY, BatchReply, COMMIT, FUSED, GROW, Posted, pack_batch, split_fused
+from .party_splitter import LocalParties, PartySplitter
+
+
+class TreeGrower:
+    """The master's side of tree growth.
+
+    ``parties`` provides ``exchange(list_of_msgs) -> list_of_replies`` (one
+    round; None: no message for that party); ``feature_counts`` gives
+    each party's number of columns, in party order (the global feature order).
+    """
+
+    parallel_steps = True   # trees' steps of a batch may run on parallel threads
+    # the children's label statistics come from the winners of their parents'
+    # splits (PartySplitter.child_stats), checked against the parents'; the
+    # master then keeps node sizes only, no rows
+    stats_from_winners = True
+
+    def _keeps_rows(self):
+        """Whether the master keeps each tree's rows by node (its statistics or
+        its leaves of every row need them)."""
+        return not self.stats_from_winners
+
+    kind_class = ForestTrees
+
+    def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
+                 classes=None):
+        self.kind = self.kind_class(settings)
+        self.parties = parties
+        self.labels = labels
+        self.params = params
+        self.s = settings
+        self.feature_counts = list(feature_counts)
+        self.offsets = np.concatenate(([0], np.cumsum(self.feature_counts)))
+        self.n_features = int(self.offsets[-1])
+        self.k_features = resolve_max_features(params.max_features, self.n_features)
+        self.n_rows = labels.n_rows
+        self.n_boot = resolve_max_samples(params.max_samples, self.n_rows)
+        self.y_codes = y_codes
+        self.classes = classes
+
+    # -- random draws -----------------------------------------------------
+    def _draw_counts(self, rng):
+        if not self.params.bootstrap:
+            sw = getattr(self.labels, "sample_weight", None)
+            return np.ones(self.n_rows, dtype=np.uint8) if sw is None else (sw != 0).astype(np.uint8)
+        idx = rng.integers(0, self.n_rows, self.n_boot)
+        counts = np.bincount(idx, minlength=self.n_rows)
+        sw = getattr(self.labels, "sample_weight", None)
+        if sw is not None:
+            counts[sw == 0] = 0   # rows of weight zero take no part, as in scikit-learn
+        # the smallest integer type that holds them: the counts travel to every party
+        return counts.astype(np.uint8 if counts.max() < 256 else np.int32)
+
+    def _draw_features(self, rng):
+        mask = np.zeros(self.n_features, dtype=np.uint8)
+        mask[rng.choice(self.n_features, self.k_features, replace=False)] = 1
+        return mask
+
+    def _masks(self, rng, tree_mask, n_nodes):
+        """Per-party (n_nodes, n_party_features) masks for one level."""
+        if self.params.feature_sampling == "tree":
+            full = np.broadcast_to(tree_mask, (n_nodes, self.n_features))
+        else:
+            # an independent uniform k-subset per node: the k smallest of uniform keys
+            keys = rng.random((n_nodes, self.n_features))
+            chosen = np.argpartition(keys, self.k_features - 1, axis=1)[:, :self.k_features]
+            full = np.zeros((n_nodes, self.n_features), dtype=np.uint8)
+            np.put_along_axis(full, chosen, 1, axis=1)
+        return [np.ascontiguousarray(full[:, self.offsets[p]:self.offsets[p + 1]])
+                for p in range(len(self.feature_counts))]
+
+    # -- growth -----------------------------------------------------------
+    def grow(self, seed):
+        """Grow one tree; returns the master's tree (structure, owners, leaf values)."""
+        return self.grow_batch([seed])[0][0]
+
+    def grow_forest(self, seeds, tree_batch=None):
+        """Grow every tree of ``seeds`` in batches of ``tree_batch`` (None: all at once)."""
+        batch = len(seeds) if tree_batch is None else max(1, int(tree_batch))
+        out = []
+        for b0 in range(0, len(seeds), batch):
+            out += self.grow_batch(seeds[b0:b0 + batch], first=b0)[0]
+        return out
+
+    def grow_batch(self, seeds, first=0, labels=None):
+        """:meth:`grow_batch_fused` with its own commit exchange: returns the
+        master's trees and the parties' replies to the commit."""
+        trees, commit = self.grow_batch_fused(seeds, first, labels)
+        return trees, self.parties.exchange(commit)
+
+    def grow_batch_fused(self, seeds, first=0, labels=None, carry=None, on_carried=None):
+        """Grow one tree per seed together, level by level: every round carries
+        the messages of every tree of the batch (one ``find`` and one
+        ``partition`` exchange per level for the whole batch), and a last
+        ``commit`` round hands each party the final partitions.  Tree ``first + i``
+        draws from ``seeds[i]`` alone, so the trees do not depend on the batching.
+        ``labels`` (optional): one label-statistics object per tree, in place
+        of the grower's (the trees of a boosting round).  ``carry``: the
+        previous batch's commit messages (one per party), sent with this
+        batch's first exchange (one round fewer per batch); ``on_carried``
+        receives the parties' replies to it as soon as they arrive (so the
+        previous batch is counted before this one goes on).
+        Returns the master's trees and this batch's commit messages (not sent)."""
+        n_parties = len(self.feature_counts)
+        runs, asks, trees, finish = {}, {}, {}, {}
+        for i, seed in enumerate(seeds):
+            # each tree grows on a shallow copy holding that tree's state
+            run = copy.copy(self)
+            if labels is not None:
+                run.labels = labels[i]
+            runs[first + i] = run._steps(seed)
+
+        def advance(t, replies):
+            try:
+                asks[t] = runs[t].send(replies)
+            except StopIteration as stop:
+                trees[t], finish[t] = stop.value
+
+        # many small per-tree steps run faster as tree blocks on threads running
+        # single-threaded kernels (they release the GIL) than as parallel launches
+        threads = numba_threads.threads()
+        pool = None
+        if self.parallel_steps and len(runs) >= 2 * threads and threads > 1 \
+                and numba_threads.concurrent_launches_ok():
+            pool = ThreadPoolExecutor(threads, initializer=numba_threads.set_threads, initargs=(1,))
+
+        def advance_all(items):
+            if pool is not None:
+                for _ in pool.map(lambda item: advance(*item), items):
+                    pass
+                return
+            # without a pool, many trees' small steps still run best on one kernel thread each
+            numba_threads.set_threads(1 if len(runs) >= 2 * threads else threads)
+            try:
+                for item in items:
+                    advance(*item)
+            finally:
+                numba_threads.set_threads(threads)
+
+        try:
+            if pool is not None and getattr(self.parties, "trees_apart", False):
+                self._grow_apart(runs, trees, finish, pool, n_parties)
+                carried = None
+            else:
+                carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+        if carry is not None and carried is None:   # no grow exchange carried it
+            carried = self.parties.exchange(carry)
+            if on_carried is not None:
+                on_carried(carried)
+        order = sorted(trees)
+        commit = [pack_batch(COMMIT, [(t, dict(finish[t][p], op="finish")) for t in order])
+                  for p in range(n_parties)]
+        return [trees[t] for t in order], commit
+
+    def _grow_rounds(self, runs, asks, advance_all, n_parties, carry=None, on_carried=None):
+        """Start every tree's steps, then exchange rounds until all trees are
+        done; ``carry`` (commit messages) goes with the first exchange.
+        Returns the replies to ``carry`` (None when there was no exchange)."""
+        advance_all([(t, None) for t in runs])
+        carried = None
+        while asks:
+            current, asks_now = sorted(asks), dict(asks)
+            asks.clear()
+            msgs = [pack_batch(GROW, [(t, asks_now[t][p]) for t in current
+                                      if asks_now[t][p] is not None]) for p in range(n_parties)]
+            grow = [m if len(m) > 2 else None for m in msgs]
+            if carry is None:
+                replies = self.parties.exchange(grow)
+            else:
+                sent = [c if g is None else {"op": FUSED, "commit": c, "grow": g} for c, g in zip(carry, grow)]
+                carried, replies = split_fused(self.parties.exchange(sent), grow)
+                carry = None
+                if on_carried is not None:
+                    on_carried(carried)
+            views = [None if r is None else
+                     BatchReply(r, p, [t for t in current if asks_now[t][p] is not None])
+                     for p, r in enumerate(replies)]
+            advance_all([(t, [views[p].part(t) if asks_now[t][p] is not None else None
+                              for p in range(n_parties)]) for t in current])
+            posted = sorted(t for t, ask in asks.items() if isinstance(ask, Posted))
+            if posted:
+                # one-way messages (the level's partitions) go out at once, then those trees go on
+                out = {t: asks.pop(t).msgs for t in posted}
+                msgs = [pack_batch(APPLY, [(t, out[t][p]) for t in posted if out[t][p] is not None])
+                        for p in range(n_parties)]
+                self.parties.post([m if len(m) > 2 else None for m in msgs])
+                advance_all([(t, None) for t in posted])
+            for v in views:
+                if v is not None:
+                    v.check_used()
+        return carried
+
+    def _grow_apart(self, runs, trees, finish, pool, n_parties):
+        """In-process parties: every tree runs all its rounds on a pool thread,
+        its master steps and its parties' work one after the other, so one
+        tree's Python steps overlap another's kernels (which release the GIL)
+        instead of every level waiting for the whole batch.  Each tree sees
+        the same messages as in :meth:`_grow_rounds`: the same trees."""
+        def run(t):
+            steps, replies = runs[t], None
+            while True:
+                try:
+                    ask = steps.send(replies)
+                    while isinstance(ask, Posted):
+                        self.parties.post([None if m is None else pack_batch(APPLY, [(t, m)])
+                                           for m in ask.msgs])
+                        ask = steps.send(None)
+                except StopIteration as stop:
+                    trees[t], finish[t] = stop.value
+                    ask = None
+                for r in replies or ():
+                    if r is not None:
+                        r.check_used()
+                if ask is None:
+                    return
+                got = self.parties.exchange([None if ask[p] is None else pack_batch(GROW, [(t, ask[p])])
+                                             for p in range(n_parties)])
+                replies = [None if ask[p] is None else BatchReply(got[p], p, [t]).part(t)
+                           for p in range(n_parties)]
+
+        for _ in pool.map(run, sorted(runs)):
+            pass
+
+    def _steps(self, seed):
+        """One tree's growth as a generator: it yields the per-party messages of
+        each exchange and receives the replies; returns the master's tree and
+        what each party still has to apply."""
+        rng = np.random.default_rng(seed)
+        counts = self._draw_counts(rng)
+        cw = (class_weight_vector(self.params.class_weight, self.y_codes, counts,
+                                  self.labels.n_classes, self.classes)
+              if self.labels.is_classification else np.empty(0))
+        tree_mask = self._draw_features(rng) if self.params.feature_sampling == "tree" else None
+        tree = Nodes(counts, {
+            "owner": (np.int32, -1), "depth": (np.int64, 0),
+            "stats": (np.float64, 0.0, self.labels.n_stats),
+            "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
+            "feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
+            "missing_left": (np.uint8, 0)}, keep_rows=self._keeps_rows())
+        self._tree_counts = counts
+        self._child_stats = None
+        self._begin_tree(tree, counts, cw)
+        n_parties = len(self.feature_counts)
+        children = np.zeros(1, dtype=np.int32)
+        pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
+        while True:
+            tree.col["count"][children] = np.diff(np.vstack(tree.bounds(children)), axis=0)[0]
+            cand = children[self._may_split(tree, children)]
+            # the feature draws depend only on label-free facts, so every label mode draws alike
+            masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
+            split_nodes, winner, pending, replies = yield from self._choose(tree, children, cand, masks,
+                                                                            pending)
+            if not split_nodes.size:
+                break
+            won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
+            # winners whose bits did not come with the choice are asked for them
+            msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size and replies[p] is None
+                    else None for p in range(n_parties)]
+            if any(m is not None for m in msgs):
+                got = yield msgs
+                replies = [r if m is None else g for r, m, g in zip(replies, msgs, got)]
+            packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
+            # every party reorders its rows by the level's partition now, while the
+            # master goes on with its own steps
+            yield Posted([{"op": "apply", "split_nodes": split_nodes, "bits": packed}
+                          for _ in range(n_parties)])
+            if self.stats_from_winners:
+                self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
+            all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
+            lefts, rights = tree.split(split_nodes, all_bits, n_left)
+            self._after_split(split_nodes, lefts, rights)
+            children = np.empty(2 * lefts.size, dtype=np.int32)
+            children[0::2] = lefts
+            children[1::2] = rights
+            tree.col["depth"][children] = np.repeat(tree.col["depth"][split_nodes] + 1, 2)
+            pending = [{} for _ in range(n_parties)]
+        master = self._master_tree(tree)
+        for p in range(n_parties):
+            pending[p]["importance"] = self._importance(master, p)
+        return master, pending
+
+    def _choose(self, tree, children, cand, masks, pending):
+        """The splits of a level (a generator of exchanges): returns (the nodes
+        that split, the winning party index of each, what is still pending per
+        party, per party the reply that already holds its partition bits or
+        None).  Here the master chooses: every party reports its best gain per
+        searched node (``find``) and the largest gain wins."""
+        n_parties = len(self.feature_counts)
+        none = [None] * n_parties
+        nodes, gains, pending = yield from self._search(tree, children, cand, masks, pending)
+        if not nodes.size:
+            return nodes, None, pending, none
+        winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
+        best = gains[winner, np.arange(nodes.size)]
+        do_split = self._takes(best)
+        return nodes[do_split], winner[do_split], pending, none
+
+    def _importance(self, master, p):
+        """What party ``p`` learns of the tree for its importances: the share of
+        the tree's impurity decrease of every split it owns."""
+        return np.where(master["owner"] == p, node_shares(master), 0.0)
+
+    # -- hooks of a label mode --------------------------------------------
+    def _begin_tree(self, tree, counts, cw):
+        self._ycls, self._yw = self.labels.tree_stats(counts, cw)
+
+    def _search(self, tree, children, cand, masks, pending):
+        """Record the children's statistics, find the best split of every open
+        candidate (a generator: yields the ``find`` messages, receives the
+        replies).  Returns (searched nodes, gains (n_parties, nodes), what is
+        still pending per party for the next message)."""
+        self._record_stats(tree, children)
+        keep = self._searchable(tree, cand)
+        nodes = cand[keep]
+        if not nodes.size:
+            return nodes, None, pending
+        extra = {"stats": tree.col["stats"][nodes]} if self.stats_from_winners else {}
+        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], **extra)
+                for p in range(len(self.feature_counts))]
+        replies = yield msgs
+        return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
+
+    def _partition_msg(self, p, split_nodes, won):
+        return {"op": "partition", "nodes": split_nodes[won]}
+
+    def _after_split(self, split_nodes, lefts, rights):
+        pass
+
+    # -- the kind of tree (a component: forest trees here, boosting trees in vertical.boosting)
+    def _begin_message(self, counts, cw, party):
+        """What party ``party`` (index) needs to begin a tree: its draws and class weights."""
+        return {"counts": counts, "class_weight": cw}
+
+    def _searchable(self, tree, cand):
+        return self.kind.searchable(tree.col["impurity"][cand])
+
+    def _takes(self, best):
+        return self.kind.takes(best)
+
+    def _leaf_values(self, stats, weight):
+        return self.kind.leaf_values(stats, weight)
+
+    # -- shared steps -----------------------------------------------------
+    def _may_split(self, tree, nodes):
+        """Nodes that may split as far as depth and row counts tell (no labels needed)."""
+        c = tree.col
+        s = self.s
+        cnt = c["count"][nodes]
+        return ~((c["depth"][nodes] >= s.max_depth) | (cnt < s.min_samples_split)
+                 | (cnt < 2 * s.min_samples_leaf))
+
+    def _collect_bits(self, tree, split_nodes, won, replies):
+        """The winners' partition bits placed at their nodes' places in one
+        packed bitmap of the level; returns it and each split node's number of
+        left rows (the 1 bits of its segment)."""
+        starts, ends = tree.bounds(split_nodes)
+        lengths = ends - starts
+        offsets = np.cumsum(lengths) - lengths
+        packed = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
+        n_left = np.empty(split_nodes.size, dtype=np.int64)
+        c = tree.col
+        for p in range(len(won)):
+            if not won[p].size:
+                continue
+            mine = split_nodes[won[p]]
+            own_len = lengths[won[p]]
+            total = int(own_len.sum())
+            rep = replies[p]
+            # this party's bits hold its nodes back to back; a padding bit must be 0
+            src = rep.take("bits", (total + 7) // 8)
+            if total % 8 and src[-1] & (0xFF >> (total % 8)):
+                raise ValueError(f"party {p + 1} sent partition bits beyond its rows")
+            n_left[won[p]] = partitioner.place_bits(src, own_len, offsets[won[p]], packed)
+            c["owner"][mine] = p
+            if "feature" in rep:
+                c["feature"][mine] = rep.take("feature", mine.size) + int(self.offsets[p])
+                c["threshold"][mine] = rep.take("threshold", mine.size)
+                c["missing_left"][mine] = rep.take("missing_left", mine.size)
+        return packed, n_left
+
+    def _record_stats(self, tree, nodes):
+        """Label statistics of new nodes: the root's from the labels held here,
+        children's from the winners' replies when they sent them."""
+        s = self.s
+        if self._child_stats is not None:
+            stats, self._child_stats = self._child_stats, None
+            w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
+        else:
+            rows = tree.rows if tree.rows is not None else np.flatnonzero(self._tree_counts).astype(np.int32)
+            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), self._ycls, self._yw,
+                                                         s.is_classification, self.labels.n_stats,
+                                                         s.crit, s.reg_lambda)
+        self._set_stats(tree, nodes, stats, w, imp)
+
+    def _take_child_stats(self, tree, split_nodes, won, replies):
+        """The children's statistics the winners sent, in child order (left,
+        right per split node); each pair must add up to its parent's."""
+        S = self.labels.n_stats
+        stats = np.empty((2 * split_nodes.size, S))
+        for p in range(len(won)):
+            if not won[p].size:
+                continue
+            got = replies[p].take("stats", 2 * won[p].size)
+            if not (got.dtype == np.float64 and got.shape == (2 * won[p].size, S)
+                    and np.all(np.isfinite(got))):
+                raise ValueError(f"party {p + 1} sent 'stats' that are not {2 * won[p].size} rows of "
+                                 f"{S} finite float64 values")
+            at = np.repeat(2 * won[p], 2)
+            at[1::2] += 1
+            stats[at] = got
+        parent = tree.col["stats"][split_nodes]
+        total = stats[0::2] + stats[1::2]
+        scale = np.abs(stats[0::2]) + np.abs(stats[1::2])
+        weights = stats if self.s.is_classification else stats[:, :1]
+        if np.any(np.abs(total - parent) > 1e-9 * scale + 1e-12) or np.any(weights < 0):
+            raise ValueError("the children's statistics the winners sent do not add up to their parents'")
+        return stats
+
+    @staticmethod
+    def _set_stats(tree, nodes, stats, w, imp):
+        c = tree.col
+        c["stats"][nodes] = stats
+        c["weight"][nodes] = w
+        c["impurity"][nodes] = imp
+
+    def _master_tree(self, tree):
+        t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
+                          "feature", "threshold", "missing_left"])
+        weight = t["weight"]
+        value = self._leaf_values(t["stats"], weight)
+        out = {
+            "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
+            "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],
+            "weighted_n_node_samples": weight,
+        }
+        if self.s.reveal_splits:
+            out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
+        return out
+
+
+_WARM = set()
+
+
+def warm_up(split_method, is_classification=True):
+    """Load (or compile) the growth kernels for this process on a tiny problem,
+    so the first real tree does not pay for it (once per process and kind)."""
+    if (split_method, bool(is_classification)) in _WARM:
+        return
+    from ..tree.params import ForestParams, validate
+    task = "classification" if is_classification else "regression"
+    params = validate(ForestParams(n_estimators=1, split_method=split_method, max_features=None,
+                                   bootstrap=False), task)
+    X = np.array([[0.0, 1.0], [1.0, np.nan], [2.0, 0.0], [3.0, 1.0]])
+    y = np.array([0, 0, 1, 1]) if is_classification else np.array([0.0, 0.5, 1.0, 2.0])
+    labels = PlainLabels(y, is_classification, 2 if is_classification else 1)
+    settings = SplitSettings(params, 4, is_classification, labels.n_classes, 2)
+    splitter = PartySplitter(X, settings, labels)
+    TreeGrower(LocalParties([splitter]), labels, params, settings, [2],
+               y_codes=labels.y if is_classification else None, classes=np.arange(2)).grow(0)
+    _WARM.add((split_method, bool(is_classification)))
+
+
+def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
+    """Bytes one growing tree holds on the busiest rank (the row index, the
+    bootstrap counts, the per-row label statistics, the partition scratch, two
+    levels of kept histograms and, with encrypted labels, the powers of the
+    ciphertexts of rows drawn more than once, about a quarter of them)."""
+    per_row = 4 + 4 + 4 + 8 * n_stats + 2 * HIST_CACHE_BYTES_PER_ROW
+    if label_privacy == "paillier":
+        per_row += 8 + (2 * int(key_length or 2048) // 8 + 64) // 4
+    return int(n_rows) * per_row + 64 * 1024
+
+
+# seconds per row x feature x level of one tree on the busiest party, on the
+# slow side of what the kernels take (plain statistics), and per encrypted
+# row x feature x level with a 2048-bit key (cost grows with the square of the key)
+PLAIN_SECONDS_PER_CELL = 20e-9
+
+
+PAILLIER_SECONDS_PER_CELL = 4e-6
+
+
+def estimated_tree_seconds(n_rows, max_party_features, max_depth, key_length=None):
+    """A conservative guess of one tree's growth time, before any is grown."""
+    levels = max(1, int(np.ceil(np.log2(max(int(n_rows), 2)))))
+    if max_depth is not None:
+        levels = min(levels, int(max_depth))
+    cells = float(n_rows) * max(int(max_party_features), 1) * levels
+    if key_length is None:
+        return cells * PLAIN_SECONDS_PER_CELL
+    return cells * PAILLIER_SECONDS_PER_CELL * (int(key_length) / 2048.0) ** 2
