@@ -45,7 +45,7 @@ from .party import public_key as party_public_key
 from .party import setup_parties
 from .master import received_key, relay_bins
 from .paillier.holder import GradientKeyHolder, check_leaves
-from .paillier.relay import RelayGrower
+from .paillier.relay import LabelHolderChooses, RowCount
 from .party import open_training as party_open_training
 from .party import serve_growth
 
@@ -208,9 +208,9 @@ class _EncryptedGradients:
 
     def grower(self, comm, gparams, settings, feature_counts, fuse):
         party_bins = relay_bins(comm, self.lh)
-        n = self.train.size
-        return RelayGrower(RemoteParties(comm), n, gparams, settings, feature_counts, self.lh - 1, party_bins,
-                           self.spec, self.public, draw_counts=B.subsampler(n, self.subsample))
+        # the boosting grower with the label channel of the label holder
+        return B.BoostGrower(RemoteParties(comm), RowCount(self.train.size), gparams, settings, feature_counts,
+                             channel=LabelHolderChooses(self.lh - 1, party_bins, self.spec, self.public))
 
     def manifest(self):
         return {}
@@ -272,7 +272,6 @@ def server_train(comm, cfg):
     job = open_training(comm, cfg, params)
     source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
     source.feature_counts = job.feature_counts
-    source.subsample = params.subsample
     try:
         return _boost(comm, cfg, params, job, source, t_start)
     finally:

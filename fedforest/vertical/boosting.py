@@ -209,6 +209,11 @@ class GradientLabels:
     def n_rows(self):
         return self.g.shape[0]
 
+    def begin(self, label_holder):
+        """What a tree's first message adds for a party (plain gradients): every
+        row's gradient and hessian of the tree's output."""
+        return {"grad": self.g, "hess": self.h}
+
     def tree_stats(self, counts, class_weight):
         c = np.asarray(counts, dtype=np.float64)
         yw = np.column_stack((self.h * c, self.g * c, np.zeros_like(c)))
@@ -282,9 +287,6 @@ class BoostGrower(TreeGrower):
     bootstrap, and the boosting tree's decisions (:class:`BoostTrees`)."""
 
     kind_class = BoostTrees
-
-    def _begin_message(self, counts, cw, party):
-        return {"counts": counts, "class_weight": cw, "grad": self.labels.g, "hess": self.labels.h}
 
     def _draw_counts(self, rng):
         return subsampler(self.n_rows, self.params.subsample)(rng)

@@ -10,7 +10,7 @@ parties without labels.
   tree's row ciphertexts with the tree's first message and, for the (node,
   feature) pairs asked for, returns encrypted per-bin sums (the forest's
   :class:`~.encrypted_labels.EncryptedHistSplitter`);
-* the **master** relays (:class:`~.paillier.relay.RelayGrower`, with
+* the **master** relays (:class:`~.paillier.relay.LabelHolderChooses`, with
   :class:`EncryptedRound` as a tree's labels).
 """
 import numpy as np
@@ -19,7 +19,6 @@ from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree.growth import PARTY_COLUMNS, Nodes
 from .messages import bad_message, shown
-from .party_splitter import PartySplitter
 from . import boosting as B
 from .encrypted_labels import EncryptedHistSplitter, EncryptionSpec
 
@@ -94,7 +93,7 @@ class EncryptedGradientSplitter(EncryptedHistSplitter):
         super().__init__(X, settings, [], spec, public_key)
 
     def _check_begin(self, msg):
-        begin = PartySplitter._check_begin(self, msg)
+        begin = super()._check_begin(msg)
         blocks = msg.get("grad_ct")
         if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8 and blocks.ndim == 2
                 and blocks.shape[0] == self.n_rows):

@@ -13,7 +13,7 @@ the label holder and the master are in :mod:`fedforest.vertical.paillier`
   them into per-bin encrypted histograms (bootstrap multiplicities as scalar
   multiples), leaving out each feature's most frequent bin, and packs many
   bins into one ciphertext;
-* the **master** (:class:`~.paillier.relay.RelayGrower`) coordinates and
+* the **master** (:class:`~.paillier.relay.LabelHolderChooses`) coordinates and
   relays; it holds no key.
 
 Statistics are exact integers in slots: class counts for classification;

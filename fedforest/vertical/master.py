@@ -24,7 +24,7 @@ from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
-from .paillier.relay import RelayGrower
+from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
@@ -265,8 +265,9 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
                           **({} if r == label_party else {"labels": blocks, "fingerprint": public.fingerprint}))
                   for r in comm.clients})
     party_bins = relay_bins(comm, label_party)
-    grower = RelayGrower(RemoteParties(comm), n_rows, params, settings, feature_counts, label_party - 1,
-                         party_bins, spec, public)
+    # the forest's grower with the label channel of the label holder
+    grower = TreeGrower(RemoteParties(comm), RowCount(n_rows), params, settings, feature_counts,
+                        channel=LabelHolderChooses(label_party - 1, party_bins, spec, public))
     he = {"key_length": public.key_length, "paillier_key_holder": "label_holder",
           "label_encrypt_seconds": float(rep.get("seconds", 0.0)), "slot_bits": spec.width,
           "values_per_ciphertext": spec.per_ciphertext}

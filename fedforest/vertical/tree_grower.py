@@ -10,7 +10,7 @@ Trees grow in batches (:meth:`TreeGrower.grow_batch`): one exchange carries the
 any size costs two exchanges per level plus one ``commit``.
 How splits are chosen is the grower's label channel (:meth:`TreeGrower._choose`):
 here the master, which holds the labels in the clear; with Paillier the label
-holder (:class:`~fedforest.vertical.paillier.relay.RelayGrower`).
+holder (:class:`~fedforest.vertical.paillier.relay.LabelHolderChooses`).
 The centralized estimator runs the same two roles in one process
 (:class:`~fedforest.vertical.party_splitter.LocalParties`), so both give the
 same trees for the same seed."""
@@ -30,30 +30,154 @@ from .messages import APPLY, BatchReply, COMMIT, FUSED, GROW, Posted, pack_batch
 from .party_splitter import LocalParties, PartySplitter
 
 
+class MasterChooses:
+    """The plain label channel: the master holds the labels' statistics and
+    chooses every split.  Every party reports its best gain per searched node
+    (``find``) and the largest gain wins; the winners send their partition
+    bits with the children's label statistics, checked against the
+    parents' (the master keeps node sizes, no rows)."""
+
+    parallel_steps = True   # trees' steps of a batch may run on parallel threads
+    label_party = None      # every party gets the same first message of a tree
+
+    def keeps_rows(self, g):
+        return False
+
+    def begin_tree(self, g, tree, counts, cw):
+        g._ycls, g._yw = g.labels.tree_stats(counts, cw)
+        g._child_stats = None
+
+    def choose(self, g, tree, children, cand, masks, pending):
+        """The splits of a level (a generator of exchanges): returns (the nodes
+        that split, the winning party index of each, what is still pending per
+        party, per party the reply that already holds its partition bits or
+        None)."""
+        n_parties = len(g.feature_counts)
+        none = [None] * n_parties
+        nodes, gains, pending = yield from self.search(g, tree, children, cand, masks, pending)
+        if not nodes.size:
+            return nodes, None, pending, none
+        winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
+        best = gains[winner, np.arange(nodes.size)]
+        do_split = g._takes(best)
+        return nodes[do_split], winner[do_split], pending, none
+
+    def importance(self, g, master, p):
+        """What party ``p`` learns of the tree for its importances: the share of
+        the tree's impurity decrease of every split it owns."""
+        return np.where(master["owner"] == p, node_shares(master), 0.0)
+
+    def search(self, g, tree, children, cand, masks, pending):
+        """Record the children's statistics, find the best split of every open
+        candidate (a generator: yields the ``find`` messages, receives the
+        replies).  Returns (searched nodes, gains (n_parties, nodes), what is
+        still pending per party for the next message)."""
+        self.record_stats(g, tree, children)
+        keep = g._searchable(tree, cand)
+        nodes = cand[keep]
+        if not nodes.size:
+            return nodes, None, pending
+        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], stats=tree.col["stats"][nodes])
+                for p in range(len(g.feature_counts))]
+        replies = yield msgs
+        return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
+
+    def partition_msg(self, g, p, split_nodes, won):
+        return {"op": "partition", "nodes": split_nodes[won]}
+
+    def partitioned(self, g, tree, split_nodes, won, replies):
+        g._child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
+
+    def after_split(self, g, split_nodes, lefts, rights):
+        pass
+
+    def record_stats(self, g, tree, nodes):
+        """Label statistics of new nodes: the root's from the labels held here,
+        children's from the winners' replies when they sent them."""
+        s = g.s
+        if g._child_stats is not None:
+            stats, g._child_stats = g._child_stats, None
+            w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
+        else:
+            rows = tree.rows if tree.rows is not None else np.flatnonzero(g._tree_counts).astype(np.int32)
+            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), g._ycls, g._yw,
+                                                         s.is_classification, g.labels.n_stats,
+                                                         s.crit, s.reg_lambda)
+        self.set_stats(tree, nodes, stats, w, imp)
+
+    def take_child_stats(self, g, tree, split_nodes, won, replies):
+        """The children's statistics the winners sent, in child order (left,
+        right per split node); each pair must add up to its parent's."""
+        S = g.labels.n_stats
+        stats = np.empty((2 * split_nodes.size, S))
+        for p in range(len(won)):
+            if not won[p].size:
+                continue
+            got = replies[p].take("stats", 2 * won[p].size)
+            if not (got.dtype == np.float64 and got.shape == (2 * won[p].size, S)
+                    and np.all(np.isfinite(got))):
+                raise ValueError(f"party {p + 1} sent 'stats' that are not {2 * won[p].size} rows of "
+                                 f"{S} finite float64 values")
+            at = np.repeat(2 * won[p], 2)
+            at[1::2] += 1
+            stats[at] = got
+        parent = tree.col["stats"][split_nodes]
+        total = stats[0::2] + stats[1::2]
+        scale = np.abs(stats[0::2]) + np.abs(stats[1::2])
+        weights = stats if g.s.is_classification else stats[:, :1]
+        if np.any(np.abs(total - parent) > 1e-9 * scale + 1e-12) or np.any(weights < 0):
+            raise ValueError("the children's statistics the winners sent do not add up to their parents'")
+        return stats
+
+    @staticmethod
+    def set_stats(tree, nodes, stats, w, imp):
+        c = tree.col
+        c["stats"][nodes] = stats
+        c["weight"][nodes] = w
+        c["impurity"][nodes] = imp
+
+    def master_tree(self, g, tree):
+        t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
+                          "feature", "threshold", "missing_left"])
+        weight = t["weight"]
+        value = g._leaf_values(t["stats"], weight)
+        out = {
+            "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
+            "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],
+            "weighted_n_node_samples": weight,
+        }
+        if g.s.reveal_splits:
+            out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
+        return out
+
+
 class TreeGrower:
     """The master's side of tree growth.
 
     ``parties`` provides ``exchange(list_of_msgs) -> list_of_replies`` (one
     round; None: no message for that party); ``feature_counts`` gives
     each party's number of columns, in party order (the global feature order).
+    Two components are plugged in: the tree kind (``kind_class``: forest or
+    boosting trees) and the label channel (``channel``: who chooses the splits).
     """
 
-    parallel_steps = True   # trees' steps of a batch may run on parallel threads
-    # the children's label statistics come from the winners of their parents'
-    # splits (PartySplitter.child_stats), checked against the parents'; the
-    # master then keeps node sizes only, no rows
-    stats_from_winners = True
+    @property
+    def parallel_steps(self):
+        """Whether the trees' steps of a batch may run on parallel threads."""
+        return self.channel.parallel_steps
 
     def _keeps_rows(self):
-        """Whether the master keeps each tree's rows by node (its statistics or
-        its leaves of every row need them)."""
-        return not self.stats_from_winners
+        """Whether the master keeps each tree's rows by node."""
+        return self.channel.keeps_rows(self)
 
     kind_class = ForestTrees
 
     def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
-                 classes=None):
+                 classes=None, channel=None):
         self.kind = self.kind_class(settings)
+        # how a level's splits are chosen: by the master from the parties' gains (plain
+        # labels), or by the label holder (paillier.relay.LabelHolderChooses)
+        self.channel = channel or MasterChooses()
         self.parties = parties
         self.labels = labels
         self.params = params
@@ -270,8 +394,7 @@ class TreeGrower:
             "feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
             "missing_left": (np.uint8, 0)}, keep_rows=self._keeps_rows())
         self._tree_counts = counts
-        self._child_stats = None
-        self._begin_tree(tree, counts, cw)
+        self.channel.begin_tree(self, tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
         pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
@@ -280,13 +403,13 @@ class TreeGrower:
             cand = children[self._may_split(tree, children)]
             # the feature draws depend only on label-free facts, so every label mode draws alike
             masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
-            split_nodes, winner, pending, replies = yield from self._choose(tree, children, cand, masks,
-                                                                            pending)
+            split_nodes, winner, pending, replies = yield from self.channel.choose(self, tree, children, cand,
+                                                                                   masks, pending)
             if not split_nodes.size:
                 break
             won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
             # winners whose bits did not come with the choice are asked for them
-            msgs = [self._partition_msg(p, split_nodes, won[p]) if won[p].size and replies[p] is None
+            msgs = [self.channel.partition_msg(self, p, split_nodes, won[p]) if won[p].size and replies[p] is None
                     else None for p in range(n_parties)]
             if any(m is not None for m in msgs):
                 got = yield msgs
@@ -296,11 +419,10 @@ class TreeGrower:
             # master goes on with its own steps
             yield Posted([{"op": "apply", "split_nodes": split_nodes, "bits": packed}
                           for _ in range(n_parties)])
-            if self.stats_from_winners:
-                self._child_stats = self._take_child_stats(tree, split_nodes, won, replies)
+            self.channel.partitioned(self, tree, split_nodes, won, replies)
             all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
             lefts, rights = tree.split(split_nodes, all_bits, n_left)
-            self._after_split(split_nodes, lefts, rights)
+            self.channel.after_split(self, split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)
             children[0::2] = lefts
             children[1::2] = rights
@@ -308,60 +430,19 @@ class TreeGrower:
             pending = [{} for _ in range(n_parties)]
         master = self._master_tree(tree)
         for p in range(n_parties):
-            pending[p]["importance"] = self._importance(master, p)
+            pending[p]["importance"] = self.channel.importance(self, master, p)
         return master, pending
-
-    def _choose(self, tree, children, cand, masks, pending):
-        """The splits of a level (a generator of exchanges): returns (the nodes
-        that split, the winning party index of each, what is still pending per
-        party, per party the reply that already holds its partition bits or
-        None).  Here the master chooses: every party reports its best gain per
-        searched node (``find``) and the largest gain wins."""
-        n_parties = len(self.feature_counts)
-        none = [None] * n_parties
-        nodes, gains, pending = yield from self._search(tree, children, cand, masks, pending)
-        if not nodes.size:
-            return nodes, None, pending, none
-        winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
-        best = gains[winner, np.arange(nodes.size)]
-        do_split = self._takes(best)
-        return nodes[do_split], winner[do_split], pending, none
-
-    def _importance(self, master, p):
-        """What party ``p`` learns of the tree for its importances: the share of
-        the tree's impurity decrease of every split it owns."""
-        return np.where(master["owner"] == p, node_shares(master), 0.0)
-
-    # -- hooks of a label mode --------------------------------------------
-    def _begin_tree(self, tree, counts, cw):
-        self._ycls, self._yw = self.labels.tree_stats(counts, cw)
-
-    def _search(self, tree, children, cand, masks, pending):
-        """Record the children's statistics, find the best split of every open
-        candidate (a generator: yields the ``find`` messages, receives the
-        replies).  Returns (searched nodes, gains (n_parties, nodes), what is
-        still pending per party for the next message)."""
-        self._record_stats(tree, children)
-        keep = self._searchable(tree, cand)
-        nodes = cand[keep]
-        if not nodes.size:
-            return nodes, None, pending
-        extra = {"stats": tree.col["stats"][nodes]} if self.stats_from_winners else {}
-        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], **extra)
-                for p in range(len(self.feature_counts))]
-        replies = yield msgs
-        return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
-
-    def _partition_msg(self, p, split_nodes, won):
-        return {"op": "partition", "nodes": split_nodes[won]}
-
-    def _after_split(self, split_nodes, lefts, rights):
-        pass
 
     # -- the kind of tree (a component: forest trees here, boosting trees in vertical.boosting)
     def _begin_message(self, counts, cw, party):
-        """What party ``party`` (index) needs to begin a tree: its draws and class weights."""
-        return {"counts": counts, "class_weight": cw}
+        """What party ``party`` (index) needs to begin a tree: its draws and class
+        weights, and what the tree's labels add (boosting: the gradients, or
+        their ciphertexts; the label holder: the tree's output)."""
+        msg = {"counts": counts, "class_weight": cw}
+        begin = getattr(self.labels, "begin", None)
+        if begin is not None:
+            msg.update(begin(party == self.channel.label_party))
+        return msg
 
     def _searchable(self, tree, cand):
         return self.kind.searchable(tree.col["impurity"][cand])
@@ -410,64 +491,8 @@ class TreeGrower:
                 c["missing_left"][mine] = rep.take("missing_left", mine.size)
         return packed, n_left
 
-    def _record_stats(self, tree, nodes):
-        """Label statistics of new nodes: the root's from the labels held here,
-        children's from the winners' replies when they sent them."""
-        s = self.s
-        if self._child_stats is not None:
-            stats, self._child_stats = self._child_stats, None
-            w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
-        else:
-            rows = tree.rows if tree.rows is not None else np.flatnonzero(self._tree_counts).astype(np.int32)
-            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), self._ycls, self._yw,
-                                                         s.is_classification, self.labels.n_stats,
-                                                         s.crit, s.reg_lambda)
-        self._set_stats(tree, nodes, stats, w, imp)
-
-    def _take_child_stats(self, tree, split_nodes, won, replies):
-        """The children's statistics the winners sent, in child order (left,
-        right per split node); each pair must add up to its parent's."""
-        S = self.labels.n_stats
-        stats = np.empty((2 * split_nodes.size, S))
-        for p in range(len(won)):
-            if not won[p].size:
-                continue
-            got = replies[p].take("stats", 2 * won[p].size)
-            if not (got.dtype == np.float64 and got.shape == (2 * won[p].size, S)
-                    and np.all(np.isfinite(got))):
-                raise ValueError(f"party {p + 1} sent 'stats' that are not {2 * won[p].size} rows of "
-                                 f"{S} finite float64 values")
-            at = np.repeat(2 * won[p], 2)
-            at[1::2] += 1
-            stats[at] = got
-        parent = tree.col["stats"][split_nodes]
-        total = stats[0::2] + stats[1::2]
-        scale = np.abs(stats[0::2]) + np.abs(stats[1::2])
-        weights = stats if self.s.is_classification else stats[:, :1]
-        if np.any(np.abs(total - parent) > 1e-9 * scale + 1e-12) or np.any(weights < 0):
-            raise ValueError("the children's statistics the winners sent do not add up to their parents'")
-        return stats
-
-    @staticmethod
-    def _set_stats(tree, nodes, stats, w, imp):
-        c = tree.col
-        c["stats"][nodes] = stats
-        c["weight"][nodes] = w
-        c["impurity"][nodes] = imp
-
     def _master_tree(self, tree):
-        t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
-                          "feature", "threshold", "missing_left"])
-        weight = t["weight"]
-        value = self._leaf_values(t["stats"], weight)
-        out = {
-            "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
-            "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],
-            "weighted_n_node_samples": weight,
-        }
-        if self.s.reveal_splits:
-            out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
-        return out
+        return self.channel.master_tree(self, tree)
 
 
 _WARM = set()

@@ -19,7 +19,7 @@ from fedforest.tree.growth import ForestTrees, SplitSettings
 from fedforest.vertical.party_splitter import LocalParties, PartySplitter
 from fedforest.vertical.tree_grower import TreeGrower
 from fedforest.vertical.paillier.holder import KeyHolderSplitter
-from fedforest.vertical.paillier.relay import RelayGrower
+from fedforest.vertical.paillier.relay import LabelHolderChooses, RowCount
 from fedforest.tree.labels import PlainLabels
 
 KEY = 512  # insecure, for speed; one test below uses 2048 bits
@@ -73,7 +73,8 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
     none = [np.empty(0, dtype=np.int64)]
     parties[label_party].set_bins({"n_bins": np.concatenate(none + [b[0] for b in bins if b is not None]),
                                    "skip": np.concatenate(none + [b[1] for b in bins if b is not None])})
-    he = RelayGrower(LocalParties(parties), n, params, settings, counts, label_party, bins, spec, pub)
+    he = TreeGrower(LocalParties(parties), RowCount(n), params, settings, counts,
+                    channel=LabelHolderChooses(label_party, bins, spec, pub))
     seeds = np.random.SeedSequence(seed).spawn(n_trees)
     a = [plain.grow(s) for s in seeds]
     b = [he.grow(s) for s in seeds]

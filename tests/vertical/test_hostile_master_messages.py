@@ -12,7 +12,7 @@ from sklearn.datasets import make_classification
 
 from fedforest.crypto import paillier as P
 from fedforest.data import alignment
-from fedforest.errors import InputError, RemoteError
+from fedforest.errors import RemoteError
 from fedforest.jobs import run_job, run_vertical
 from fedforest.transport import base
 from fedforest.transport.base import ProtocolError
@@ -695,7 +695,7 @@ def test_splitter_takes_the_split_only_from_its_own_search():
                                "missing_left": np.array([0], np.uint8)}))
 
 
-@pytest.mark.parametrize("messages,match", [
+@pytest.mark.parametrize("sequence,match", [
     ([{"op": "find", "nodes": np.zeros(1, np.int32), "fmask": np.ones((1, 3), np.uint8)}],
      "must hold 'counts'"),
     ([dict(_begin(), op="find", nodes=np.zeros(1, np.int32), fmask=np.ones((1, 3), np.uint8)),
@@ -732,10 +732,10 @@ def test_splitter_takes_the_split_only_from_its_own_search():
       {"op": "partition", "nodes": np.zeros(1, np.int32)},
       (messages.APPLY, {"op": "apply"})], "'split_nodes' and 'bits' travel together"),
 ])
-def test_splitter_refuses_messages_out_of_order(messages, match):
+def test_splitter_refuses_messages_out_of_order(sequence, match):
     sp = _splitter()
     with pytest.raises(ProtocolError, match=match):
-        for m in messages:
+        for m in sequence:
             op, m = m if isinstance(m, tuple) else (messages.GROW, m)
             sp.handle_batch(_grow(m, op=op))
 

@@ -516,7 +516,7 @@ class GradientKeyHolder(KeyHolderSplitter):
 
     # -- the trees -----------------------------------------------------------
     def _check_begin(self, msg):
-        begin = PartySplitter._check_begin(self, msg)
+        begin = super()._check_begin(msg)
         if self.round is None:
             raise bad_message("a tree begins before the round's gradients were asked for")
         k = int_value(msg.get("output"), "'output'", 0, self.k_out - 1)

@@ -1,4 +1,4 @@
-"""The master's grower of the encrypted modes: coordinator and relay.
+"""The Paillier label channel on the master's side: coordinator and relay.
 
 Per level of every tree of a batch (see docs/protocol.md, "Encrypted labels"):
 
@@ -19,60 +19,51 @@ receives no gain, statistic or leaf value.
 """
 import numpy as np
 
-from ..tree_grower import TreeGrower
 from ..encrypted_labels import hist_layout
 from .holder import DECIDE
 
 
-class RelayGrower(TreeGrower):
-    """The master's side of growth with the key at the label holder
-    (``label_party``: its party index).  ``party_bins``: per party, its
-    features' ``(n_bins, skip)`` (None for the label holder); ``spec`` the
-    public slot layout; ``draw_counts(rng)`` the row sample of a tree (the
-    forest's bootstrap by default); ``begin(party)`` what a tree's first
-    message adds for a party (boosting: the output, or the row ciphertexts)."""
+class LabelHolderChooses:
+    """The label channel of the master's grower (``TreeGrower(channel=...)``)
+    when the label holder (party index ``label_party``) holds the key and
+    chooses the splits.  ``party_bins``: per party, its features' ``(n_bins,
+    skip)`` (None for the label holder); ``spec`` the public slot layout;
+    ``public_key`` the label holder's public key.  The tree's state (which
+    sums the label holder holds, the families of the last split, the chosen
+    splits) lives on the grower's per-tree copy ``g``."""
 
     parallel_steps = False
-    stats_from_winners = False
 
-    def __init__(self, parties, n_rows, params, settings, feature_counts, label_party, party_bins, spec,
-                 public_key, draw_counts=None):
-        super().__init__(parties, _RowCount(n_rows), params, settings, feature_counts)
-        self.public = public_key
+    def __init__(self, label_party, party_bins, spec, public_key):
         self.label_party = int(label_party)
         self.party_bins = party_bins
         self.spec = spec
-        if draw_counts is not None:
-            self._draw_counts = draw_counts
+        self.public = public_key
 
-    def _keeps_rows(self):
+    def keeps_rows(self, g):
         return False    # node sizes only: the label holder keeps the rows by node
 
-    def _begin_message(self, counts, cw, party):
-        msg = {"counts": counts, "class_weight": cw}
-        begin = getattr(self.labels, "begin", None)
-        if begin is not None:
-            msg.update(begin(party == self.label_party))
-        return msg
+    def begin_tree(self, g, tree, counts, cw):
+        g._store = set()   # (party, node, feature) histograms the label holder holds from the last level
+        g._family = {}     # child -> (parent, sibling)
 
-    def _begin_tree(self, tree, counts, cw):
-        self._store = set()   # (party, node, feature) histograms the label holder holds from the last level
-        self._family = {}     # child -> (parent, sibling)
-
-    def _after_split(self, split_nodes, lefts, rights):
+    def after_split(self, g, split_nodes, lefts, rights):
         for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
-            self._family[left] = (p, right)
-            self._family[right] = (p, left)
+            g._family[left] = (p, right)
+            g._family[right] = (p, left)
 
-    def _requests(self, tree, p, cand, mask):
+    def partitioned(self, g, tree, split_nodes, won, replies):
+        pass
+
+    def requests(self, g, tree, p, cand, mask):
         """(node, feature) pairs party ``p`` must sum, and those the label holder
         derives as parent minus smaller sibling."""
         c = tree.col
         need = [(int(j), int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)]
         compute, derive = set(), []
         for j, f in need:
-            fam = self._family.get(j)
-            if fam is not None and (p, fam[0], f) in self._store:
+            fam = g._family.get(j)
+            if fam is not None and (p, fam[0], f) in g._store:
                 sib = fam[1]
                 if (c["count"][sib] < c["count"][j]) or (c["count"][sib] == c["count"][j] and sib < j):
                     derive.append((j, f))
@@ -81,8 +72,9 @@ class RelayGrower(TreeGrower):
             compute.add((j, f))
         return sorted(compute), sorted(derive)
 
-    def _choose(self, tree, children, cand, masks, pending):
-        n_parties = len(self.feature_counts)
+    def choose(self, g, tree, children, cand, masks, pending):
+        """The splits of a level, chosen by the label holder (see the module's docstring)."""
+        n_parties = len(g.feature_counts)
         lh = self.label_party
         none = [None] * n_parties
         if not cand.size:
@@ -93,7 +85,7 @@ class RelayGrower(TreeGrower):
         for p in range(n_parties):
             if p == lh:
                 continue
-            compute, derive = self._requests(tree, p, cand, masks[p])
+            compute, derive = self.requests(g, tree, p, cand, masks[p])
             plan[p] = (compute, derive)
             arr = np.array(compute, dtype=np.int32).reshape(-1, 2)
             msgs[p] = dict(pending[p], op="find", pair_node=arr[:, 0].copy(), pair_feat=arr[:, 1].copy())
@@ -120,7 +112,7 @@ class RelayGrower(TreeGrower):
                 parts[key + "_feat"].append(arr[:, 1])
             store.update((p, j, f) for j, f in compute)
             store.update((p, j, f) for j, f in derive)
-        self._store = store
+        g._store = store
         width = self.public.ciphertext_bytes
         msg = {"op": DECIDE, "cand": cand,
                "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
@@ -139,7 +131,7 @@ class RelayGrower(TreeGrower):
         winner = reply.take("winner", m)
         if m and (winner.min() < 0 or winner.max() >= n_parties):
             raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
-        self._chosen = (split, reply.take("split_feature", m), reply.take("split_bin", m),
+        g._chosen = (split, reply.take("split_feature", m), reply.take("split_bin", m),
                         reply.take("split_missing_left", m))
         # the label holder's own partition bits came with its decision
         own = winner == lh
@@ -148,26 +140,26 @@ class RelayGrower(TreeGrower):
         got = [bits if p == lh else None for p in range(n_parties)]
         return split.astype(np.int32), winner.astype(np.int64), pending, got
 
-    def _partition_msg(self, p, split_nodes, won):
-        nodes, feat, b, ml = self._chosen
+    def partition_msg(self, g, p, split_nodes, won):
+        nodes, feat, b, ml = g._chosen
         return {"op": "partition", "nodes": split_nodes[won], "feature": feat[won], "bin": b[won],
                 "missing_left": ml[won]}
 
-    def _master_tree(self, tree):
+    def master_tree(self, g, tree):
         t = tree.trimmed(["left", "right", "owner", "count", "feature", "threshold", "missing_left"])
         out = {"children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
                "n_node_samples": t["count"]}
-        if self.s.reveal_splits:
+        if g.s.reveal_splits:
             out.update(feature=t["feature"], threshold=t["threshold"], missing_left=t["missing_left"])
         return out
 
-    def _importance(self, master, p):
+    def importance(self, g, master, p):
         # the shares of the impurity decrease are label statistics: they stay with the label holder
         return np.zeros(master["children_left"].shape[0])
 
 
-class _RowCount:
-    """The grower's view of the labels in the encrypted modes: their number only."""
+class RowCount:
+    """The master's view of a forest's labels in the encrypted modes: their number only."""
     is_classification = False
     n_classes = 1
     n_stats = 3
