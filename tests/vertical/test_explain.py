@@ -184,3 +184,33 @@ def test_encrypted_labels_keep_the_importances_with_the_label_holder(tmp_path):
     _, plain_counts = explain.split_counts(str(tmp_path / "plain" / "party-1"))
     np.testing.assert_array_equal(counts, plain_counts)
     assert counts.sum() > 0
+
+
+def test_explain_row_with_encrypted_labels_prints_the_leaf_values_at_the_label_holder(tmp_path, capsys):
+    """With label_privacy = "paillier" the master prints the owners along the
+    paths and no value; the label holder prints each tree's leaf value, which
+    is the plain model's."""
+    X, y = make_classification(200, 6, n_informative=4, random_state=5)
+    frames = party_frames(np.round(X, 2), y, [[0, 1, 2], [3, 4, 5]], label_party=1)
+    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3, random_state=2)
+    run_vertical("train", frames, model_dir=str(tmp_path / "plain"), **opts)
+    run_vertical("train", frames, model_dir=str(tmp_path / "enc"), label_privacy="paillier", key_length=512,
+                 insecure_key=True, **opts)
+    test = [f.drop(columns=["y"]) if "y" in f else f for f in frames]
+    printed = {}
+    for name in ("plain", "enc"):
+        capsys.readouterr()
+        out = run_vertical("predict", test, model_dir=str(tmp_path / name), output=str(tmp_path / f"{name}.csv"),
+                           explain_row="row-00007", explain_trees=3, result_party=2)
+        printed[name] = capsys.readouterr().out
+        if name == "enc":
+            assert "values" not in out and all("value at the label holder" in line for line in out["path"][1:])
+    holder = [ln for ln in printed["enc"].splitlines() if ln.startswith("[party 2] tree ") and ": leaf " in ln]
+    assert len(holder) == 3
+    plain_leaves = [ln.split("leaf ")[-1] for ln in printed["plain"].splitlines() if ln.startswith("tree ")]
+    for line, plain in zip(holder, plain_leaves):
+        leaf, values = line.split(": leaf ")[1].split(" value ")
+        assert plain.startswith(leaf + " [")
+        shown = [float(v.split(": ")[1]) for v in plain[len(leaf) + 2:-1].split(", ")]
+        np.testing.assert_allclose([float(v) for v in values.split(", ")], shown, atol=5e-4)
+    assert pd.read_csv(tmp_path / "enc.csv").equals(pd.read_csv(tmp_path / "plain.csv"))
