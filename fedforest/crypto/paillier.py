@@ -10,9 +10,9 @@ phe's object layer.
 Encryption is the textbook scheme with ``g = n + 1``:
 ``Enc(m) = (1 + m n) · r^n mod n²`` with a fresh uniformly random ``r``;
 no reused randomness.  The factor ``r^n mod n²`` is the expensive part; the
-key holder can compute it several times faster with the CRT and
-fixed-base tables (:meth:`PrivateKey.randomness`) and hand it to an encrypting party
-(:meth:`PublicKey.encrypt_with`), see docs/protocol.md.
+key holder (the label holder, which encrypts its own rows) computes it several
+times faster with the CRT and fixed-base tables (:meth:`PrivateKey.randomness`)
+and uses it with :meth:`PublicKey.encrypt_with`, see docs/protocol.md.
 
 Several non-negative integers travel in one plaintext as fixed-width slots
 (:class:`Slots`).  Sums stay correct as long as no slot overflows its width;
@@ -167,7 +167,7 @@ class PublicKey:
 
 
 class PrivateKey:
-    """The key holder's part (the master): decryption with the CRT speed-up."""
+    """The key holder's part (the label holder): decryption with the CRT speed-up."""
 
     def __init__(self, phe_private_key):
         self._key = phe_private_key
@@ -196,8 +196,8 @@ class RandomnessMaker:
     """Encryption factors (:meth:`PrivateKey.randomness`) made in ``workers``
     worker processes that live as long as the maker, so each builds its
     fixed-base tables once.  :meth:`start` begins a batch in the background
-    (the key holder mostly waits while the parties grow a tree, so the next
-    round's factors cost it no time); :meth:`take` returns that batch, or
+    (a key holder that waits while the parties grow a tree can make the next
+    round's factors then); :meth:`take` returns that batch, or
     makes one now.  Use it as a context manager, or call :meth:`close`."""
 
     CHUNK = 1024   # factors per task: a cancelled batch stops within one chunk

@@ -5,7 +5,7 @@ label-statistics object for each tree (see :mod:`fedforest.tree.criterion`).
 :class:`PlainLabels` computes them from labels held in the clear; a private
 mode replaces it by an object with the same ``tree_stats`` method whose
 statistics are encrypted, together with a split finder that evaluates
-encrypted histograms on the key holder.
+encrypted histograms at the label holder, which holds the key.
 """
 import numpy as np
 

@@ -249,8 +249,8 @@ def _encrypt_chunk(n, plaintexts):
 
 
 def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
-    """Encrypt every row's plaintext with fresh randomness: the key holder's
-    ready-made factors ``r^n mod n²`` when given (one per row), else drawn
+    """Encrypt every row's plaintext with fresh randomness: ready-made
+    factors (the label holder's, made with the CRT) ``r^n mod n²`` when given (one per row), else drawn
     here, with ``workers`` > 1 local processes."""
     if factors is not None:
         return public_key.encrypt_with(plaintexts, factors, "randomness from the master")
@@ -298,7 +298,7 @@ class EncryptedHistSplitter(PartySplitter):
         # squares are computed once, not per tree
         nsq = public_key.nsq
         self.enc2 = [c * c % nsq for c in labels_ct]
-        # each feature's most frequent bin is left out and derived by the key holder
+        # each feature's most frequent bin is left out and derived by the label holder
         self.skip = np.array([np.bincount(self.Xb[:, f], minlength=N_SLOTS_BIN).argmax()
                               for f in range(self.n_features)], dtype=np.int32)
 
@@ -341,7 +341,7 @@ class EncryptedHistSplitter(PartySplitter):
         return dict(msg, pair_node=node.astype(np.int64), pair_feat=feat.astype(np.int64))
 
     def _check_partition(self, msg):
-        """A ``partition`` of open leaves on splits the key holder chose: one of this
+        """A ``partition`` of open leaves on splits the label holder chose: one of this
         party's features, one of its bins and a missing-value side per node."""
         t = self._tree
         if t["partitioned"] is not None:
@@ -366,7 +366,7 @@ class EncryptedHistSplitter(PartySplitter):
                     missing_left=ml.astype(np.uint8))
 
     def _partition(self, msg):
-        """Partition on the split the key holder chose from this party's encrypted histograms."""
+        """Partition on the split the label holder chose from this party's encrypted histograms."""
         c = self._tree["nodes"].col
         nodes = msg["nodes"]
         c["cand_feature"][nodes] = msg["feature"]
