@@ -15,6 +15,24 @@ VENV_BIN = os.path.dirname(sys.executable)
 TREE_KEYS = ("children_left", "children_right", "feature", "threshold", "missing_left", "value")
 
 
+def job_message(mode="vertical", command="train", table=None, label_column="y", **changes):
+    """A well-formed network job message of a well-behaved master (its mode's
+    settings ``table``), then ``changes`` (a key set to ``...`` is removed)."""
+    from fedforest.federation.config import resolve
+    from fedforest.federation.network import shared_settings
+    from fedforest.version import __version__
+    table = table or {"n_estimators": 3, "max_depth": 3}
+    cfg = resolve(None, dict(mode=mode, task="classification", label_column=label_column, data=["a"], **table))
+    settings = shared_settings(cfg)
+    for k, v in changes.items():
+        if v is ...:
+            settings.pop(k, None)
+        else:
+            settings[k] = v
+    return {"op": "job", "command": command, "version": __version__, "mode": mode, "rank": 1, "size": 2,
+            "names": ["master", "p1"], "settings": settings}
+
+
 def make_table(task, n_classes, seed, n=300, n_features=9, nan_share=0.05):
     """A synthetic table with ties (values rounded) and missing cells."""
     from sklearn.datasets import make_classification, make_regression

@@ -264,6 +264,14 @@ def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
         return [gmpy2.mpz(c) for part in parts for c in part]
 
 
+def encrypt_own(private_key, plaintexts, workers):
+    """Encryptions of ``plaintexts`` under the label holder's own key, each with
+    fresh randomness made from the key's factorisation (the CRT, in
+    ``workers`` processes)."""
+    factors = private_key.randomness(len(plaintexts), workers)
+    return private_key.public.encrypt_with(plaintexts, factors)
+
+
 def node_int_stats(spec, codes, counts, rows, starts, ends):
     """Exact integer statistics of nodes: class counts, or (w, w (q+B), w q^2)."""
     out = np.zeros((starts.shape[0], spec.n_stats), dtype=np.int64)

@@ -349,7 +349,9 @@ def _encrypt_labels(comm, cfg, msg, y):
                                         step=step, bias=bias)
         scored = codes * step
     t0 = time.perf_counter()
-    cts = encrypt_own(private, spec.row_plaintexts(codes), cfg)
+    # fresh randomness of its own key: by default every core of its host (the others wait)
+    cts = encrypted.encrypt_own(private, spec.row_plaintexts(codes),
+                                cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
     seconds = time.perf_counter() - t0
     # the grid step says how large the targets are: it stays here (the others read no sums)
     public_spec = dict(spec.to_dict(), step=1.0)
@@ -357,15 +359,6 @@ def _encrypt_labels(comm, cfg, msg, y):
                        "blocks": public.serialize(cts)})
     return {"codes": codes, "scored": scored, "public": public, "private": private, "spec": spec,
             "classes": classes}
-
-
-def encrypt_own(private, plaintexts, cfg):
-    """Encryptions of ``plaintexts`` under the label holder's own key, each with
-    fresh randomness made from the key's factorisation (the CRT; in
-    ``encrypt_workers`` processes, by default every core of the host)."""
-    workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
-    factors = private.randomness(len(plaintexts), workers)
-    return private.public.encrypt_with(plaintexts, factors)
 
 
 def setup_parties(setup, cfg, rank):

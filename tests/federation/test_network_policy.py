@@ -18,7 +18,8 @@ from fedforest.federation.config import resolve
 from fedforest.federation import network
 from fedforest.federation.network import (NETWORK, Policy, _accept_job, _offered, _party_local, join, serve,
                                           shared_settings)
-from fedforest.version import __version__
+
+from _util import job_message as shared_job_message
 
 ROWS = 30
 VERTICAL_JOBS = [("vertical", "plain"), ("vertical", "paillier"),
@@ -39,18 +40,8 @@ def folder(tmp_path):
 
 
 def job_message(mode="vertical", command="train", label_column="salary", **changes):
-    """The job message of a well-behaved master (then ``changes``, a setting
-    with value ``...`` removed)."""
-    cfg = resolve(None, dict(mode=mode, task="classification", label_column=label_column, data=["a"],
-                             **TABLE[mode]))
-    settings = shared_settings(cfg)
-    for k, v in changes.items():
-        if v is ...:
-            settings.pop(k, None)
-        else:
-            settings[k] = v
-    return json.dumps({"op": "job", "command": command, "version": __version__, "mode": mode, "rank": 1,
-                       "size": 2, "names": ["master", "p1"], "settings": settings}).encode("utf-8")
+    """The job message of a well-behaved master as it travels (``changes`` as in :func:`_util.job_message`)."""
+    return json.dumps(shared_job_message(mode, command, TABLE[mode], label_column, **changes)).encode("utf-8")
 
 
 def party(folder, data="p.csv", policy=None, **job):

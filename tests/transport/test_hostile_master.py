@@ -13,11 +13,11 @@ import pytest
 
 from fedforest.crypto.identity import Certificate, keygen, server_context
 from fedforest.errors import InputError
-from fedforest.federation.config import JOB_INDEX, load_toml, resolve
-from fedforest.federation.network import (TAG_JOB, Policy, _accept_job, _party_local, join, master_path,
-                                          shared_settings)
+from fedforest.federation.config import JOB_INDEX, load_toml
+from fedforest.federation.network import TAG_JOB, Policy, _accept_job, _party_local, join, master_path
 from fedforest.transport.tcp import Party, accept_parties
-from fedforest.version import __version__
+
+from _util import job_message
 
 
 @pytest.fixture(scope="module")
@@ -61,20 +61,6 @@ def _party_file(folder, keys, port, job="", policy=""):
                  f'certificate = "{cert}"\nkey = "{key}"\nconnect_timeout = 20\n\n[policy]\n{policy}\n')
     return path
 
-
-def job_message(mode="vertical", command="train", table=None, **changes):
-    """A well-formed job message of a well-behaved master (its mode's settings
-    ``table``), then ``changes`` (a key set to ``...`` is removed)."""
-    table = table or {"n_estimators": 3, "max_depth": 3}
-    cfg = resolve(None, dict(mode=mode, task="classification", label_column="y", data=["a"], **table))
-    settings = shared_settings(cfg)
-    for k, v in changes.items():
-        if v is ...:
-            settings.pop(k, None)
-        else:
-            settings[k] = v
-    return {"op": "job", "command": command, "version": __version__, "mode": mode, "rank": 1, "size": 2,
-            "names": ["master", "p1"], "settings": settings}
 
 
 def hostile(keys, folder, message, job="", policy=""):

@@ -161,17 +161,24 @@ def test_vertical_folder_without_importances_is_a_clear_error(tmp_path):
         explain.party_feature_importances(f"{model_dir}/party-2")
 
 
+def _plain_and_encrypted(tmp_path, n, seed, **params):
+    """The same forest trained with plain and with Paillier labels (party 2
+    holds the label) into ``tmp_path/plain`` and ``tmp_path/enc``; the frames."""
+    X, y = make_classification(n, 6, n_informative=4, random_state=seed)
+    frames = party_frames(np.round(X, 2), y, [[0, 1, 2], [3, 4, 5]], label_party=1)
+    opts = dict(task="classification", label_column="y", **params)
+    run_vertical("train", frames, model_dir=str(tmp_path / "plain"), **opts)
+    run_vertical("train", frames, model_dir=str(tmp_path / "enc"), label_privacy="paillier", key_length=512,
+                 insecure_key=True, **opts)
+    return frames
+
+
 def test_encrypted_labels_keep_the_importances_with_the_label_holder(tmp_path):
     """With label_privacy = "paillier" the importance shares are label
     statistics: the label holder holds every split's (its own columns' and each
     party's total, the same as the plain model's), the other party counts its
     splits, and the master points to the label holder."""
-    X, y = make_classification(300, 6, n_informative=4, random_state=2)
-    frames = party_frames(np.round(X, 2), y, [[0, 1, 2], [3, 4, 5]], label_party=1)
-    opts = dict(task="classification", label_column="y", n_estimators=4, max_depth=4, random_state=3)
-    run_vertical("train", frames, model_dir=str(tmp_path / "plain"), **opts)
-    run_vertical("train", frames, model_dir=str(tmp_path / "enc"), label_privacy="paillier", key_length=512,
-                 insecure_key=True, **opts)
+    _plain_and_encrypted(tmp_path, n=300, seed=2, n_estimators=4, max_depth=4, random_state=3)
     text = explain.describe(str(tmp_path / "enc"))
     assert "held by the label holder (party 2)" in text
     assert "splits on its own columns" in text
@@ -190,12 +197,7 @@ def test_explain_row_with_encrypted_labels_prints_the_leaf_values_at_the_label_h
     """With label_privacy = "paillier" the master prints the owners along the
     paths and no value; the label holder prints each tree's leaf value, which
     is the plain model's."""
-    X, y = make_classification(200, 6, n_informative=4, random_state=5)
-    frames = party_frames(np.round(X, 2), y, [[0, 1, 2], [3, 4, 5]], label_party=1)
-    opts = dict(task="classification", label_column="y", n_estimators=3, max_depth=3, random_state=2)
-    run_vertical("train", frames, model_dir=str(tmp_path / "plain"), **opts)
-    run_vertical("train", frames, model_dir=str(tmp_path / "enc"), label_privacy="paillier", key_length=512,
-                 insecure_key=True, **opts)
+    frames = _plain_and_encrypted(tmp_path, n=200, seed=5, n_estimators=3, max_depth=3, random_state=2)
     test = [f.drop(columns=["y"]) if "y" in f else f for f in frames]
     printed = {}
     for name in ("plain", "enc"):

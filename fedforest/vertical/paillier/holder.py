@@ -31,7 +31,7 @@ from ...tree.growth import PARTY_COLUMNS, Nodes, gain_scale, min_leaf_weight
 from ..messages import COMMIT, bad_message, int_array, int_value, node_list, shown
 from ..party_splitter import PartySplitter
 from ...tree.importance import node_shares
-from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, hist_layout, node_int_stats
+from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own, hist_layout, node_int_stats
 
 DECIDE = "decide"   # master -> label holder: the other parties' sums of a level; reply: the splits
 PAIR_KEYS = ("pair_party", "pair_node", "pair_feat")
@@ -163,6 +163,10 @@ class KeyHolderSplitter(PartySplitter):
         children = np.arange(tree.n - 2 * nodes.size, tree.n, dtype=np.int32)
         self._ensure_stats(children)
 
+    def _node_values(self, stats, weight):
+        """Node values from node statistics (boosting: scaled by the learning rate)."""
+        return self.kind.leaf_values(stats, weight) * self.value_scale
+
     def _check_finish(self, msg):
         if self._tree["decided"] is not None:
             raise bad_message("'finish' before the decided splits were applied")
@@ -177,7 +181,7 @@ class KeyHolderSplitter(PartySplitter):
         self._ensure_stats(np.arange(tree.n, dtype=np.int32))
         c = tree.trimmed(["left", "right", "stats", "weight", "impurity", "owner", "split_feature",
                           "split_bin", "start", "end"])
-        value = self.kind.leaf_values(c["stats"], c["weight"]) * self.value_scale
+        value = self._node_values(c["stats"], c["weight"])
         full = {"children_left": c["left"], "children_right": c["right"], "weighted_n_node_samples": c["weight"],
                 "impurity": c["impurity"]}
         t["importance"] = node_shares(full)
@@ -392,7 +396,7 @@ class KeyHolderSplitter(PartySplitter):
             self._ensure_stats(np.arange(tree.n, dtype=np.int32))
             c = tree.col
             n = tree.n
-            value = self.kind.leaf_values(c["stats"][:n], c["weight"][:n])[:, 0] * self.value_scale
+            value = self._node_values(c["stats"][:n], c["weight"][:n])[:, 0]
             leaves = np.flatnonzero(c["left"][:n] < 0)
             out = np.full(self.n_rows, np.nan)
             for j in leaves.tolist():
@@ -509,9 +513,7 @@ class GradientKeyHolder(KeyHolderSplitter):
         self.round = self.B.gradient_grid(self.objective, self.y[self.train], self.margin[self.train], None)
         q_g, q_h = self.round[2], self.round[3]
         plain = [pt for k in range(self.k_out) for pt in self.spec.row_plaintexts(q_g[:, k], q_h[:, k])]
-        # fresh randomness of its own key, made with the CRT (the key's factorisation is here)
-        factors = self.key.randomness(len(plain), self.workers)
-        cts = self.key.public.encrypt_with(plain, factors)
+        cts = encrypt_own(self.key, plain, self.workers)
         return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
 
     # -- the trees -----------------------------------------------------------
