@@ -12,7 +12,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from ..constraints import Interval, check
 from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
 from ..tree.growth import SplitSettings, merge_partials, tree_seeds
-from .party_splitter import LocalParties
+from .party_splitter import LocalParties, PartySplitter
 from ..tree.format import node_values
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import prepare_X
@@ -137,7 +137,7 @@ def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
                          params.base_score)
     gparams = params.grower_params()
     settings = SplitSettings(gparams, Xt.shape[0], False, 1, Xt.shape[1])
-    splitter = B.BoostSplitter(Xt, settings)
+    splitter = PartySplitter(Xt, settings, B.RoundGradients())
     start = B.GradientLabels(np.zeros(Xt.shape[0]), np.ones(Xt.shape[0]))   # each round brings its own
     grower = B.BoostGrower(LocalParties([splitter]), start, gparams, settings, [Xt.shape[1]])
     seeds = tree_seeds(seed, params.n_estimators * k_out)

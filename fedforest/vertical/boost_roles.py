@@ -44,10 +44,11 @@ from .party import check_setup, party_predict as client_predict
 from .party import public_key as party_public_key
 from .party import setup_parties
 from .master import received_key, relay_bins
-from .paillier.holder import GradientKeyHolder, check_leaves
+from .paillier.holder import GradientRounds, KeyHolder, check_leaves
 from .paillier.relay import LabelHolderChooses, RowCount
 from .party import open_training as party_open_training
 from .party import serve_growth
+from .party_splitter import PartySplitter
 
 __all__ = ["server_train", "client_train", "server_predict", "client_predict", "warm_up", "boost_params"]
 
@@ -448,7 +449,7 @@ def client_train(comm, cfg):
                                     len(table.columns), cfg.master_full_model)
     on_op = {}
     if not paillier_mode:
-        splitter = B.BoostSplitter(X[train], settings)
+        splitter = PartySplitter(X[train], settings, B.RoundGradients())
     else:
         public = party_public_key(setup.get("public_key"), cfg)
         spec = EG.GradientSpec(train.size, public.key_length, cfg.slot_bits)
@@ -462,15 +463,16 @@ def client_train(comm, cfg):
                 raise InputError(f"party {rank}", "the setup message carries another public key than this "
                                                   "party's own")
             stopping = None if valid is None else B.EarlyStopping(params.early_stopping_rounds)
-            splitter = GradientKeyHolder(X, settings, B.BoostTrees(settings), spec, info["private"], rank - 1, fc,
-                                         objective, np.asarray(codes, dtype=np.float64), train, valid,
-                                         info["base"], params.learning_rate, stopping,
-                                         cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
-            splitter.set_bins(expect(comm.recv(MASTER), protocol.BINS))
+            holder = GradientRounds(spec, info["private"], objective, np.asarray(codes, dtype=np.float64), train,
+                                    valid, info["base"], params.learning_rate, stopping,
+                                    cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
+            splitter = PartySplitter(X[train], settings, holder,
+                                     KeyHolder(B.BoostTrees(settings), spec, info["private"], rank - 1, fc))
+            splitter.channel.set_bins(expect(comm.recv(MASTER), protocol.BINS))
             comm.send(MASTER, {})
-            holder = splitter
         else:
-            splitter = EG.EncryptedGradientSplitter(X[train], settings, spec, public)
+            splitter = PartySplitter(X[train], settings, EG.EncryptedGradients(public),
+                                     encrypted.CipherSums(spec, public))
             expect(comm.recv(MASTER), protocol.BINS)
             comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
     if not (paillier_mode and table.has_label):
@@ -555,7 +557,7 @@ def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
 
 def _gradients_handler(holder, folder, rank, start, k_out, manifest):
     """The label holder's reply to a round's ``gradients`` message (see
-    :meth:`~.paillier.holder.GradientKeyHolder.gradients`); the first one of a
+    :meth:`~.paillier.holder.GradientRounds.gradients`); the first one of a
     resumed run brings every row's leaf in the stored trees."""
     def handle(msg, t):
         allowed = {"op", "round", "leaves", "stored_leaves", "final"}

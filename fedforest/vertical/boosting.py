@@ -220,36 +220,34 @@ class GradientLabels:
         return np.zeros(c.shape[0], dtype=np.int32), yw
 
 
-class BoostSplitter(PartySplitter):
-    """A party's split search for boosting trees: a tree's first message holds,
-    besides the row subsample, every row's gradient and hessian of the tree's
-    output (``grad``, ``hess``); the per-row statistics are ``(h, g, 0)``
-    times the row's subsample count."""
-    begin_keys = ("counts", "class_weight", "grad", "hess")
+class RoundGradients:
+    """A boosting tree's labels at a party that receives them in plaintext: a
+    tree's first message holds, besides the row subsample, every row's
+    gradient and hessian of the tree's output (``grad``, ``hess``); the
+    per-row statistics are ``(h, g, 0)`` times the row's subsample count."""
+    is_classification = False
+    n_classes = 1
+    n_stats = 3
+    sample_weight = None
+    begin_keys = ("grad", "hess")
+    # gradients and hessians lie on an exact grid (gradient_grid()): every sum, and a
+    # parent's histogram minus a child's, is exact, so subtraction changes no bit
+    exact_sums = True
 
-    def __init__(self, X, settings):
-        super().__init__(X, settings, GradientLabels(np.zeros(0), np.zeros(0)))
-
-    def _statistics(self, msg):
-        return GradientLabels(msg["grad"], msg["hess"]).tree_stats(msg["counts"], None)
-
-    def _begin(self, msg):
-        super()._begin(msg)
-        # gradients and hessians lie on an exact grid (gradients()): every sum, and a
-        # parent's histogram minus a child's, is exact, so subtraction changes no bit
-        self._tree["subtract"] = True
-
-    def _check_begin(self, msg):
-        begin = super()._check_begin(msg)
+    def check_begin(self, msg, n_rows):
         for key in ("grad", "hess"):
             v = msg.get(key)
-            if not (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (self.n_rows,)
+            if not (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (n_rows,)
                     and np.all(np.isfinite(v))):
-                raise bad_message(f"{key!r} must be {self.n_rows} finite float64 values (one per aligned "
+                raise bad_message(f"{key!r} must be {n_rows} finite float64 values (one per aligned "
                                   f"row), got {shown(v)}")
         if np.any(msg["hess"] < 0):
             raise bad_message("'hess' holds negative hessians")
-        return dict(begin, grad=msg["grad"], hess=msg["hess"])
+        return {"grad": msg["grad"], "hess": msg["hess"]}
+
+    @staticmethod
+    def tree_stats(counts, class_weight, grad, hess):
+        return GradientLabels(grad, hess).tree_stats(counts, None)
 
 
 def subsampler(n_rows, subsample):
@@ -325,5 +323,5 @@ def warm_up(split_method):
                          split_method=split_method).grower_params()
     settings = SplitSettings(params, 4, False, 1, 2)
     labels = GradientLabels(np.array([-1.0, -0.5, 0.5, 1.0]), np.ones(4))
-    BoostGrower(LocalParties([BoostSplitter(X, settings)]), labels, params, settings, [2]).grow(0)
+    BoostGrower(LocalParties([PartySplitter(X, settings, RoundGradients())]), labels, params, settings, [2]).grow(0)
     _WARM.add(split_method)

@@ -2,14 +2,14 @@
 ``label_privacy = "paillier"``): the slot layout of the gradients and the
 parties without labels.
 
-* the **label holder** (:class:`~.paillier.holder.GradientKeyHolder`) keeps
+* the **label holder** (:class:`~.paillier.holder.GradientRounds`) keeps
   the key and the margins, encrypts every round's gradients on the exact
   grid (:func:`~.boosting.gradient_grid`) as one plaintext ``(1, q_g + B,
   q_h)`` per training row and output, and decides every split;
-* every **other party** (:class:`EncryptedGradientSplitter`) receives a
-  tree's row ciphertexts with the tree's first message and, for the (node,
-  feature) pairs asked for, returns encrypted per-bin sums (the forest's
-  :class:`~.encrypted_labels.EncryptedHistSplitter`);
+* every **other party** (:class:`EncryptedGradients` with the forest's
+  channel :class:`~.encrypted_labels.CipherSums`) receives a tree's row
+  ciphertexts with the tree's first message and, for the (node, feature)
+  pairs asked for, returns encrypted per-bin sums;
 * the **master** relays (:class:`~.paillier.relay.LabelHolderChooses`, with
   :class:`EncryptedRound` as a tree's labels).
 """
@@ -17,10 +17,9 @@ import numpy as np
 
 from ..crypto import paillier as P
 from ..errors import InputError
-from ..tree.growth import PARTY_COLUMNS, Nodes
 from .messages import bad_message, shown
 from . import boosting as B
-from .encrypted_labels import EncryptedHistSplitter, EncryptionSpec
+from .encrypted_labels import EncryptionSpec
 
 GRADIENTS = "gradients"   # master -> label holder: a round begins; reply: its encrypted gradients (or stop)
 
@@ -83,29 +82,30 @@ def node_gradient_ints(spec, q_g, q_h, counts, rows, starts, ends):
 
 
 # --------------------------------------------------------------------------- the other parties
-class EncryptedGradientSplitter(EncryptedHistSplitter):
-    """A party without the labels: a tree's row ciphertexts come with its
-    first message (``grad_ct``), per-bin encrypted sums go back on request."""
+class EncryptedGradients:
+    """A boosting tree's labels at a party without them
+    (:class:`~.encrypted_labels.CipherSums` is its channel): the label holder's
+    row ciphertexts of the tree's output come with the tree's first message
+    (``grad_ct``)."""
 
-    begin_keys = ("counts", "class_weight", "grad_ct")
+    n_stats = None
+    sample_weight = None
+    begin_keys = ("grad_ct",)
 
-    def __init__(self, X, settings, spec, public_key):
-        super().__init__(X, settings, [], spec, public_key)
+    def __init__(self, public_key):
+        self.key = public_key
 
-    def _check_begin(self, msg):
-        begin = super()._check_begin(msg)
+    def check_begin(self, msg, n_rows):
         blocks = msg.get("grad_ct")
         if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8 and blocks.ndim == 2
-                and blocks.shape[0] == self.n_rows):
-            raise bad_message(f"'grad_ct' must be {self.n_rows} ciphertexts (one per training row), "
+                and blocks.shape[0] == n_rows):
+            raise bad_message(f"'grad_ct' must be {n_rows} ciphertexts (one per training row), "
                               f"got {shown(blocks)}")
-        return dict(begin, grad_ct=self.key.deserialize(blocks, "encrypted gradients"))
+        return {"grad_ct": self.key.deserialize(blocks, "encrypted gradients")}
 
-    def _begin(self, msg):
-        counts = np.asarray(msg["counts"])
-        cts = msg["grad_ct"]
-        wc = [cts[r] if counts[r] else None for r in range(counts.shape[0])]   # counts are 0 or 1
-        self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc}
+    @staticmethod
+    def ciphertexts(counts, cts):
+        return [cts[r] if counts[r] else None for r in range(counts.shape[0])]   # counts are 0 or 1
 
 
 # --------------------------------------------------------------------------- the master

@@ -4,11 +4,11 @@ The slot layout of the encrypted statistics and the parties without labels;
 the label holder and the master are in :mod:`fedforest.vertical.paillier`
 (see docs/protocol.md, "Encrypted labels"):
 
-* the **label holder** (:class:`~.paillier.holder.KeyHolderSplitter`) makes
+* the **label holder** (:class:`~.paillier.holder.KeyHolder`) makes
   the key pair, encrypts its rows with its own randomness, scores its own
   features in plaintext, decrypts the other parties' sums and chooses every
   split, with the same kernel arithmetic as the plain mode;
-* every **other party** (:class:`EncryptedHistSplitter`) holds the labels only
+* every **other party** (:class:`CipherSums`, :class:`EncryptedLabels`) holds the labels only
   as ciphertexts and, for the (node, feature) pairs the master asks for, sums
   them into per-bin encrypted histograms (bootstrap multiplicities as scalar
   multiples), leaving out each feature's most frequent bin, and packs many
@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..tree.binning import MISSING_BIN
 from ..tree.growth import PARTY_COLUMNS, Nodes
 from .messages import bad_message, check_fields, int_array, node_list, shown
-from .party_splitter import PartySplitter
+from .party_splitter import OwnSplits
 
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
@@ -287,32 +287,24 @@ def node_int_stats(spec, codes, counts, rows, starts, ends):
     return out
 
 
-class EncryptedHistSplitter(PartySplitter):
-    """A party without the labels: encrypted per-bin histograms on request."""
+class EncryptedLabels:
+    """The forest's labels at a party without them: one ciphertext per aligned
+    row (the label holder's encryption, relayed at set-up); a tree's rows are
+    its ciphertexts raised to the bootstrap counts."""
 
-    tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
-    child_stats = False   # no plain labels here
-    op_keys = dict(PartySplitter.op_keys, find=("pair_node", "pair_feat"),
-                   partition=("nodes", "feature", "bin", "missing_left"))
+    n_stats = None
+    sample_weight = None
 
-    def __init__(self, X, settings, labels_ct, spec, public_key):
-        if settings.split_method != "hist":
-            raise InputError("split_method", "encrypted labels need split_method = 'hist'")
-        super().__init__(X, settings, None)
-        self.spec = spec
-        self.key = public_key
+    def __init__(self, labels_ct, public_key):
         self.enc = labels_ct
         # doubled rows are the commonest bootstrap multiplicity above one: their
         # squares are computed once, not per tree
         nsq = public_key.nsq
+        self.nsq = nsq
         self.enc2 = [c * c % nsq for c in labels_ct]
-        # each feature's most frequent bin is left out and derived by the label holder
-        self.skip = np.array([np.bincount(self.Xb[:, f], minlength=N_SLOTS_BIN).argmax()
-                              for f in range(self.n_features)], dtype=np.int32)
 
-    def _begin(self, msg):
-        counts = np.asarray(msg["counts"])
-        nsq = self.key.nsq
+    def ciphertexts(self, counts):
+        nsq = self.nsq
         wc = [None] * counts.shape[0]
         enc, enc2 = self.enc, self.enc2
         for r in np.flatnonzero(counts).tolist():
@@ -325,11 +317,42 @@ class EncryptedHistSplitter(PartySplitter):
                 wc[r] = enc2[r] * enc[r] % nsq
             else:
                 wc[r] = P.gmpy2.powmod(enc[r], k, nsq)
-        self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc}
+        return wc
 
-    def _check_find(self, msg):
+
+class CipherSums(OwnSplits):
+    """The label channel of a party without the labels in an encrypted mode:
+    for the (node, feature) pairs the master asks for, it sums its rows'
+    ciphertexts into per-bin encrypted histograms (leaving out each
+    feature's most frequent bin, packing many bins into one ciphertext), and
+    it partitions on the splits the label holder chose from them.  Its
+    ``labels`` give a tree's row ciphertexts (:class:`EncryptedLabels`, or a
+    boosting round's from the tree's first message)."""
+
+    tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
+    child_stats = False   # no plain labels here
+    op_keys = {"find": ("pair_node", "pair_feat"), "partition": ("nodes", "feature", "bin", "missing_left"),
+               "finish": ("importance",), "apply": ()}
+
+    def __init__(self, spec, public_key):
+        self.spec = spec
+        self.key = public_key
+
+    def attach(self, sp):
+        if sp.settings.split_method != "hist":
+            raise InputError("split_method", "encrypted labels need split_method = 'hist'")
+        # each feature's most frequent bin is left out and derived by the label holder
+        sp.skip = np.array([np.bincount(sp.Xb[:, f], minlength=N_SLOTS_BIN).argmax()
+                            for f in range(sp.n_features)], dtype=np.int32)
+
+    def begin(self, sp, msg):
+        counts = np.asarray(msg["counts"])
+        wc = sp.labels.ciphertexts(counts, *(msg[k] for k in getattr(sp.labels, "begin_keys", ())))
+        return {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc}
+
+    def check_find(self, sp, msg):
         """A ``find``: distinct (open leaf, own feature) pairs, sorted by node then feature."""
-        t = self._tree
+        t = sp._tree
         if t["searched"] is not None:
             raise bad_message("a second 'find' for one level of the tree")
         node = int_array(msg.get("pair_node"), "'pair_node'")
@@ -339,19 +362,19 @@ class EncryptedHistSplitter(PartySplitter):
         if node.size:
             if node[0] < t["open_ids"].start or node[-1] >= t["open_ids"].stop:   # node is sorted (below)
                 raise bad_message("'pair_node' names nodes that are not open leaves of the tree")
-            if feat.min() < 0 or feat.max() >= self.n_features:
+            if feat.min() < 0 or feat.max() >= sp.n_features:
                 raise bad_message(f"'pair_feat' must name features of this party (0 to "
-                                  f"{self.n_features - 1})")
-            key = node.astype(np.int64) * self.n_features + feat.astype(np.int64)
+                                  f"{sp.n_features - 1})")
+            key = node.astype(np.int64) * sp.n_features + feat.astype(np.int64)
             if np.any(key[1:] <= key[:-1]):
                 raise bad_message("the (node, feature) pairs must be distinct, sorted by node then feature")
         t["searched"] = np.unique(node).astype(np.int32)
         return dict(msg, pair_node=node.astype(np.int64), pair_feat=feat.astype(np.int64))
 
-    def _check_partition(self, msg):
+    def check_partition(self, sp, msg):
         """A ``partition`` of open leaves on splits the label holder chose: one of this
         party's features, one of its bins and a missing-value side per node."""
-        t = self._tree
+        t = sp._tree
         if t["partitioned"] is not None:
             raise bad_message("a second 'partition' for one level of the tree")
         nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
@@ -362,10 +385,10 @@ class EncryptedHistSplitter(PartySplitter):
                 raise bad_message(f"{k!r} must hold one value per node ({m}), got {shown(a)}")
         feat, b, ml = arrays["feature"], arrays["bin"], arrays["missing_left"]
         if m:
-            if feat.min() < 0 or feat.max() >= self.n_features:
+            if feat.min() < 0 or feat.max() >= sp.n_features:
                 raise bad_message(f"'feature' must name features of this party (0 to "
-                                  f"{self.n_features - 1})")
-            if b.min() < 0 or np.any(b >= self.n_bins[feat.astype(np.int64)]):
+                                  f"{sp.n_features - 1})")
+            if b.min() < 0 or np.any(b >= sp.n_bins[feat.astype(np.int64)]):
                 raise bad_message("'bin' must name a bin of its feature (0 to its number of bins - 1)")
             if not np.isin(ml, (0, 1)).all():
                 raise bad_message("'missing_left' must be 0 or 1")
@@ -373,32 +396,32 @@ class EncryptedHistSplitter(PartySplitter):
         return dict(msg, nodes=nodes, feature=feat.astype(np.int32), bin=b.astype(np.int32),
                     missing_left=ml.astype(np.uint8))
 
-    def _partition(self, msg):
+    def partition(self, sp, msg):
         """Partition on the split the label holder chose from this party's encrypted histograms."""
-        c = self._tree["nodes"].col
+        c = sp._tree["nodes"].col
         nodes = msg["nodes"]
         c["cand_feature"][nodes] = msg["feature"]
-        c["cand_threshold"][nodes] = self.bin_threshold(msg["feature"], msg["bin"])
+        c["cand_threshold"][nodes] = sp.bin_threshold(msg["feature"], msg["bin"])
         c["cand_bin"][nodes] = msg["bin"]
         c["cand_missing_left"][nodes] = msg["missing_left"]
-        return super()._partition(msg)
+        return sp.partition(msg)
 
-    def _find(self, msg):
-        tree = self._tree["nodes"]
-        counts = self._tree["counts"]
-        wc = self._tree["wc"]
+    def find(self, sp, msg):
+        tree = sp._tree["nodes"]
+        counts = sp._tree["counts"]
+        wc = sp._tree["wc"]
         nsq = self.key.nsq
         values, cnt_parts, wcnt_parts = [], [], []
         for node, f in zip(msg["pair_node"].tolist(), msg["pair_feat"].tolist()):
             s, e = tree.bounds(np.array([node]))
             rows = tree.rows[int(s[0]):int(e[0])]
-            b = self.Xb[rows, f]
-            nb = int(self.n_bins[f])
+            b = sp.Xb[rows, f]
+            nb = int(sp.n_bins[f])
             cnt = np.bincount(b, minlength=N_SLOTS_BIN)
             wcnt = np.bincount(b, weights=counts[rows], minlength=N_SLOTS_BIN)
             cnt_parts.append(np.append(cnt[:nb], cnt[MISSING_BIN]))
             wcnt_parts.append(np.append(wcnt[:nb], wcnt[MISSING_BIN]))
-            sel = b != self.skip[f]
+            sel = b != sp.skip[f]
             rs = rows[sel]
             order = np.argsort(b[sel], kind="stable")
             rs = rs[order]
@@ -415,3 +438,4 @@ class EncryptedHistSplitter(PartySplitter):
         return {"hist": self.key.serialize(packed),
                 "cnt": np.concatenate(cnt_parts).astype(np.uint32) if cnt_parts else np.empty(0, np.uint32),
                 "wcnt": np.concatenate(wcnt_parts).astype(np.uint32) if wcnt_parts else np.empty(0, np.uint32)}
+

@@ -1,7 +1,23 @@
 """A party's side of vertical tree growth (:class:`PartySplitter`): split
 search on its own columns, partitions of the nodes it wins, every message of
 the master checked first; :class:`LocalParties` runs parties in the
-grower's process (the single-process estimators)."""
+grower's process (the single-process estimators).
+
+One splitter serves every vertical algorithm and privacy mode; two
+components make the difference, chosen once when the job starts:
+
+* the **labels** (the algorithm's row statistics, the way scikit-learn's
+  ``Criterion`` is plugged into its splitter): the forest's
+  :class:`~fedforest.tree.labels.PlainLabels`, boosting's per-round
+  gradients, or what a party of an encrypted mode holds of them (row
+  ciphertexts; the label holder's integer grid);
+* the **label channel** (how the party takes part in a split decision):
+  :class:`OwnSplits` (plain labels: it scores its own columns and the master
+  takes the best gain), :class:`~.encrypted_labels.CipherSums` (a party
+  without the labels in an encrypted mode: encrypted per-bin sums on
+  request) or :class:`~.paillier.holder.KeyHolder` (the label holder: it
+  scores its own columns, decrypts the others' sums and decides).
+"""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,22 +43,19 @@ class PartySplitter:
     messages of a tree must come in the order of growth
     (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
 
-    tree_threads = True   # trees of a batch may be handled on parallel threads
-    # the winner of a split sends its children's label statistics with the
-    # partition bits (the master then keeps no rows of its own); parties
-    # without plain labels do not
-    child_stats = True
     checked = True        # check every message (off only where the grower is in this process)
-    # the keys a tree's message may hold besides "op": per op, then those of a tree's
-    # first message and of the partition of the last level (any op)
-    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",),
-               "apply": ()}
+    # the keys of a tree's first message (with the labels' own) and of the
+    # partition of the last level (any op); the channel gives those per op
     begin_keys = ("counts", "class_weight")
     apply_keys = ("split_nodes", "bits")
 
-    def __init__(self, X, settings, labels):
+    def __init__(self, X, settings, labels, channel=None):
         self.settings = settings
         self.labels = labels
+        self.channel = OwnSplits() if channel is None else channel
+        self.op_keys = self.channel.op_keys
+        self.begin_keys = PartySplitter.begin_keys + tuple(getattr(labels, "begin_keys", ()))
+        self._keys_of_op = {}
         X = np.asarray(X, dtype=np.float64)
         self.n_rows, self.n_features = X.shape
         # what a job's party also checks (None: not checked): the in-bag draws every
@@ -65,6 +78,7 @@ class PartySplitter:
         self.tree_ids = []
         self._current = threading.local()
         self._states = {}
+        self.channel.attach(self)
 
     # -- message handling -------------------------------------------------
     # the tree being handled, per thread (trees of a batch may be handled in parallel)
@@ -95,7 +109,7 @@ class PartySplitter:
                 if open_trees:
                     raise bad_message(f"the commit leaves trees {open_trees} unfinished")
         n_threads = numba_threads.threads()
-        if self.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
+        if self.channel.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
                 and msg["op"] != COMMIT and numba_threads.concurrent_launches_ok():
             with ThreadPoolExecutor(n_threads, initializer=numba_threads.set_threads,
                                     initargs=(1,)) as pool:
@@ -111,6 +125,8 @@ class PartySplitter:
                 self._states[t] = state
             if reply is not None:
                 replies.append(reply)
+        if op == COMMIT:
+            self.channel.committed(self)
         return join_replies(replies)
 
     def _handle_tree(self, item):
@@ -126,29 +142,28 @@ class PartySplitter:
         self._tree = None
         return state, reply
 
-    @classmethod
-    def _allowed_keys(cls, op):
-        """The keys a tree's ``op`` message may hold (built once per class and op)."""
-        cache = cls.__dict__.get("_keys_of_op")
-        if cache is None:
-            cache = {}
-            setattr(cls, "_keys_of_op", cache)
+    def _allowed_keys(self, op):
+        """The keys a tree's ``op`` message may hold (built once per op)."""
+        cache = self._keys_of_op
         if op not in cache:
-            cache[op] = frozenset(cls.op_keys[op]) | frozenset(cls.begin_keys) | frozenset(cls.apply_keys) | {"op"}
+            cache[op] = frozenset(self.op_keys[op]) | frozenset(self.begin_keys) | frozenset(self.apply_keys) \
+                | {"op"}
         return cache[op]
 
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
         op = msg.get("op")
+        if op in self.channel.extra_ops:      # the label holder's decision
+            return self.channel.handle_op(self, msg)
         if not self.checked:        # the grower runs in this process (the single-process estimators)
             if self._tree is None:
                 self._begin(msg)
             if "split_nodes" in msg:
                 self._apply(msg)
             if op == "find":
-                return self._find(msg)
+                return self.channel.find(self, msg)
             if op == "partition":
-                return self._partition(msg)
+                return self.channel.partition(self, msg)
             if op == "apply":
                 return None
             self._tree["importance"] = msg["importance"]
@@ -173,9 +188,10 @@ class PartySplitter:
         if op == "apply":
             return None
         if op == "find":
-            return self._find(self._check_find(msg))
+            return self.channel.find(self, self.channel.check_find(self, msg))
         if op == "partition":
-            return self._partition(self._check_partition(msg))
+            return self.channel.partition(self, self.channel.check_partition(self, msg))
+        self.channel.check_finish(self, msg)
         self._tree["importance"] = self._check_finish(msg)
         self._finish()
         return None
@@ -208,7 +224,10 @@ class PartySplitter:
                               f"{' or '.join(map(str, sizes))} weights, got {shown(cw)}")
         if not np.all(np.isfinite(cw) & (cw >= 0)):
             raise bad_message("'class_weight' holds weights that are negative or not finite")
-        return {"counts": counts, "class_weight": cw}
+        begin = {"counts": counts, "class_weight": cw}
+        if len(self.begin_keys) > len(PartySplitter.begin_keys):
+            begin.update(self.labels.check_begin(msg, self.n_rows))
+        return begin
 
     def _apply_checked(self, msg):
         """Apply the last level's partition (``split_nodes``, ``bits``) after
@@ -219,6 +238,7 @@ class PartySplitter:
         s = self.settings
         if any(k not in msg for k in self.apply_keys):
             raise bad_message("'split_nodes' and 'bits' travel together")
+        self.channel.check_apply(self, msg)
         nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open_ids"])
         tree = t["nodes"]
         if nodes.size and t["level"] >= s.max_depth:
@@ -248,7 +268,7 @@ class PartySplitter:
         t.update(open=children, open_ids=range(first, tree.n), level=t["level"] + 1, searched=None,
                  partitioned=None)
 
-    def _check_find(self, msg):
+    def check_find(self, msg):
         """A ``find``: open leaves and a feature mask of this party's columns."""
         t = self._tree
         if t["searched"] is not None:
@@ -270,7 +290,7 @@ class PartySplitter:
                                   f"statistics of the nodes), got {shown(stats)}")
         return out
 
-    def _check_partition(self, msg):
+    def check_partition(self, msg):
         """A ``partition``: nodes this party searched at this level and found a split for."""
         t = self._tree
         if t["searched"] is None or t["partitioned"] is not None:
@@ -297,21 +317,26 @@ class PartySplitter:
         return imp
 
     def _begin(self, msg):
+        self._tree = self.channel.begin(self, msg)
+
+    def plain_tree(self, msg, columns=PARTY_COLUMNS):
+        """A tree's state where the labels are known here in plaintext: its
+        per-row statistics from its first message."""
         counts = msg["counts"]
-        ycls, yw = self._statistics(msg)
+        ycls, yw = self.labels.tree_stats(msg["counts"], msg["class_weight"],
+                                          *(msg[k] for k in getattr(self.labels, "begin_keys", ())))
         total_w = float(yw[:, 0].sum())
         # histograms are derived by subtraction only where that is exact: integer
-        # statistics (class counts under integer row weights) sum alike in any order
-        exact = self.settings.is_classification and total_w < 2.0 ** 53 \
-            and bool(np.all(yw == np.floor(yw)))
-        self._tree = {"nodes": Nodes(counts, PARTY_COLUMNS), "ycls": ycls, "yw": yw,
-                      "total_w": total_w, "subtract": exact, "hists": None, "family": None}
+        # statistics (class counts under integer row weights) sum alike in any
+        # order; boosting's gradient grid makes every sum exact
+        exact = getattr(self.labels, "exact_sums", False) or (
+            self.settings.is_classification and total_w < 2.0 ** 53 and bool(np.all(yw == np.floor(yw))))
+        return {"nodes": Nodes(counts, columns), "ycls": ycls, "yw": yw, "counts": counts,
+                "total_w": total_w, "subtract": exact, "hists": None, "family": None}
 
-    def _statistics(self, msg):
-        """Per-row statistics ``(ycls, yw)`` of a tree from its first message."""
-        return self.labels.tree_stats(msg["counts"], msg["class_weight"])
-
-    def _find(self, msg):
+    def score(self, msg):
+        """The best split of each node in ``msg["nodes"]`` over this party's
+        columns (plaintext labels); the candidates are kept for a partition."""
         t = self._tree
         s = self.settings
         tree = t["nodes"]
@@ -376,7 +401,9 @@ class PartySplitter:
         thr[(feat >= 0) & (b == self.n_bins[f0] - 1)] = np.inf
         return thr
 
-    def _partition(self, msg):
+    def partition(self, msg):
+        """Partition ``msg["nodes"]`` on their kept candidates: the bits (and
+        with plain labels the children's statistics) for the master."""
         tree = self._tree["nodes"]
         c = tree.col
         nodes = msg["nodes"]
@@ -387,7 +414,7 @@ class PartySplitter:
         X, cut, missing = (self.Xb, c["cand_bin"][nodes], MISSING_BIN) if self.Xb is not None \
             else (self.X, thr, np.nan)
         reply = {}
-        if self.child_stats:
+        if self.channel.child_stats:
             s = self.settings
             bits, reply["stats"] = partitioner.partition_stats(
                 X, tree.rows, starts, ends, feat.astype(np.int64), cut, ml, missing, self._tree["ycls"],
@@ -410,18 +437,77 @@ class PartySplitter:
         self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
         feature = tree.col["feature"]
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
+        self.channel.applied(self, nodes)
 
     def _finish(self):
+        extra = self.channel.finish(self)
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
-        self._current.finished = {"children_left": t["left"], "children_right": t["right"],
-                                  "feature": t["feature"], "threshold": t["threshold"],
-                                  "missing_left": t["missing_left"],
-                                  "importance": np.asarray(self._tree["importance"], dtype=np.float64)}
+        self._current.finished = dict({"children_left": t["left"], "children_right": t["right"],
+                                       "feature": t["feature"], "threshold": t["threshold"],
+                                       "missing_left": t["missing_left"],
+                                       "importance": np.asarray(self._tree["importance"], dtype=np.float64)},
+                                      **extra)
         self._tree = None
 
     @property
     def _finished(self):
         return self._current.finished
+
+
+class OwnSplits:
+    """The label channel of a party that knows the labels in plaintext
+    (``label_privacy = "plain"``): it scores its own columns and returns the
+    best gain per node; the master compares the parties' gains and asks the
+    winner to partition, which sends the children's statistics with the bits
+    (the master then keeps no rows of its own).
+
+    A channel's hooks (the encrypted modes' channels have the same):
+    ``attach`` (once, when the splitter is made), ``begin`` (a tree's state),
+    ``check_find``/``find``, ``check_partition``/``partition``,
+    ``check_apply``/``applied`` (around a level's partition),
+    ``check_finish``/``finish`` (extra arrays of a finished tree),
+    ``committed`` (after a batch's commit) and ``handle_op`` for its
+    ``extra_ops``."""
+
+    tree_threads = True   # trees of a batch may be handled on parallel threads
+    child_stats = True
+    extra_ops = frozenset()
+    # the keys a tree's message may hold besides "op", per op
+    op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",),
+               "apply": ()}
+
+    def attach(self, sp):
+        pass
+
+    def begin(self, sp, msg):
+        return sp.plain_tree(msg)
+
+    def check_find(self, sp, msg):
+        return sp.check_find(msg)
+
+    def find(self, sp, msg):
+        return sp.score(msg)
+
+    def check_partition(self, sp, msg):
+        return sp.check_partition(msg)
+
+    def partition(self, sp, msg):
+        return sp.partition(msg)
+
+    def check_apply(self, sp, msg):
+        pass
+
+    def applied(self, sp, nodes):
+        pass
+
+    def check_finish(self, sp, msg):
+        pass
+
+    def finish(self, sp):
+        return {}
+
+    def committed(self, sp):
+        pass
 
 
 class LocalParties:

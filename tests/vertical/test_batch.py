@@ -264,14 +264,14 @@ def test_children_statistics_that_do_not_add_up_are_refused(tmp_path, monkeypatc
     no rows; statistics that do not sum to the parent's stop the job."""
     X, y = _data(task)
     frames = party_frames(X, y, GROUPS, label_party=1)
-    orig = party_splitter.PartySplitter._partition
+    orig = party_splitter.PartySplitter.partition
 
     def inflate(self, msg):
         reply = orig(self, msg)
         reply["stats"] = reply["stats"] * 1.01
         return reply
 
-    monkeypatch.setattr(party_splitter.PartySplitter, "_partition", inflate)
+    monkeypatch.setattr(party_splitter.PartySplitter, "partition", inflate)
     with pytest.raises(ValueError, match="do not add up to their parents"):
         run_vertical("train", frames, task=task, label_column="y", model_dir=str(tmp_path / "m"),
                      n_estimators=2, random_state=1, max_depth=3)

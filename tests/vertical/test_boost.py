@@ -8,6 +8,7 @@ from sklearn.datasets import make_classification, make_regression
 
 from fedforest import BoostClassifier, BoostRegressor, InputError
 from fedforest.vertical import boosting as B
+from fedforest.vertical.party_splitter import PartySplitter
 
 
 def _regression(seed, nan=0.0):
@@ -131,7 +132,7 @@ def _party(n=30):
     from fedforest.tree.growth import SplitSettings
     X = np.random.default_rng(0).normal(size=(n, 3))
     params = B.BoostParams(max_depth=3).grower_params()
-    return B.BoostSplitter(X, SplitSettings(params, n, False, 1, 3))
+    return PartySplitter(X, SplitSettings(params, n, False, 1, 3), B.RoundGradients())
 
 
 def _begin(n=30, **change):
@@ -167,13 +168,13 @@ def test_histogram_subtraction_changes_no_tree(monkeypatch):
     kw = dict(n_estimators=6, max_depth=5, subsample=0.8, random_state=3)
     with_sub = BoostClassifier(**kw).fit(X, y)
     used = []
-    orig = B.BoostSplitter._begin
+    orig = PartySplitter._begin
 
     def no_subtraction(self, msg):
         orig(self, msg)
         used.append(self._tree["subtract"])
         self._tree["subtract"] = False
-    monkeypatch.setattr(B.BoostSplitter, "_begin", no_subtraction)
+    monkeypatch.setattr(PartySplitter, "_begin", no_subtraction)
     without = BoostClassifier(**kw).fit(X, y)
     assert used and all(used)
     for ra, rb in zip(with_sub.estimators_, without.estimators_):

@@ -18,7 +18,7 @@ from fedforest.vertical import encrypted_labels as E
 from fedforest.tree.growth import ForestTrees, SplitSettings
 from fedforest.vertical.party_splitter import LocalParties, PartySplitter
 from fedforest.vertical.tree_grower import TreeGrower
-from fedforest.vertical.paillier.holder import KeyHolderSplitter
+from fedforest.vertical.paillier.holder import HeldLabels, KeyHolder
 from fedforest.vertical.paillier.relay import LabelHolderChooses, RowCount
 from fedforest.tree.labels import PlainLabels
 
@@ -64,14 +64,14 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
     parties, bins = [], []
     for p, g in enumerate(groups):
         if p == label_party:
-            parties.append(KeyHolderSplitter(X[:, g], settings, labels, ForestTrees(settings), spec, priv, p,
-                                             counts, codes=codes))
+            parties.append(PartySplitter(X[:, g], settings, HeldLabels(labels, codes, spec),
+                                         KeyHolder(ForestTrees(settings), spec, priv, p, counts)))
             bins.append(None)
         else:
-            parties.append(E.EncryptedHistSplitter(X[:, g], settings, enc, spec, pub))
+            parties.append(PartySplitter(X[:, g], settings, E.EncryptedLabels(enc, pub), E.CipherSums(spec, pub)))
             bins.append((parties[-1].n_bins, parties[-1].skip))
     none = [np.empty(0, dtype=np.int64)]
-    parties[label_party].set_bins({"n_bins": np.concatenate(none + [b[0] for b in bins if b is not None]),
+    parties[label_party].channel.set_bins({"n_bins": np.concatenate(none + [b[0] for b in bins if b is not None]),
                                    "skip": np.concatenate(none + [b[1] for b in bins if b is not None])})
     he = TreeGrower(LocalParties(parties), RowCount(n), params, settings, counts,
                     channel=LabelHolderChooses(label_party, bins, spec, pub))
@@ -84,7 +84,7 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
 def _assert_equal_growth(a, b, plain_parties, parties):
     """The master's structure, the label holder's statistics and leaf values and
     every party's own splits are the plain mode's."""
-    holder = next(p for p in parties if isinstance(p, KeyHolderSplitter))
+    holder = next(p for p in parties if isinstance(p.channel, KeyHolder))
     assert len(a) == len(b) == len(holder.trees)
     for t, (x, z, h) in enumerate(zip(a, b, holder.trees)):
         for k in ("children_left", "children_right", "owner", "n_node_samples"):
@@ -114,7 +114,7 @@ def test_same_trees_as_plain(task, n_classes, case):
                                   min_samples_leaf=1 + case)
     _assert_equal_growth(a, b, pp, hp)
     assert sum(t["children_left"].size for t in a) > 3 * 9  # real trees, not stumps
-    assert (he.decrypted > 0) == (n_parties > 1)
+    assert (he.channel.decrypted > 0) == (n_parties > 1)
 
 
 def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(monkeypatch):
@@ -128,7 +128,7 @@ def test_label_holder_subtracts_its_own_histograms_and_the_trees_still_match(mon
 
     def counting(self, nodes, starts, ends):
         out = orig(self, nodes, starts, ends)
-        if isinstance(self, KeyHolderSplitter):
+        if isinstance(self.channel, KeyHolder):
             derived.append(int((out[2] >= 0).sum()))
         return out
 
@@ -145,19 +145,19 @@ def test_histogram_subtraction_used_and_exact():
     larger child's histograms are derived; the trees still match."""
     X, y = _data("classification", 400, 6, seed=5)
     calls = []
-    orig = E.EncryptedHistSplitter._find
+    orig = E.CipherSums.find
 
-    def counting(self, msg):
+    def counting(self, sp, msg):
         calls.append(msg["pair_node"].size)
-        return orig(self, msg)
+        return orig(self, sp, msg)
 
-    E.EncryptedHistSplitter._find = counting
+    E.CipherSums.find = counting
     try:
         a, b, pp, hp, _ = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 0, seed=1,
                                      n_trees=1, feature_sampling="tree", max_features=None,
                                      max_depth=5)
     finally:
-        E.EncryptedHistSplitter._find = orig
+        E.CipherSums.find = orig
     _assert_equal_growth(a, b, pp, hp)
     internal = int((a[0]["children_left"] >= 0).sum())
     # without subtraction every searched node needs all 3 features of party 2
@@ -218,7 +218,7 @@ def test_2048_bit_key_same_trees():
     a, b, pp, hp, he = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 1, seed=2, n_trees=1,
                                   key=key, max_depth=3)
     _assert_equal_growth(a, b, pp, hp)
-    assert he.spec.key_length == 2048
+    assert he.channel.spec.key_length == 2048
 
 
 # ---------------------------------------------------------------------------
@@ -303,18 +303,18 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
 # ---------------------------------------------------------------------------
 def test_tampered_histogram_ciphertext(tmp_path, monkeypatch):
     frames, _, _ = _frames()
-    orig = E.EncryptedHistSplitter._find
+    orig = E.CipherSums.find
     state = {"n": 0}
 
-    def tamper(self, msg):
-        reply = orig(self, msg)
+    def tamper(self, sp, msg):
+        reply = orig(self, sp, msg)
         state["n"] += 1
         if state["n"] == 2 and reply["hist"].size:
             reply["hist"] = reply["hist"].copy()
             reply["hist"][0, -1] ^= 0x01
         return reply
 
-    monkeypatch.setattr(E.EncryptedHistSplitter, "_find", tamper)
+    monkeypatch.setattr(E.CipherSums, "find", tamper)
     with pytest.raises(RemoteError, match="altered or made under another key") as err:
         run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
@@ -329,11 +329,11 @@ def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, s
     ``[0, B**2 w]``); the left-out bin absorbs the difference and goes out of
     bounds too."""
     frames, X, y = _frames("regression")
-    orig = E.EncryptedHistSplitter._find
+    orig = E.CipherSums.find
     state = {"n": 0}
 
-    def tamper(self, msg):
-        reply = orig(self, msg)
+    def tamper(self, sp, msg):
+        reply = orig(self, sp, msg)
         state["n"] += 1
         if state["n"] == 1 and reply["hist"].size:
             cts = self.key.deserialize(reply["hist"])
@@ -344,7 +344,7 @@ def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, s
             reply["hist"] = self.key.serialize(cts)
         return reply
 
-    monkeypatch.setattr(E.EncryptedHistSplitter, "_find", tamper)
+    monkeypatch.setattr(E.CipherSums, "find", tamper)
     with pytest.raises(RemoteError, match="do not match its row counts|altered") as err:
         run_vertical("train", frames, task="regression", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)

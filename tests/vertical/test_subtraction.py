@@ -33,7 +33,7 @@ class Tally:
     def __init__(self, monkeypatch):
         self.derived = 0
         self.kept_bytes = []    # (bytes kept by one find, in-bag rows of the tree)
-        sub, find = party_splitter.PartySplitter._subtraction, party_splitter.PartySplitter._find
+        sub, find = party_splitter.PartySplitter._subtraction, party_splitter.PartySplitter.score
 
         def subtraction(splitter, nodes, starts, ends):
             out = sub(splitter, nodes, starts, ends)
@@ -49,7 +49,7 @@ class Tally:
             return reply
 
         monkeypatch.setattr(party_splitter.PartySplitter, "_subtraction", subtraction)
-        monkeypatch.setattr(party_splitter.PartySplitter, "_find", find_)
+        monkeypatch.setattr(party_splitter.PartySplitter, "score", find_)
 
 
 def _estimator(task, **params):

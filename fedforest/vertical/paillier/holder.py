@@ -27,9 +27,9 @@ import numpy as np
 from ...errors import InputError
 from ...tree import criterion, splitter
 from ...tree.binning import MISSING_BIN
-from ...tree.growth import PARTY_COLUMNS, Nodes, gain_scale, min_leaf_weight
-from ..messages import COMMIT, bad_message, int_array, int_value, node_list, shown
-from ..party_splitter import PartySplitter
+from ...tree.growth import PARTY_COLUMNS, gain_scale, min_leaf_weight
+from ..messages import bad_message, int_array, int_value, node_list, shown
+from ..party_splitter import OwnSplits
 from ...tree.importance import node_shares
 from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own, hist_layout, node_int_stats
 
@@ -46,34 +46,69 @@ def holder_columns(n_stats):
                 owner=(np.int32, -1), split_bin=(np.int32, -1), split_feature=(np.int32, -1))
 
 
-class KeyHolderSplitter(PartySplitter):
-    """The label holder: split search on its own columns, and the decision of
-    every split from its own gains and the other parties' decrypted sums.
+class HeldLabels:
+    """The forest's labels at the label holder: the plain labels its own
+    columns are scored with (``labels``, a
+    :class:`~fedforest.tree.labels.PlainLabels`) and their codes on the slot
+    grid ``spec`` (the exact integer node statistics)."""
+
+    begin_keys = ()
+    value_scale = 1.0
+
+    def __init__(self, labels, codes, spec):
+        self.plain = labels
+        self.is_classification, self.n_classes = labels.is_classification, labels.n_classes
+        self.n_stats, self.sample_weight = labels.n_stats, labels.sample_weight
+        self.codes = np.asarray(codes, dtype=np.int64)
+        self.spec = spec
+
+    def tree_stats(self, counts, class_weight):
+        return self.plain.tree_stats(counts, class_weight)
+
+    def tree_begin(self, msg):
+        return {}
+
+    def node_ints(self, t, rows, starts, ends):
+        """Exact integer statistics of nodes, in the slot layout."""
+        return node_int_stats(self.spec, self.codes, t["counts"], rows, starts, ends)
+
+    def to_float(self, t, ints):
+        """The float statistics the kernels use, from exact slot sums."""
+        return self.spec.to_float(ints)
+
+
+class KeyHolder(OwnSplits):
+    """The label channel of the label holder: split search on its own
+    columns, and the decision of every split from its own gains and the
+    other parties' decrypted sums.
 
     ``kind`` is the tree kind (:class:`~fedforest.tree.growth.ForestTrees` or
     :class:`~fedforest.vertical.boosting.BoostTrees`); ``spec`` the slot
     layout; ``private_key`` its own key; ``me`` its party index;
-    ``feature_counts`` every party's column count (party order)."""
+    ``feature_counts`` every party's column count (party order).  The
+    splitter's labels are :class:`HeldLabels` or :class:`GradientRounds`."""
 
     tree_threads = False   # the decryptions hold the GIL
     child_stats = False    # nothing label-derived goes to the master
-    op_keys = dict(PartySplitter.op_keys, decide=DECIDE_KEYS)
-    value_scale = 1.0      # boosting trees scale their leaf values by the learning rate
+    extra_ops = frozenset((DECIDE,))
+    op_keys = dict(OwnSplits.op_keys, decide=DECIDE_KEYS)
 
-    def __init__(self, X, settings, labels, kind, spec, private_key, me, feature_counts, codes=None):
-        super().__init__(X, settings, labels)
+    def __init__(self, kind, spec, private_key, me, feature_counts):
         self.kind = kind
         self.spec = spec
         self.key = private_key
         self.me = int(me)
         self.feature_counts = [int(c) for c in feature_counts]
-        if self.feature_counts[self.me] != self.n_features:
-            raise bad_message(f"'feature_counts' gives the label holder {self.feature_counts[self.me]} columns; "
-                              f"it has {self.n_features}")
-        self.codes = None if codes is None else np.asarray(codes, dtype=np.int64)
         self.party_bins = {}       # party -> (n_bins, skip) of its features
         self.decrypted = 0
-        self.values = {}           # tree -> finished tree's node values (for margins)
+
+    def attach(self, sp):
+        if self.feature_counts[self.me] != sp.n_features:
+            raise bad_message(f"'feature_counts' gives the label holder {self.feature_counts[self.me]} columns; "
+                              f"it has {sp.n_features}")
+        bind = getattr(sp.labels, "bind", None)
+        if bind is not None:
+            bind(sp)
 
     # -- set-up -----------------------------------------------------------
     def set_bins(self, msg):
@@ -96,33 +131,26 @@ class KeyHolderSplitter(PartySplitter):
             at += k
 
     # -- the tree's state ---------------------------------------------------
-    def _begin(self, msg):
-        super()._begin(msg)
-        t = self._tree
-        t["nodes"] = Nodes(msg["counts"], holder_columns(self.spec.n_stats))
+    def begin(self, sp, msg):
+        t = sp.plain_tree(msg, holder_columns(self.spec.n_stats))
         t["counts"] = np.asarray(msg["counts"])
         t["store"] = {}       # (party, node, feature) -> (sums, row counts) of the last decided level
         t["decided"] = None   # the split nodes of this level's decision, until applied
         t["own_gain"] = None
+        t.update(sp.labels.tree_begin(msg))
+        return t
 
-    def _node_ints(self, rows, starts, ends):
-        """Exact integer statistics of nodes, in the slot layout."""
-        return node_int_stats(self.spec, self.codes, self._tree["counts"], rows, starts, ends)
-
-    def _to_float(self, ints):
-        """The float statistics the kernels use, from exact slot sums."""
-        return self.spec.to_float(ints)
-
-    def _ensure_stats(self, nodes):
+    def ensure_stats(self, sp, nodes, t=None):
         """Statistics, weight and impurity of the nodes that have none yet."""
-        tree = self._tree["nodes"]
+        t = sp._tree if t is None else t
+        tree = t["nodes"]
         c = tree.col
         todo = nodes[c["has_stats"][nodes] == 0]
         if not todo.size:
             return
-        ints = self._node_ints(tree.rows, *tree.bounds(todo))
-        stats = self._to_float(ints)
-        s = self.settings
+        ints = sp.labels.node_ints(t, tree.rows, *tree.bounds(todo))
+        stats = sp.labels.to_float(t, ints)
+        s = sp.settings
         w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
         c["ints"][todo] = ints
         c["stats"][todo] = stats
@@ -131,70 +159,64 @@ class KeyHolderSplitter(PartySplitter):
         c["has_stats"][todo] = 1
 
     # -- messages -----------------------------------------------------------
-    def handle(self, msg):
-        if msg.get("op") == DECIDE:
-            return self._decide_checked(msg)
-        return super().handle(msg)
+    def handle_op(self, sp, msg):
+        return self._decide_checked(sp, msg)
 
-    def _find(self, msg):
+    def find(self, sp, msg):
         """Score its own columns; the gains stay here for the decision."""
-        t = self._tree
+        t = sp._tree
         nodes = msg["nodes"]
-        gain = super()._find(msg)["gain"] if nodes.size else np.empty(0)
+        gain = sp.score(msg)["gain"] if nodes.size else np.empty(0)
         t["own_gain"] = (nodes, np.asarray(gain, dtype=np.float64))
         return {}
 
-    def _apply_checked(self, msg):
+    def check_apply(self, sp, msg):
         """A level's partition must be exactly the one decided here."""
-        t = self._tree
-        decided = t["decided"]
+        decided = sp._tree["decided"]
         nodes = msg.get("split_nodes")
         if decided is None or not (isinstance(nodes, np.ndarray) and np.array_equal(nodes, decided)):
             raise bad_message("'split_nodes' must be the splits the label holder decided at this level")
-        super()._apply_checked(msg)
-        t["decided"] = None
 
-    def _apply(self, msg):
-        super()._apply(msg)
-        tree = self._tree["nodes"]
-        nodes = msg["split_nodes"]
-        if not self.checked:
-            self._tree["decided"] = None
+    def applied(self, sp, nodes):
+        tree = sp._tree["nodes"]
+        sp._tree["decided"] = None
         children = np.arange(tree.n - 2 * nodes.size, tree.n, dtype=np.int32)
-        self._ensure_stats(children)
+        self.ensure_stats(sp, children)
 
-    def _node_values(self, stats, weight):
+    def node_values(self, sp, stats, weight):
         """Node values from node statistics (boosting: scaled by the learning rate)."""
-        return self.kind.leaf_values(stats, weight) * self.value_scale
+        return self.kind.leaf_values(stats, weight) * sp.labels.value_scale
 
-    def _check_finish(self, msg):
-        if self._tree["decided"] is not None:
+    def check_finish(self, sp, msg):
+        if sp._tree["decided"] is not None:
             raise bad_message("'finish' before the decided splits were applied")
-        return super()._check_finish(msg)
 
-    def _finish(self):
-        """Store the tree with what only the label holder knows: node
-        statistics, impurities, leaf values and every split's share of the
-        tree's impurity decrease."""
-        t = self._tree
+    def finish(self, sp):
+        """What only the label holder stores with a tree: node statistics,
+        impurities, leaf values and every split's share of the tree's
+        impurity decrease (in place of the master's)."""
+        t = sp._tree
         tree = t["nodes"]
-        self._ensure_stats(np.arange(tree.n, dtype=np.int32))
+        self.ensure_stats(sp, np.arange(tree.n, dtype=np.int32))
         c = tree.trimmed(["left", "right", "stats", "weight", "impurity", "owner", "split_feature",
                           "split_bin", "start", "end"])
-        value = self._node_values(c["stats"], c["weight"])
+        value = self.node_values(sp, c["stats"], c["weight"])
         full = {"children_left": c["left"], "children_right": c["right"], "weighted_n_node_samples": c["weight"],
                 "impurity": c["impurity"]}
         t["importance"] = node_shares(full)
-        super()._finish()
-        out = self._current.finished
-        out.update(value=value, impurity=c["impurity"], weighted_n_node_samples=c["weight"],
-                   n_node_samples=(c["end"] - c["start"]).astype(np.int64), owner=c["owner"],
-                   split_feature=c["split_feature"], split_bin=c["split_bin"])
+        return dict(value=value, impurity=c["impurity"], weighted_n_node_samples=c["weight"],
+                    n_node_samples=(c["end"] - c["start"]).astype(np.int64), owner=c["owner"],
+                    split_feature=c["split_feature"], split_bin=c["split_bin"])
+
+    def committed(self, sp):
+        hook = getattr(sp.labels, "committed", None)
+        if hook is not None:
+            hook(sp.tree_ids, sp.trees)
 
     # -- the decision ---------------------------------------------------------
-    def _decide_checked(self, msg):
-        t = self._tree
-        if self.checked:
+    def _decide_checked(self, sp, msg):
+        t = sp._tree
+        if sp.checked:
             allowed = set(DECIDE_KEYS) | {"op"}
             extra = sorted(str(k) for k in msg if k not in allowed)
             if extra:
@@ -205,7 +227,7 @@ class KeyHolderSplitter(PartySplitter):
             if not np.array_equal(cand, t["own_gain"][0]):
                 raise bad_message("'cand' must be the nodes of this level's 'find'")
             pmask = msg.get("pmask")
-            width = sum(self.feature_counts) - self.n_features
+            width = sum(self.feature_counts) - sp.n_features
             if not (isinstance(pmask, np.ndarray) and pmask.dtype in (np.dtype(np.uint8), np.dtype(np.bool_))
                     and pmask.shape == (cand.size, width)):
                 raise bad_message(f"'pmask' must be a uint8 array of shape ({cand.size}, {width}), "
@@ -217,7 +239,7 @@ class KeyHolderSplitter(PartySplitter):
             if not (isinstance(hist, np.ndarray) and hist.dtype == np.uint8 and hist.ndim == 2):
                 raise bad_message(f"'hist' must be blocks of ciphertext bytes, got {shown(hist)}")
         try:
-            return self._decide(msg)
+            return self._decide(sp, msg)
         except (KeyError, IndexError, ValueError) as exc:
             raise bad_message(f"the 'decide' message does not match this level's requests ({exc})") from None
 
@@ -227,13 +249,13 @@ class KeyHolderSplitter(PartySplitter):
             raise bad_message(f"{', '.join(map(repr, keys))} differ in length")
         return party, node, feat
 
-    def _decide(self, msg):
-        t = self._tree
+    def _decide(self, sp, msg):
+        t = sp._tree
         tree = t["nodes"]
         c = tree.col
         n_parties = len(self.feature_counts)
         cand = np.asarray(msg["cand"], dtype=np.int32)
-        self._ensure_stats(cand)
+        self.ensure_stats(sp, cand)
         own_nodes, own_gain = t["own_gain"]
         keep = self.kind.searchable(c["impurity"][cand])
         nodes = cand[keep]
@@ -243,12 +265,12 @@ class KeyHolderSplitter(PartySplitter):
         # the other parties' histograms of this level: decrypted, then derived
         pp, pn, pf = self._pairs(msg, PAIR_KEYS)
         dp, dn, df = self._pairs(msg, DERIVE_KEYS)
-        if self.checked:
+        if sp.checked:
             open_ids = t["open_ids"]
             for arr, what in ((pn, "'pair_node'"), (dn, "'derive_node'")):
                 if arr.size and (arr.min() < open_ids.start or arr.max() >= open_ids.stop):
                     raise bad_message(f"{what} names nodes that are not open leaves of the tree")
-        self._ensure_stats(np.unique(pn).astype(np.int32))
+        self.ensure_stats(sp, np.unique(pn).astype(np.int32))
         cnt_all = np.asarray(msg["cnt"], dtype=np.int64)
         wcnt_all = np.asarray(msg["wcnt"], dtype=np.int64)
         blocks = msg["hist"]
@@ -310,7 +332,7 @@ class KeyHolderSplitter(PartySplitter):
             if p == self.me:
                 continue
             k = self.feature_counts[p]
-            gains[p], chosen[p] = self._evaluate(p, nodes, pmask[:, col:col + k], store)
+            gains[p], chosen[p] = self._evaluate(sp, p, nodes, pmask[:, col:col + k], store)
             col += k
         winner = np.argmax(gains, axis=0) if nodes.size else np.empty(0, dtype=np.int64)
         best = gains[winner, np.arange(nodes.size)]
@@ -334,7 +356,7 @@ class KeyHolderSplitter(PartySplitter):
         t["decided"] = split if split.size else None
         t["partitioned"] = own
         if own.size:
-            reply["bits"] = self._partition({"nodes": own})["bits"]
+            reply["bits"] = sp.partition({"nodes": own})["bits"]
         t["own_gain"] = None
         return reply
 
@@ -357,11 +379,11 @@ class KeyHolderSplitter(PartySplitter):
             raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
                                          "ciphertexts were altered or made under another key") from None
 
-    def _evaluate(self, p, nodes, mask, store):
+    def _evaluate(self, sp, p, nodes, mask, store):
         """Party ``p``'s best split per node from its rebuilt histograms."""
-        t = self._tree
+        t = sp._tree
         c = t["nodes"].col
-        s = self.settings
+        s = sp.settings
         pairs = [(i, int(f)) for i, row in enumerate(mask) for f in np.flatnonzero(row)]
         n_bins, _ = self.party_bins[p]
         none = (nodes, np.full(nodes.size, -1, np.int32), np.zeros(nodes.size, np.int32),
@@ -372,7 +394,7 @@ class KeyHolderSplitter(PartySplitter):
         cnts = np.empty((len(pairs), N_SLOTS_BIN), dtype=np.int64)
         for k, (i, f) in enumerate(pairs):
             h, cn = store[(p, int(nodes[i]), f)]
-            hists[k] = self._to_float(h)
+            hists[k] = sp.labels.to_float(t, h)
             cnts[k] = cn
         pn = np.array([i for i, _ in pairs], dtype=np.int32)
         pf = np.array([f for _, f in pairs], dtype=np.int32)
@@ -384,26 +406,22 @@ class KeyHolderSplitter(PartySplitter):
         return gain, (nodes, feat, b, ml)
 
     # -- what the label holder knows of finished trees --------------------
-    def row_values(self, t):
+    def row_values(self, sp, t):
         """The value of the leaf every row of tree ``t``'s sample lands in, from
         the tree's state here (rows outside the sample: NaN)."""
-        state = self._states.get(t)
+        state = sp._states.get(t)
         if state is None:
             raise bad_message(f"tree {t} is not grown here")
-        self._current.tree = state
-        try:
-            tree = state["nodes"]
-            self._ensure_stats(np.arange(tree.n, dtype=np.int32))
-            c = tree.col
-            n = tree.n
-            value = self._node_values(c["stats"][:n], c["weight"][:n])[:, 0]
-            leaves = np.flatnonzero(c["left"][:n] < 0)
-            out = np.full(self.n_rows, np.nan)
-            for j in leaves.tolist():
-                out[tree.rows[c["start"][j]:c["end"][j]]] = value[j]
-            return out
-        finally:
-            self._current.tree = None
+        tree = state["nodes"]
+        self.ensure_stats(sp, np.arange(tree.n, dtype=np.int32), state)
+        c = tree.col
+        n = tree.n
+        value = self.node_values(sp, c["stats"][:n], c["weight"][:n])[:, 0]
+        leaves = np.flatnonzero(c["left"][:n] < 0)
+        out = np.full(sp.n_rows, np.nan)
+        for j in leaves.tolist():
+            out[tree.rows[c["start"][j]:c["end"][j]]] = value[j]
+        return out
 
 
 def check_leaves(leaves, trees, n_rows, what="'leaves'"):
@@ -423,8 +441,9 @@ def check_leaves(leaves, trees, n_rows, what="'leaves'"):
 
 
 
-class GradientKeyHolder(KeyHolderSplitter):
-    """The label holder of a boosting job with encrypted gradients.  It keeps
+class GradientRounds:
+    """Boosting's labels at the label holder of a job with encrypted
+    gradients (the splitter's labels beside the :class:`KeyHolder` channel).  It keeps
     every aligned row's margin (base margin plus the leaf values so far), so
     no margin and no loss ever leaves it: each round it computes the
     gradients of its training rows on the exact grid, encrypts one plaintext
@@ -432,15 +451,17 @@ class GradientKeyHolder(KeyHolderSplitter):
     (:meth:`gradients`), and with early stopping it scores the validation
     rows and decides when to stop.  A tree's first message names its output."""
 
-    begin_keys = ("counts", "class_weight", "output")
+    is_classification = False
+    n_classes = 1
+    n_stats = 3
+    sample_weight = None
+    begin_keys = ("output",)
+    exact_sums = True   # the grid makes every sum exact: subtraction changes no bit
 
-    def __init__(self, X, settings, kind, spec, private_key, me, feature_counts, objective, y, train, valid,
-                 base, learning_rate, stopping, workers=1):
+    def __init__(self, spec, private_key, objective, y, train, valid, base, learning_rate, stopping, workers=1):
         from .. import boosting as B
-        n = train.size
-        super().__init__(X[train], settings, B.GradientLabels(np.zeros(n), np.ones(n)), kind, spec, private_key,
-                         me, feature_counts)
         self.B = B
+        self.spec, self.key = spec, private_key
         self.value_scale = float(learning_rate)
         self.objective, self.y, self.train, self.valid = objective, np.asarray(y, dtype=np.float64), train, valid
         self.margin = np.tile(np.asarray(base, dtype=np.float64), (self.y.shape[0], 1))
@@ -449,6 +470,12 @@ class GradientKeyHolder(KeyHolderSplitter):
         self.workers = int(workers)
         self.round = None             # (g, h, q_g, q_h, steps) of the round being grown
         self.rounds_done = 0          # rounds whose leaf values are in the margins (None: resuming)
+        self.values = {}              # tree -> finished tree's node values (for margins)
+        self.splitter = None
+
+    def bind(self, splitter):
+        """The label holder's splitter (its channel gives the values of trees grown here)."""
+        self.splitter = splitter
 
     # -- the rounds --------------------------------------------------------
     def resume(self, start_round, values, leaves):
@@ -473,7 +500,7 @@ class GradientKeyHolder(KeyHolderSplitter):
         ids = [r * self.k_out + k for k in range(self.k_out)]
         for k, t in enumerate(ids):
             if leaves is None:
-                v = self.row_values(t)
+                v = self.splitter.channel.row_values(self.splitter, t)
                 if self.valid is not None or np.isnan(v).any():
                     raise bad_message("a round's margins need the rows' leaves ('leaves')")
                 self.margin[self.train, k] += v
@@ -517,36 +544,26 @@ class GradientKeyHolder(KeyHolderSplitter):
         return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
 
     # -- the trees -----------------------------------------------------------
-    def _check_begin(self, msg):
-        begin = super()._check_begin(msg)
+    def check_begin(self, msg, n_rows):
         if self.round is None:
             raise bad_message("a tree begins before the round's gradients were asked for")
-        k = int_value(msg.get("output"), "'output'", 0, self.k_out - 1)
-        return dict(begin, output=k)
+        return {"output": int_value(msg.get("output"), "'output'", 0, self.k_out - 1)}
 
-    def _statistics(self, msg):
+    def tree_stats(self, counts, class_weight, output):
+        return self.B.GradientLabels(self.round[0][:, output], self.round[1][:, output]).tree_stats(counts, None)
+
+    def tree_begin(self, msg):
         k = msg["output"]
-        return self.B.GradientLabels(self.round[0][:, k], self.round[1][:, k]).tree_stats(msg["counts"], None)
+        return {"output": k, "grid": (self.round[2][:, k], self.round[3][:, k], self.round[4][k])}
 
-    def _begin(self, msg):
-        super()._begin(msg)
-        t = self._tree
-        t["output"] = msg["output"]
-        t["grid"] = (self.round[2][:, msg["output"]], self.round[3][:, msg["output"]], self.round[4][msg["output"]])
-        t["subtract"] = True    # the grid makes every sum exact: subtraction changes no bit
-
-    def _node_ints(self, rows, starts, ends):
+    def node_ints(self, t, rows, starts, ends):
         from ..encrypted_gradients import node_gradient_ints
-        q_g, q_h, _ = self._tree["grid"]
-        return node_gradient_ints(self.spec, q_g, q_h, self._tree["counts"], rows, starts, ends)
+        q_g, q_h, _ = t["grid"]
+        return node_gradient_ints(self.spec, q_g, q_h, t["counts"], rows, starts, ends)
 
-    def _to_float(self, ints):
-        return self.spec.to_float(ints, self._tree["grid"][2])
+    def to_float(self, t, ints):
+        return self.spec.to_float(ints, t["grid"][2])
 
-    def handle_batch(self, msg):
-        reply = super().handle_batch(msg)
-        if msg.get("op") == COMMIT:
-            # the finished trees' values, for the margins of the next round
-            self.values = {t: (tree["value"][:, 0], tree["children_left"])
-                           for t, tree in zip(self.tree_ids, self.trees)}
-        return reply
+    def committed(self, tree_ids, trees):
+        """The finished trees' values, for the margins of the next round."""
+        self.values = {t: (tree["value"][:, 0], tree["children_left"]) for t, tree in zip(tree_ids, trees)}
