@@ -32,6 +32,13 @@ def min_leaf_weight(settings, total_w):
     return max(settings.min_weight_fraction_leaf * float(total_w), settings.min_child_weight)
 
 
+def may_split(settings, depth, n_rows):
+    """Which nodes may split as far as their depth and row counts tell (no
+    labels needed): the same rule on the master and on every party."""
+    s = settings
+    return ~((depth >= s.max_depth) | (n_rows < s.min_samples_split) | (n_rows < 2 * s.min_samples_leaf))
+
+
 class SplitSettings:
     """Resolved, picklable settings both roles need for one fit."""
 

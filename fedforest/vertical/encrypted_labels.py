@@ -32,10 +32,13 @@ import numpy as np
 from ..crypto import paillier as P
 from ..errors import InputError
 from ..tree.binning import MISSING_BIN
-from ..tree.growth import PARTY_COLUMNS, Nodes
-from .messages import bad_message, check_fields, int_array, node_list, shown
+from ..tree import partitioner
+from ..tree.growth import PARTY_COLUMNS, Nodes, may_split
+from .messages import MASK_DTYPES, bad_message, check_fields, int_array, node_list, shown, sorted_subset
 from .party_splitter import OwnSplits
 
+# a partition's fields for applying the level and summing the next one at once
+AHEAD_KEYS = ("level_nodes", "holder_bits", "child_fmask")
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
 
@@ -287,6 +290,35 @@ def node_int_stats(spec, codes, counts, rows, starts, ends):
     return out
 
 
+def sum_plan(cand, mask, family, held, count):
+    """Which per-bin sums of a party a level needs: its (node, feature) pairs
+    of the candidate nodes ``cand`` under ``mask`` (one row per candidate,
+    one column per feature of the party).  A pair whose parent's histogram
+    the label holder holds from the last level (``held``: a set of (node,
+    feature)) and whose sibling has fewer rows (the lower id on a tie) is
+    derived there as parent minus sibling; the sibling's is computed instead.
+    ``family`` maps a child to (parent, sibling); ``count`` gives a node's
+    rows.  Returns (the pairs to compute, those to derive), each sorted.  The
+    master and the party compute the plan alike, from the same facts."""
+    compute, derive = set(), []
+    for j, row in zip(cand.tolist(), mask):
+        fam = family.get(j)
+        for f in np.flatnonzero(row).tolist():
+            if fam is not None and (fam[0], f) in held:
+                sib = fam[1]
+                if count[sib] < count[j] or (count[sib] == count[j] and sib < j):
+                    derive.append((j, f))
+                    compute.add((sib, f))
+                    continue
+            compute.add((j, f))
+    return sorted(compute), sorted(derive)
+
+
+def needed_pairs(cand, mask):
+    """Every (node, feature) pair of a level's candidates under ``mask``."""
+    return {(j, int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)}
+
+
 class EncryptedLabels:
     """The forest's labels at a party without them: one ciphertext per aligned
     row (the label holder's encryption, relayed at set-up); a tree's rows are
@@ -331,7 +363,11 @@ class CipherSums(OwnSplits):
 
     tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
     child_stats = False   # no plain labels here
-    op_keys = {"find": ("pair_node", "pair_feat"), "partition": ("nodes", "feature", "bin", "missing_left"),
+    # a partition may also hold the level's other splits with the label holder's
+    # bits and the masks of every child: the party then applies the level itself
+    # and sums the next level at once (see docs/protocol.md)
+    op_keys = {"find": ("nodes", "fmask"),
+               "partition": ("nodes", "feature", "bin", "missing_left") + AHEAD_KEYS,
                "finish": ("importance",), "apply": ()}
 
     def __init__(self, spec, public_key):
@@ -348,28 +384,32 @@ class CipherSums(OwnSplits):
     def begin(self, sp, msg):
         counts = np.asarray(msg["counts"])
         wc = sp.labels.ciphertexts(counts, *(msg[k] for k in getattr(sp.labels, "begin_keys", ())))
-        return {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc}
+        return {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc, "family": None,
+                "held": set(), "level": 0}
 
     def check_find(self, sp, msg):
-        """A ``find``: distinct (open leaf, own feature) pairs, sorted by node then feature."""
+        """A ``find``: open leaves and a feature mask of this party's columns
+        (the plain mode's; no statistics)."""
+        if "stats" in msg:
+            raise bad_message("a 'find' of a party without the labels holds no 'stats'")
+        return sp.check_find(msg)
+
+    def find(self, sp, msg):
+        """The encrypted per-bin sums of this level's plan (:func:`sum_plan`)."""
         t = sp._tree
-        if t["searched"] is not None:
-            raise bad_message("a second 'find' for one level of the tree")
-        node = int_array(msg.get("pair_node"), "'pair_node'")
-        feat = int_array(msg.get("pair_feat"), "'pair_feat'")
-        if node.shape != feat.shape:
-            raise bad_message("'pair_node' and 'pair_feat' differ in length")
-        if node.size:
-            if node[0] < t["open_ids"].start or node[-1] >= t["open_ids"].stop:   # node is sorted (below)
-                raise bad_message("'pair_node' names nodes that are not open leaves of the tree")
-            if feat.min() < 0 or feat.max() >= sp.n_features:
-                raise bad_message(f"'pair_feat' must name features of this party (0 to "
-                                  f"{sp.n_features - 1})")
-            key = node.astype(np.int64) * sp.n_features + feat.astype(np.int64)
-            if np.any(key[1:] <= key[:-1]):
-                raise bad_message("the (node, feature) pairs must be distinct, sorted by node then feature")
-        t["searched"] = np.unique(node).astype(np.int32)
-        return dict(msg, pair_node=node.astype(np.int64), pair_feat=feat.astype(np.int64))
+        tree = t["nodes"]
+        nodes, mask = msg["nodes"], msg["fmask"]
+        family = {}
+        if t["family"] is not None:
+            split_nodes, first = t["family"]
+            for i, parent in enumerate(split_nodes.tolist()):
+                left = int(first) + 2 * i
+                family[left], family[left + 1] = (parent, left + 1), (parent, left)
+        starts, ends = tree.bounds(np.arange(tree.n, dtype=np.int32))
+        compute, _ = sum_plan(nodes, mask, family, t["held"], ends - starts)
+        t["held"] = needed_pairs(nodes, mask)
+        pairs = np.array(compute, dtype=np.int64).reshape(-1, 2)
+        return self.sums(sp, pairs[:, 0], pairs[:, 1])
 
     def check_partition(self, sp, msg):
         """A ``partition`` of open leaves on splits the label holder chose: one of this
@@ -393,26 +433,85 @@ class CipherSums(OwnSplits):
             if not np.isin(ml, (0, 1)).all():
                 raise bad_message("'missing_left' must be 0 or 1")
         t["partitioned"] = nodes
-        return dict(msg, nodes=nodes, feature=feat.astype(np.int32), bin=b.astype(np.int32),
-                    missing_left=ml.astype(np.uint8))
+        out = dict(msg, nodes=nodes, feature=feat.astype(np.int32), bin=b.astype(np.int32),
+                   missing_left=ml.astype(np.uint8))
+        if any(k in msg for k in AHEAD_KEYS):
+            out.update(self._check_ahead(sp, msg, nodes))
+        return out
+
+    def _check_ahead(self, sp, msg, nodes):
+        """The fields of a partition that applies the level here: all the
+        level's split nodes (this party's among them), the label holder's bits
+        of the others (a bit per row, padding zero) and a mask per child."""
+        t = sp._tree
+        if any(k not in msg for k in AHEAD_KEYS):
+            raise bad_message(f"{', '.join(map(repr, AHEAD_KEYS))} travel together")
+        level = node_list(msg["level_nodes"], "'level_nodes'", t["open_ids"])
+        if not sorted_subset(nodes, level):
+            raise bad_message("'level_nodes' leaves out nodes this party partitions")
+        others = level[~np.isin(level, nodes)]
+        s, e = t["nodes"].bounds(others)
+        n = int((e - s).sum())
+        bits = msg["holder_bits"]
+        if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.shape == ((n + 7) // 8,)):
+            raise bad_message(f"'holder_bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
+                              f"rows of the label holder's splits), got {shown(bits)}")
+        if n % 8 and bits[-1] & (0xFF >> (n % 8)):
+            raise bad_message("'holder_bits' holds bits beyond its rows")
+        fmask = msg["child_fmask"]
+        shape = (2 * level.size, sp.n_features)
+        if not (isinstance(fmask, np.ndarray) and fmask.dtype in MASK_DTYPES and fmask.shape == shape):
+            raise bad_message(f"'child_fmask' must be a uint8 or bool array of shape {shape}, got {shown(fmask)}")
+        return {"level_nodes": level, "holder_bits": bits,
+                "child_fmask": np.ascontiguousarray(fmask, dtype=np.uint8)}
 
     def partition(self, sp, msg):
-        """Partition on the split the label holder chose from this party's encrypted histograms."""
-        c = sp._tree["nodes"].col
+        """Partition on the split the label holder chose from this party's
+        encrypted histograms.  With the level's other splits (``level_nodes``,
+        their bits from the label holder in ``holder_bits``) and every child's
+        feature mask (``child_fmask``), apply the whole level here and sum the
+        next one's candidates in the same reply: the master then needs no
+        ``find`` of this party for that level."""
+        t = sp._tree
+        c = t["nodes"].col
         nodes = msg["nodes"]
         c["cand_feature"][nodes] = msg["feature"]
         c["cand_threshold"][nodes] = sp.bin_threshold(msg["feature"], msg["bin"])
         c["cand_bin"][nodes] = msg["bin"]
         c["cand_missing_left"][nodes] = msg["missing_left"]
-        return sp.partition(msg)
+        reply = sp.partition(msg)
+        if "child_fmask" not in msg:
+            return reply
+        level = msg["level_nodes"]
+        tree = t["nodes"]
+        starts, ends = tree.bounds(level)
+        lengths = ends - starts
+        offsets = np.cumsum(lengths) - lengths
+        packed = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
+        mine = np.isin(level, nodes)
+        for sel, src in ((mine, reply["bits"]), (~mine, msg["holder_bits"])):
+            if sel.any():
+                partitioner.place_bits(src, lengths[sel], offsets[sel], packed)
+        applied = {"split_nodes": level, "bits": packed}
+        sp._apply_checked(applied) if sp.checked else sp._apply(applied)
+        children = np.arange(tree.n - 2 * level.size, tree.n, dtype=np.int32)
+        s, e = tree.bounds(children)
+        may = may_split(sp.settings, t["level"], e - s)
+        find = {"nodes": children[may], "fmask": np.ascontiguousarray(msg["child_fmask"][may])}
+        if sp.checked:
+            t["searched"] = find["nodes"]
+        reply.update(self.find(sp, find))
+        return reply
 
-    def find(self, sp, msg):
+    def sums(self, sp, pair_node, pair_feat):
+        """Encrypted per-bin sums of the (node, feature) pairs, the left-out bin
+        aside, packed; with each bin's row count and bootstrap weight."""
         tree = sp._tree["nodes"]
         counts = sp._tree["counts"]
         wc = sp._tree["wc"]
         nsq = self.key.nsq
         values, cnt_parts, wcnt_parts = [], [], []
-        for node, f in zip(msg["pair_node"].tolist(), msg["pair_feat"].tolist()):
+        for node, f in zip(pair_node.tolist(), pair_feat.tolist()):
             s, e = tree.bounds(np.array([node]))
             rows = tree.rows[int(s[0]):int(e[0])]
             b = sp.Xb[rows, f]

@@ -153,17 +153,18 @@ class PartySplitter:
     def handle(self, msg):
         """Process one message from the grower; returns the reply (or None)."""
         op = msg.get("op")
-        if op in self.channel.extra_ops:      # the label holder's decision
-            return self.channel.handle_op(self, msg)
         if not self.checked:        # the grower runs in this process (the single-process estimators)
             if self._tree is None:
                 self._begin(msg)
+                self._tree.update(level=0)
             if "split_nodes" in msg:
                 self._apply(msg)
             if op == "find":
                 return self.channel.find(self, msg)
             if op == "partition":
                 return self.channel.partition(self, msg)
+            if op in self.channel.extra_ops:      # the label holder's decision
+                return self.channel.handle_op(self, msg)
             if op == "apply":
                 return None
             self._tree["importance"] = msg["importance"]
@@ -191,6 +192,8 @@ class PartySplitter:
             return self.channel.find(self, self.channel.check_find(self, msg))
         if op == "partition":
             return self.channel.partition(self, self.channel.check_partition(self, msg))
+        if op in self.channel.extra_ops:
+            return self.channel.handle_op(self, msg)
         self.channel.check_finish(self, msg)
         self._tree["importance"] = self._check_finish(msg)
         self._finish()
@@ -265,8 +268,7 @@ class PartySplitter:
         if ((ends - starts) < s.min_samples_leaf).any():
             raise bad_message(f"'bits' leave a child of fewer than {s.min_samples_leaf} rows "
                               "(min_samples_leaf)")
-        t.update(open=children, open_ids=range(first, tree.n), level=t["level"] + 1, searched=None,
-                 partitioned=None)
+        t.update(open=children, open_ids=range(first, tree.n), searched=None, partitioned=None)
 
     def check_find(self, msg):
         """A ``find``: open leaves and a feature mask of this party's columns."""
@@ -435,6 +437,7 @@ class PartySplitter:
         nodes = msg["split_nodes"]
         lefts, _ = tree.split(nodes, unpack_bits(msg["bits"], tree.n_rows(nodes)))
         self._tree["family"] = (nodes, lefts[0] if lefts.size else 0)
+        self._tree["level"] += 1
         feature = tree.col["feature"]
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
         self.channel.applied(self, nodes)

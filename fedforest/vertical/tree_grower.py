@@ -25,7 +25,7 @@ from ..tree.format import LEAF
 from ..tree.importance import node_shares
 from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_features, resolve_max_samples
-from ..tree.growth import ForestTrees, HIST_CACHE_BYTES_PER_ROW, Nodes, SplitSettings, unpack_bits
+from ..tree.growth import ForestTrees, HIST_CACHE_BYTES_PER_ROW, Nodes, SplitSettings, may_split, unpack_bits
 from .messages import APPLY, BatchReply, COMMIT, FUSED, GROW, Posted, pack_batch, split_fused
 from .party_splitter import LocalParties, PartySplitter
 
@@ -82,8 +82,11 @@ class MasterChooses:
         replies = yield msgs
         return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
 
-    def partition_msg(self, g, p, split_nodes, won):
-        return {"op": "partition", "nodes": split_nodes[won]}
+    def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
+        return {"op": "partition", "nodes": split_nodes[won[p]]}
+
+    def applied_itself(self, g, p):
+        return False
 
     def partitioned(self, g, tree, split_nodes, won, replies):
         g._child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
@@ -398,27 +401,31 @@ class TreeGrower:
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
         pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
+        # the feature draws depend only on label-free facts, so every label mode draws alike:
+        # a mask for every child of a level's splits, drawn as soon as the splits are chosen
+        all_masks = self._masks(rng, tree_mask, 1)
         while True:
             tree.col["count"][children] = np.diff(np.vstack(tree.bounds(children)), axis=0)[0]
-            cand = children[self._may_split(tree, children)]
-            # the feature draws depend only on label-free facts, so every label mode draws alike
-            masks = self._masks(rng, tree_mask, cand.size) if cand.size else None
+            may = self._may_split(tree, children)
+            cand = children[may]
+            masks = [m[may] for m in all_masks] if cand.size else None
             split_nodes, winner, pending, replies = yield from self.channel.choose(self, tree, children, cand,
                                                                                    masks, pending)
             if not split_nodes.size:
                 break
+            all_masks = self._masks(rng, tree_mask, 2 * split_nodes.size)
             won = [np.flatnonzero(winner == p) for p in range(n_parties)]  # positions in split_nodes
             # winners whose bits did not come with the choice are asked for them
-            msgs = [self.channel.partition_msg(self, p, split_nodes, won[p]) if won[p].size and replies[p] is None
-                    else None for p in range(n_parties)]
+            msgs = [self.channel.partition_msg(self, p, split_nodes, won, replies, all_masks)
+                    if won[p].size and replies[p] is None else None for p in range(n_parties)]
             if any(m is not None for m in msgs):
                 got = yield msgs
                 replies = [r if m is None else g for r, m, g in zip(replies, msgs, got)]
             packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
-            # every party reorders its rows by the level's partition now, while the
-            # master goes on with its own steps
-            yield Posted([{"op": "apply", "split_nodes": split_nodes, "bits": packed}
-                          for _ in range(n_parties)])
+            # every party reorders its rows by the level's partition now (but one that
+            # did so itself), while the master goes on with its own steps
+            yield Posted([None if self.channel.applied_itself(self, p) else
+                          {"op": "apply", "split_nodes": split_nodes, "bits": packed} for p in range(n_parties)])
             self.channel.partitioned(self, tree, split_nodes, won, replies)
             all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
             lefts, rights = tree.split(split_nodes, all_bits, n_left)
@@ -456,11 +463,7 @@ class TreeGrower:
     # -- shared steps -----------------------------------------------------
     def _may_split(self, tree, nodes):
         """Nodes that may split as far as depth and row counts tell (no labels needed)."""
-        c = tree.col
-        s = self.s
-        cnt = c["count"][nodes]
-        return ~((c["depth"][nodes] >= s.max_depth) | (cnt < s.min_samples_split)
-                 | (cnt < 2 * s.min_samples_leaf))
+        return may_split(self.s, tree.col["depth"][nodes], tree.col["count"][nodes])
 
     def _collect_bits(self, tree, split_nodes, won, replies):
         """The winners' partition bits placed at their nodes' places in one

@@ -145,19 +145,19 @@ def test_histogram_subtraction_used_and_exact():
     larger child's histograms are derived; the trees still match."""
     X, y = _data("classification", 400, 6, seed=5)
     calls = []
-    orig = E.CipherSums.find
+    orig = E.CipherSums.sums
 
-    def counting(self, sp, msg):
-        calls.append(msg["pair_node"].size)
-        return orig(self, sp, msg)
+    def counting(self, sp, pair_node, pair_feat):
+        calls.append(pair_node.size)
+        return orig(self, sp, pair_node, pair_feat)
 
-    E.CipherSums.find = counting
+    E.CipherSums.sums = counting
     try:
         a, b, pp, hp, _ = _grow_both("classification", X, y, [[0, 1, 2], [3, 4, 5]], 0, seed=1,
                                      n_trees=1, feature_sampling="tree", max_features=None,
                                      max_depth=5)
     finally:
-        E.CipherSums.find = orig
+        E.CipherSums.sums = orig
     _assert_equal_growth(a, b, pp, hp)
     internal = int((a[0]["children_left"] >= 0).sum())
     # without subtraction every searched node needs all 3 features of party 2
@@ -303,18 +303,18 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
 # ---------------------------------------------------------------------------
 def test_tampered_histogram_ciphertext(tmp_path, monkeypatch):
     frames, _, _ = _frames()
-    orig = E.CipherSums.find
+    orig = E.CipherSums.sums
     state = {"n": 0}
 
-    def tamper(self, sp, msg):
-        reply = orig(self, sp, msg)
+    def tamper(self, sp, pair_node, pair_feat):
+        reply = orig(self, sp, pair_node, pair_feat)
         state["n"] += 1
         if state["n"] == 2 and reply["hist"].size:
             reply["hist"] = reply["hist"].copy()
             reply["hist"][0, -1] ^= 0x01
         return reply
 
-    monkeypatch.setattr(E.CipherSums, "find", tamper)
+    monkeypatch.setattr(E.CipherSums, "sums", tamper)
     with pytest.raises(RemoteError, match="altered or made under another key") as err:
         run_vertical("train", frames, task="classification", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
@@ -329,11 +329,11 @@ def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, s
     ``[0, B**2 w]``); the left-out bin absorbs the difference and goes out of
     bounds too."""
     frames, X, y = _frames("regression")
-    orig = E.CipherSums.find
+    orig = E.CipherSums.sums
     state = {"n": 0}
 
-    def tamper(self, sp, msg):
-        reply = orig(self, sp, msg)
+    def tamper(self, sp, pair_node, pair_feat):
+        reply = orig(self, sp, pair_node, pair_feat)
         state["n"] += 1
         if state["n"] == 1 and reply["hist"].size:
             cts = self.key.deserialize(reply["hist"])
@@ -344,7 +344,7 @@ def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, s
             reply["hist"] = self.key.serialize(cts)
         return reply
 
-    monkeypatch.setattr(E.CipherSums, "find", tamper)
+    monkeypatch.setattr(E.CipherSums, "sums", tamper)
     with pytest.raises(RemoteError, match="do not match its row counts|altered") as err:
         run_vertical("train", frames, task="regression", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)

@@ -315,13 +315,54 @@ def test_paillier_partition_uses_own_features_and_bins(tmp_path, monkeypatch, fi
     refused(tmp_path, repr(field), rank=1, **PAILLIER)
 
 
-def test_paillier_pairs_name_open_leaves_and_own_features(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind,field", [("not open", "'nodes'"), ("wide mask", "'fmask'"),
+                                        ("short mask", "'fmask'")])
+def test_paillier_find_names_open_leaves_and_own_features(tmp_path, monkeypatch, kind, field):
+    """A party without the labels sums only its own columns at open leaves."""
+    hostile(monkeypatch, messages.GROW, _find(kind), to=1)
+    refused(tmp_path, field, rank=1, **PAILLIER)
+
+
+def test_paillier_find_holds_no_statistics(tmp_path, monkeypatch):
     def change(msg, dest):
-        for key in _tree_keys(msg, "pair_feat"):
-            msg[key] = msg[key] + 5
+        for key in _tree_keys(msg, "fmask"):
+            msg[key.replace("fmask", "stats")] = np.zeros((msg[key].shape[0], 3))
         return msg
     hostile(monkeypatch, messages.GROW, change, to=1)
-    refused(tmp_path, "'pair_feat'", rank=1, **PAILLIER)
+    refused(tmp_path, "'stats'", rank=1, **PAILLIER)
+
+
+def _ahead(kind):
+    """Changes to a partition that lets the party apply its level itself."""
+    def change(msg, dest):
+        for key in _tree_keys(msg, "level_nodes"):
+            t = key.split(".")[0]
+            if kind == "drop own":
+                msg[key] = np.setdiff1d(msg[key], msg[f"{t}.nodes"]).astype(np.int32)
+            elif kind == "not open":
+                msg[key] = msg[key] + 40
+            elif kind == "short bits":
+                msg[f"{t}.holder_bits"] = np.append(msg[f"{t}.holder_bits"], np.uint8(0))
+            elif kind == "wide mask":
+                m = msg[f"{t}.child_fmask"]
+                msg[f"{t}.child_fmask"] = np.ones((m.shape[0], m.shape[1] + 1), dtype=np.uint8)
+            elif kind == "few masks":
+                msg[f"{t}.child_fmask"] = msg[f"{t}.child_fmask"][1:]
+            elif kind == "alone":
+                del msg[f"{t}.holder_bits"]
+        return msg
+    return change
+
+
+@pytest.mark.parametrize("kind,field", [("drop own", "'level_nodes'"), ("not open", "'level_nodes'"),
+                                        ("short bits", "'holder_bits'"), ("wide mask", "'child_fmask'"),
+                                        ("few masks", "'child_fmask'"), ("alone", "'holder_bits'")])
+def test_a_partition_that_applies_its_level_is_checked(tmp_path, monkeypatch, kind, field):
+    """With two parties the party without the labels applies a level it won
+    splits of itself (the label holder's bits and the children's masks come
+    with its partition): each of those fields is checked."""
+    hostile(monkeypatch, messages.GROW, _ahead(kind), to=1, times=100)
+    refused(tmp_path, field, rank=1, **dict(PAILLIER, max_depth=4))
 
 
 # ---------------------------------------------------------------------------
@@ -450,7 +491,7 @@ def _forge_margins(msg, t):
 
 
 DECIDE_CASES = [
-    (_shift("cand", 1), "'cand'"),                         # not the nodes of the level's find
+    (_shift("cand", 1), "'cand'"),                         # not open leaves of the tree
     (_shift("pair_party", 1), "pairs name a party"),       # the label holder's own or no party
     (_shift("pair_feat", 7), "features outside party 1's columns"),
     (_drop_cipher, "ciphertexts for"),                      # sums missing

@@ -1,14 +1,13 @@
 """The label holder of the encrypted modes: it holds the Paillier key pair and
 chooses every split (SecureBoost's active party).
 
-Per level of a tree it receives two messages from the master:
-
-* ``find``: its own candidate nodes and feature masks; it scores its own
-  columns in plaintext (the plain mode's kernels) and keeps the gains;
-* ``decide``: the other parties' encrypted per-bin sums for the (node,
-  feature) pairs the master asked them for (``pair_*``), the pairs to derive
-  as parent minus smaller sibling (``derive_*``), the candidate nodes and the
-  other parties' feature masks.  It decrypts, rebuilds each histogram (the
+Per level of a tree it receives one message from the master (after the
+level's partition, posted): ``decide``, with its own candidate nodes and
+feature masks (``cand``, ``fmask``: it scores its own columns in plaintext,
+with the plain mode's kernels), the other parties' encrypted per-bin sums
+for the (node, feature) pairs of the level's plan (``pair_*``), the pairs to
+derive as parent minus smaller sibling (``derive_*``) and the other parties'
+feature masks (``pmask``).  It decrypts, rebuilds each histogram (the
   left-out most frequent bin from the node's total, which it knows from its
   own labels), checks every bin against the plaintext row counts and the
   slot bounds, evaluates the candidates with the plain mode's kernel
@@ -36,7 +35,7 @@ from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own,
 DECIDE = "decide"   # master -> label holder: the other parties' sums of a level; reply: the splits
 PAIR_KEYS = ("pair_party", "pair_node", "pair_feat")
 DERIVE_KEYS = ("derive_party", "derive_node", "derive_feat")
-DECIDE_KEYS = ("cand", "pmask", "hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS
+DECIDE_KEYS = ("cand", "fmask", "pmask", "hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS
 
 
 def holder_columns(n_stats):
@@ -216,16 +215,12 @@ class KeyHolder(OwnSplits):
     # -- the decision ---------------------------------------------------------
     def _decide_checked(self, sp, msg):
         t = sp._tree
-        if sp.checked:
-            allowed = set(DECIDE_KEYS) | {"op"}
-            extra = sorted(str(k) for k in msg if k not in allowed)
-            if extra:
-                raise bad_message(f"a 'decide' message may not hold {', '.join(map(repr, extra))}")
-            if t is None or t["own_gain"] is None or t["decided"] is not None:
-                raise bad_message("a 'decide' without a 'find' of its level, or a second one")
+        if sp.checked:     # its keys were checked with every message's
+            if t["decided"] is not None:
+                raise bad_message("a second 'decide' for one level of the tree")
             cand = node_list(msg.get("cand"), "'cand'", t["open_ids"])
-            if not np.array_equal(cand, t["own_gain"][0]):
-                raise bad_message("'cand' must be the nodes of this level's 'find'")
+            # its own candidates and masks first: it scores its own columns
+            self.find(sp, sp.check_find({"nodes": cand, "fmask": msg.get("fmask")}))
             pmask = msg.get("pmask")
             width = sum(self.feature_counts) - sp.n_features
             if not (isinstance(pmask, np.ndarray) and pmask.dtype in (np.dtype(np.uint8), np.dtype(np.bool_))
@@ -238,6 +233,8 @@ class KeyHolder(OwnSplits):
             hist = msg.get("hist")
             if not (isinstance(hist, np.ndarray) and hist.dtype == np.uint8 and hist.ndim == 2):
                 raise bad_message(f"'hist' must be blocks of ciphertext bytes, got {shown(hist)}")
+        else:
+            self.find(sp, {"nodes": msg["cand"], "fmask": msg["fmask"]})
         try:
             return self._decide(sp, msg)
         except (KeyError, IndexError, ValueError) as exc:

@@ -2,16 +2,20 @@
 
 Per level of every tree of a batch (see docs/protocol.md, "Encrypted labels"):
 
-1. ``find``: the label holder gets its candidate nodes and feature masks
-   (it scores its own columns in plaintext); every other party gets the
-   (node, feature) pairs whose encrypted per-bin sums it must compute (the
-   smaller sibling only, where the label holder can derive the larger one as
-   parent minus sibling);
-2. ``decide``: the label holder gets those sums, relayed, and answers with
+1. ``find``: every party without the labels gets the candidate nodes and its
+   feature masks, and returns the encrypted per-bin sums of the level's plan
+   (:func:`~..encrypted_labels.sum_plan`: the smaller sibling only, where the
+   label holder can derive the larger one as parent minus sibling);
+2. ``decide``: the label holder gets its own candidates and masks (it scores
+   its own columns in plaintext) and those sums, relayed, and answers with
    the nodes that split, their winning parties, the chosen feature and bin of
    the other parties' splits, and the partition bits of its own splits;
 3. ``partition`` (only when another party won a split): the winners return
-   their partition bits.
+   their partition bits.  Where a single party without the labels won, it
+   also gets the label holder's bits and every child's feature mask: it
+   applies the level itself and returns the next level's sums with its bits,
+   so that level needs no ``find``; with two parties every level is then two
+   exchanges.
 
 The master keeps the tree structure, the owner of every split and the
 nodes' row counts.  It holds no key, relays ciphertexts it cannot read, and
@@ -19,7 +23,7 @@ receives no gain, statistic or leaf value.
 """
 import numpy as np
 
-from ..encrypted_labels import hist_layout
+from ..encrypted_labels import hist_layout, needed_pairs, sum_plan
 from .holder import DECIDE
 
 
@@ -44,8 +48,11 @@ class LabelHolderChooses:
         return False    # node sizes only: the label holder keeps the rows by node
 
     def begin_tree(self, g, tree, counts, cw):
-        g._store = set()   # (party, node, feature) histograms the label holder holds from the last level
+        # per party, the (node, feature) histograms the label holder holds from the last level
+        g._held = {p: set() for p in range(len(g.feature_counts))}
         g._family = {}     # child -> (parent, sibling)
+        g._ahead = {}      # party -> its partition reply holding the next level's sums
+        g._applied = set()     # parties that applied the last level themselves
 
     def after_split(self, g, split_nodes, lefts, rights):
         for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
@@ -53,68 +60,40 @@ class LabelHolderChooses:
             g._family[right] = (p, left)
 
     def partitioned(self, g, tree, split_nodes, won, replies):
-        pass
-
-    def requests(self, g, tree, p, cand, mask):
-        """(node, feature) pairs party ``p`` must sum, and those the label holder
-        derives as parent minus smaller sibling."""
-        c = tree.col
-        need = [(int(j), int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)]
-        compute, derive = set(), []
-        for j, f in need:
-            fam = g._family.get(j)
-            if fam is not None and (p, fam[0], f) in g._store:
-                sib = fam[1]
-                if (c["count"][sib] < c["count"][j]) or (c["count"][sib] == c["count"][j] and sib < j):
-                    derive.append((j, f))
-                    compute.add((sib, f))
-                    continue
-            compute.add((j, f))
-        return sorted(compute), sorted(derive)
+        g._ahead = {p: replies[p] for p in g._applied}
 
     def choose(self, g, tree, children, cand, masks, pending):
         """The splits of a level, chosen by the label holder (see the module's docstring)."""
         n_parties = len(g.feature_counts)
         lh = self.label_party
         none = [None] * n_parties
-        if not cand.size:
+        ahead, g._ahead, g._applied = g._ahead, {}, set()
+        plan = {p: sum_plan(cand, masks[p], g._family, g._held[p], tree.col["count"]) if cand.size
+                else ([], []) for p in range(n_parties) if p != lh}
+        # the sums that came with a partition are read first (a reply is used up in its exchange)
+        sums = {p: self._sums(p, plan[p][0], reply) for p, reply in ahead.items()}
+        if not cand.size:      # those parties found no candidate either
             return cand, None, pending, none
-        msgs = [None] * n_parties
-        msgs[lh] = dict(pending[lh], op="find", nodes=cand, fmask=masks[lh])
-        plan = {}
-        for p in range(n_parties):
-            if p == lh:
-                continue
-            compute, derive = self.requests(g, tree, p, cand, masks[p])
-            plan[p] = (compute, derive)
-            arr = np.array(compute, dtype=np.int32).reshape(-1, 2)
-            msgs[p] = dict(pending[p], op="find", pair_node=arr[:, 0].copy(), pair_feat=arr[:, 1].copy())
-        replies = yield msgs
-        pending = [{} for _ in range(n_parties)]
+        msgs = [None if p == lh or p in ahead else dict(pending[p], op="find", nodes=cand, fmask=masks[p])
+                for p in range(n_parties)]
+        if any(m is not None for m in msgs):
+            got = yield msgs
+            sums.update((p, self._sums(p, plan[p][0], r)) for p, r in enumerate(got) if msgs[p] is not None)
+            pending = [{} if msgs[p] is not None else pending[p] for p in range(n_parties)]
         # the sums go to the label holder as they came, with what it needs to read them
         parts = {k: [] for k in ("pair_party", "pair_node", "pair_feat", "derive_party", "derive_node",
                                  "derive_feat", "hist", "cnt", "wcnt")}
-        store = set()
         for p, (compute, derive) in plan.items():
-            n_bins, skip = self.party_bins[p]
-            feats = [f for _, f in compute]
-            n_cnt = int(sum(int(n_bins[f]) + 1 for f in feats))
-            cnt = replies[p].take("cnt", n_cnt)
-            wcnt = replies[p].take("wcnt", n_cnt)
-            _, _, n_values = hist_layout(feats, n_bins, skip, np.asarray(cnt, dtype=np.int64))
-            parts["hist"].append(replies[p].take("hist", self.spec.n_ciphertexts(n_values)))
-            parts["cnt"].append(cnt)
-            parts["wcnt"].append(wcnt)
+            for k, v in zip(("cnt", "wcnt", "hist"), sums[p]):
+                parts[k].append(v)
             for key, pairs in (("pair", compute), ("derive", derive)):
                 arr = np.array(pairs, dtype=np.int32).reshape(-1, 2)
                 parts[key + "_party"].append(np.full(arr.shape[0], p, dtype=np.int32))
                 parts[key + "_node"].append(arr[:, 0])
                 parts[key + "_feat"].append(arr[:, 1])
-            store.update((p, j, f) for j, f in compute)
-            store.update((p, j, f) for j, f in derive)
-        g._store = store
+            g._held[p] = needed_pairs(cand, masks[p])
         width = self.public.ciphertext_bytes
-        msg = {"op": DECIDE, "cand": cand,
+        msg = {**pending[lh], "op": DECIDE, "cand": cand, "fmask": masks[lh],
                "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
                                              else np.zeros((cand.size, 0), dtype=np.uint8))}
         for k, arrays in parts.items():
@@ -124,6 +103,7 @@ class LabelHolderChooses:
                 msg[k] = np.concatenate(arrays).astype(np.uint32 if "cnt" in k else np.int32) if arrays \
                     else np.empty(0, dtype=np.int32)
         reply = (yield [msg if p == lh else None for p in range(n_parties)])[lh]
+        pending[lh] = {}
         split = reply.take_upto("split", cand.size)
         if split.size and not (np.all(split[1:] > split[:-1]) and np.isin(split, cand).all()):
             raise ValueError(f"party {lh + 1} (the label holder) named splits that are not candidates")
@@ -140,10 +120,32 @@ class LabelHolderChooses:
         got = [bits if p == lh else None for p in range(n_parties)]
         return split.astype(np.int32), winner.astype(np.int64), pending, got
 
-    def partition_msg(self, g, p, split_nodes, won):
+    def _sums(self, p, compute, reply):
+        """Party ``p``'s bin counts, bootstrap weights and packed sums of the pairs ``compute``."""
+        n_bins, skip = self.party_bins[p]
+        feats = [f for _, f in compute]
+        n_cnt = int(sum(int(n_bins[f]) + 1 for f in feats))
+        cnt = reply.take("cnt", n_cnt)
+        wcnt = reply.take("wcnt", n_cnt)
+        _, _, n_values = hist_layout(feats, n_bins, skip, np.asarray(cnt, dtype=np.int64))
+        return cnt, wcnt, reply.take("hist", self.spec.n_ciphertexts(n_values))
+
+    def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
         nodes, feat, b, ml = g._chosen
-        return {"op": "partition", "nodes": split_nodes[won], "feature": feat[won], "bin": b[won],
-                "missing_left": ml[won]}
+        mine = won[p]
+        msg = {"op": "partition", "nodes": split_nodes[mine], "feature": feat[mine], "bin": b[mine],
+               "missing_left": ml[mine]}
+        lh = self.label_party
+        if all(not won[q].size for q in range(len(won)) if q not in (p, lh)):
+            # the only other winner is the label holder, whose bits came with its decision:
+            # this party applies the level itself and sums the next one in its reply
+            msg.update(level_nodes=split_nodes, child_fmask=child_masks[p],
+                       holder_bits=replies[lh].bits if won[lh].size else np.empty(0, dtype=np.uint8))
+            g._applied.add(p)
+        return msg
+
+    def applied_itself(self, g, p):
+        return p in g._applied
 
     def master_tree(self, g, tree):
         t = tree.trimmed(["left", "right", "owner", "count", "feature", "threshold", "missing_left"])
