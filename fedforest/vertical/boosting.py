@@ -26,7 +26,9 @@ from ..tree.growth import EPSILON, SplitSettings
 from .messages import bad_message, shown
 from .party_splitter import LocalParties, PartySplitter
 from .tree_grower import TreeGrower
+from ..tree import criterion
 from ..tree.format import NO_CHILD
+from ..tree.impurity import NEWTON
 from .boost_params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
@@ -239,6 +241,29 @@ class BoostSplitter(PartySplitter):
         # parent's histogram minus a child's, is exact, so subtraction changes no bit
         self._tree["subtract"] = True
 
+    def _partition(self, msg):
+        """The partition of the splits this party won; keeps their children's
+        gradient and hessian sums (the statistics it reports) for
+        :meth:`_finish`."""
+        reply = super()._partition(msg)
+        if "stats" in reply:
+            self._tree.setdefault("won", []).append((np.asarray(msg["nodes"]), reply["stats"]))
+        return reply
+
+    def _finish(self):
+        """The party's tree, with the loss reduction (``gain``) and the hessian
+        sum (``cover``) of every split it owns (0 elsewhere): XGBoost's
+        importance statistics of its own columns, from the sums it computed
+        itself (:func:`split_gain_cover`)."""
+        won = self._tree.get("won", ())
+        super()._finish()
+        out = self._finished
+        n = out["children_left"].shape[0]
+        out["gain"], out["cover"] = np.zeros(n), np.zeros(n)
+        for nodes, stats in won:
+            out["gain"][nodes], out["cover"][nodes] = split_gain_cover(stats[0::2], stats[1::2],
+                                                                       self.settings.reg_lambda)
+
     def _check_begin(self, msg):
         begin = super()._check_begin(msg)
         for key in ("grad", "hess"):
@@ -250,6 +275,19 @@ class BoostSplitter(PartySplitter):
         if np.any(msg["hess"] < 0):
             raise bad_message("'hess' holds negative hessians")
         return dict(begin, grad=msg["grad"], hess=msg["hess"])
+
+
+def split_gain_cover(left, right, reg_lambda):
+    """Loss reduction and cover of splits from their children's ``(H, G, 0)``
+    sums (rows of ``left`` and ``right``): the node's weighted impurity minus
+    its children's, as :func:`fedforest.tree.importance.split_gain_cover`
+    computes it from a tree's stored ``impurity`` and
+    ``weighted_n_node_samples`` (the same arithmetic, so the same numbers)."""
+    left = np.ascontiguousarray(left, dtype=np.float64)
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    w = [criterion.stats_weight_impurity(s, False, NEWTON, float(reg_lambda)) for s in (left + right, left, right)]
+    (wn, imp_n), (wl, imp_l), (wr, imp_r) = w
+    return wn * imp_n - wl * imp_l - wr * imp_r, wn
 
 
 def subsampler(n_rows, subsample):
