@@ -160,7 +160,7 @@ def master_boost_party_scores(folder, importance_type="gain"):
     _check_type(importance_type)
     m, trees = _load(folder)
     _boosted(m, folder)
-    if m.get("role") != "master" or "impurity" not in (trees[0] if trees else {"impurity": 0}):
+    if m.get("role") != "master" or m.get("label_privacy") == "paillier":
         raise InputError("model", f"{folder!r} is not the master's folder of a model with plain gradients")
     return split_scores(*_boost_splits(trees, "owner"), int(m["n_parties"]), importance_type)
 
