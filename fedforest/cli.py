@@ -225,8 +225,11 @@ def cmd_explain(args):
         if args.row is not None or args.data is not None:
             raise InputError("row", "the decision path of a row in a vertical model needs every party: "
                                     "run a prediction job with --explain-row ID (see docs/protocol.md)")
-        print(explain.describe(args.model_dir, args.top))
+        print(explain.describe(args.model_dir, args.top, args.importance_type))
         return 0
+    if args.importance_type is not None:
+        raise InputError("importance_type", "applies to vertical_boost models; no vertical model is at "
+                                            f"{args.model_dir!r}")
     from .horizontal.common import explain_model
     print(explain_model(args.model_dir, args.data, args.row, args.id_column))
     return 0
@@ -425,6 +428,11 @@ def build_parser():
     p.add_argument("--model-dir", required=True,
                    help="the job's model_dir, or one client's (horizontal) or rank's (vertical) folder in it")
     p.add_argument("--top", type=int, default=None, help="vertical: show only the N most important columns")
+    p.add_argument("--importance-type", default=None, metavar="TYPE",
+                   help="vertical_boost models: XGBoost's importance shown, 'gain' (the default, as "
+                        "XGBoost's scikit-learn estimators: mean loss reduction per split), 'total_gain', "
+                        "'weight' (splits), 'cover' (mean hessian sum of the split nodes) or 'total_cover'; "
+                        "with encrypted gradients only the label holder's folder holds them (docs/model-format.md)")
     p.add_argument("--data", default=None, help="rows file holding the row to explain")
     p.add_argument("--row", type=int, default=None, help="0-based row number in --data")
     p.add_argument("--id-column", default="id", help="name of the ID column (default 'id')")

@@ -15,6 +15,7 @@ turns those shares into the party's own feature importances, and
 """
 import numpy as np
 
+from ..errors import InputError
 from .format import NO_CHILD
 
 
@@ -91,3 +92,79 @@ def owner_totals(master_trees, n_parties):
     """Each party's share of the forest's impurity decrease (the master's view:
     the ``owner`` of every split, no features)."""
     return _forest_mean(_shares_by(master_trees, "owner", n_parties), n_parties)
+
+
+# --------------------------------------------------------------------------- boosting: XGBoost's definitions
+# XGBoost's ``importance_type`` (``Booster.get_score``): per feature, over every
+# split on it in the whole ensemble, the number of splits (``weight``), the
+# summed or mean loss reduction (``total_gain``, ``gain``) and the summed or
+# mean cover, the hessian sum of the split node (``total_cover``, ``cover``).
+IMPORTANCE_TYPES = ("gain", "weight", "cover", "total_gain", "total_cover")
+IMPORTANCE_MEANING = {
+    "gain": "mean loss reduction of the feature's splits",
+    "total_gain": "summed loss reduction of the feature's splits",
+    "weight": "number of splits on the feature",
+    "cover": "mean cover (hessian sum of the split node) of the feature's splits",
+    "total_cover": "summed cover (hessian sum of the split node) of the feature's splits",
+}
+
+
+def split_gain_cover(tree):
+    """Every node's loss reduction and cover (0 at leaves) of a boosting tree
+    from its node statistics: under the Newton criterion the weighted impurity
+    decrease :func:`node_decreases` is XGBoost's split gain
+    ``G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)`` (``impurity``
+    is ``-G^2/((H+lambda) H)`` and ``weighted_n_node_samples`` is ``H``), and
+    the cover is ``H``."""
+    left = np.asarray(tree["children_left"])
+    cover = np.where(left != NO_CHILD, np.asarray(tree["weighted_n_node_samples"], dtype=np.float64), 0.0)
+    return node_decreases(tree), cover
+
+
+def split_scores(feature, gain, cover, width, importance_type):
+    """XGBoost's ``get_score`` per feature ``0 .. width - 1`` from the splits'
+    ``feature`` ids (negative: not a split counted here), loss reductions and
+    covers (flat arrays, one entry per split node of any tree); a feature
+    without a split scores 0."""
+    if importance_type not in IMPORTANCE_TYPES:
+        raise InputError("importance_type", f"must be one of {', '.join(map(repr, IMPORTANCE_TYPES))}, "
+                                            f"got {importance_type!r}")
+    feature = np.asarray(feature, dtype=np.int64)
+    own = feature >= 0
+    f = feature[own]
+    count = np.bincount(f, minlength=width).astype(np.float64)
+    if importance_type == "weight":
+        return count
+    w = np.asarray(gain if importance_type.endswith("gain") else cover, dtype=np.float64)[own]
+    total = np.bincount(f, weights=w, minlength=width)
+    if importance_type.startswith("total_"):
+        return total
+    return np.divide(total, count, out=np.zeros(width), where=count > 0)
+
+
+def normalised(scores):
+    """Scores divided by their sum (zeros stay zeros), as XGBoost's scikit-learn
+    ``feature_importances_``."""
+    scores = np.asarray(scores, dtype=np.float64)
+    total = scores.sum()
+    return scores / total if total > 0 else scores
+
+
+def boost_split_table(trees):
+    """``(feature, gain, cover)`` of every split node of complete boosting
+    trees (``feature``: global ids), concatenated over the trees."""
+    parts = [], [], []
+    for t in trees:
+        split = np.flatnonzero(np.asarray(t["children_left"]) != NO_CHILD)
+        gain, cover = split_gain_cover(t)
+        for acc, a in zip(parts, (np.asarray(t["feature"])[split], gain[split], cover[split])):
+            acc.append(a)
+    if not parts[0]:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    return tuple(np.concatenate(a) for a in parts)
+
+
+def boost_feature_importances(trees, n_features, importance_type="gain"):
+    """XGBoost's scikit-learn ``feature_importances_`` of complete boosting
+    trees: ``get_score(importance_type)`` per feature divided by its sum."""
+    return normalised(split_scores(*boost_split_table(trees), n_features, importance_type))

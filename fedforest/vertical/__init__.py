@@ -61,7 +61,9 @@ PARAMS = tuple(
           "'oneshot': one round for the whole forest; 'classical': node by node", text=True),
     Param("explain_row", None, (None, str),
           "predict only the row with this ID and print its decision path: the master the owner of "
-          "each split and the leaf, each party its own conditions", text=True),
+          "each split and the leaf value (boosting: the base margin and each leaf's margin contribution "
+          "to its tree's class; with paillier the label holder prints the values), each party its own "
+          "conditions", text=True),
     Param("explain_trees", 3, (Interval(int, 1),), "trees whose path explain_row prints"),
 )
 

@@ -9,11 +9,12 @@ Settings are named as XGBoost's scikit-learn estimators name them.
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
-from ..constraints import Interval, check
+from ..constraints import Interval, Options, check
 from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
 from ..tree.growth import SplitSettings, merge_partials, tree_seeds
 from .party_splitter import LocalParties, PartySplitter
 from ..tree.format import node_values
+from ..tree.importance import IMPORTANCE_TYPES, boost_feature_importances
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import prepare_X
 from ..tree.threads import set_threads
@@ -21,7 +22,8 @@ from . import boosting as B
 from .boost_params import CONSTRAINTS as BOOST_CONSTRAINTS
 from .estimator import TableEstimator, check_sample_weight
 
-CONSTRAINTS = dict(BOOST_CONSTRAINTS, n_jobs=(None, Interval(int, 1), Interval(int, None, -1)))
+CONSTRAINTS = dict(BOOST_CONSTRAINTS, n_jobs=(None, Interval(int, 1), Interval(int, None, -1)),
+                   importance_type=(Options(*IMPORTANCE_TYPES),))
 
 
 class _BaseBoost(TableEstimator):
@@ -30,7 +32,7 @@ class _BaseBoost(TableEstimator):
     def __init__(self, n_estimators=100, *, learning_rate=0.3, max_depth=6, min_child_weight=1.0,
                  reg_lambda=1.0, gamma=0.0, subsample=1.0, colsample_bytree=1.0, max_bins=255,
                  base_score=None, early_stopping_rounds=None, validation_fraction=0.1, random_state=None,
-                 split_method="hist", n_jobs=-1):
+                 split_method="hist", n_jobs=-1, importance_type="gain"):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
@@ -46,6 +48,7 @@ class _BaseBoost(TableEstimator):
         self.random_state = random_state
         self.split_method = split_method
         self.n_jobs = n_jobs
+        self.importance_type = importance_type
 
     def _params(self):
         values = self.get_params()
@@ -86,6 +89,19 @@ class _BaseBoost(TableEstimator):
             self.classes_ = classes
             self.n_classes_ = classes.size
         return self
+
+    @property
+    def feature_importances_(self):
+        """XGBoost's scikit-learn ``feature_importances_``: per feature, the
+        ``importance_type`` score of ``Booster.get_score`` over every split of
+        every tree (``gain``: mean loss reduction of its splits, ``total_gain``:
+        their sum, ``weight``: the number of splits, ``cover``/``total_cover``:
+        mean/summed hessian sum of the split nodes), divided by the sum over
+        the features (all zeros when no tree splits)."""
+        self._check_fitted()
+        check("importance_type", self.importance_type, CONSTRAINTS["importance_type"])
+        trees = [t for trees in self.estimators_ for t in trees]
+        return boost_feature_importances(trees, self.n_features_in_, self.importance_type)
 
     def decision_function(self, X):
         """The margins: the base margin plus every tree's leaf value, one column per output."""

@@ -26,7 +26,9 @@ from ..tree.growth import EPSILON, SplitSettings
 from .messages import bad_message, shown
 from .party_splitter import LocalParties, PartySplitter
 from .tree_grower import TreeGrower
+from ..tree import criterion
 from ..tree.format import NO_CHILD
+from ..tree.impurity import NEWTON
 from .boost_params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
@@ -234,6 +236,18 @@ class RoundGradients:
     # parent's histogram minus a child's, is exact, so subtraction changes no bit
     exact_sums = True
 
+    def split_records(self, won, n_nodes, settings):
+        """What a party stores with its tree beside the structure: the loss
+        reduction (``gain``) and the hessian sum (``cover``) of every split it
+        owns (0 elsewhere), XGBoost's importance statistics of its own
+        columns, from the children's sums it computed for its partitions
+        (``won``: (nodes, children's statistics) per level; see
+        :func:`split_gain_cover`)."""
+        gain, cover = np.zeros(n_nodes), np.zeros(n_nodes)
+        for nodes, stats in won:
+            gain[nodes], cover[nodes] = split_gain_cover(stats[0::2], stats[1::2], settings.reg_lambda)
+        return {"gain": gain, "cover": cover}
+
     def check_begin(self, msg, n_rows):
         for key in ("grad", "hess"):
             v = msg.get(key)
@@ -248,6 +262,19 @@ class RoundGradients:
     @staticmethod
     def tree_stats(counts, class_weight, grad, hess):
         return GradientLabels(grad, hess).tree_stats(counts, None)
+
+
+def split_gain_cover(left, right, reg_lambda):
+    """Loss reduction and cover of splits from their children's ``(H, G, 0)``
+    sums (rows of ``left`` and ``right``): the node's weighted impurity minus
+    its children's, as :func:`fedforest.tree.importance.split_gain_cover`
+    computes it from a tree's stored ``impurity`` and
+    ``weighted_n_node_samples`` (the same arithmetic, so the same numbers)."""
+    left = np.ascontiguousarray(left, dtype=np.float64)
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    w = [criterion.stats_weight_impurity(s, False, NEWTON, float(reg_lambda)) for s in (left + right, left, right)]
+    (wn, imp_n), (wl, imp_l), (wr, imp_r) = w
+    return wn * imp_n - wl * imp_l - wr * imp_r, wn
 
 
 def subsampler(n_rows, subsample):

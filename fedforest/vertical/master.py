@@ -417,7 +417,7 @@ def _explain_path(comm, cfg, manifest, trees, leaves):
         comm.exchange({r: {"op": protocol.PATH, "tree": arr[:, 0], "node": arr[:, 1],
                            "child": arr[:, 2]}})
     lines = [f"decision path of row {cfg.explain_row!r} (master's view; each party prints its own "
-             "conditions):"] + explain.path_lines(trees, leaves, classes, n_show)
+             "conditions):"] + explain.path_lines(trees, leaves, classes, n_show, manifest.get("boost"))
     print("\n".join(lines), flush=True)
     return lines
 

@@ -100,7 +100,7 @@ PARTIAL_DTYPES = {"children_left": np.int32, "children_right": np.int32, "featur
 
 def check_partial_tree(tree, n_columns, max_depth, what):
     """A party's partial tree, validated (InputError ``(what, ...)`` otherwise):
-    the arrays of :data:`PARTIAL_DTYPES` (and ``importance``) with one entry per
+    the arrays of :data:`PARTIAL_DTYPES` (and ``importance``, ``gain``, ``cover``) with one entry per
     node; node 0 the root and every other node the child of exactly one earlier
     node; splits with a column of this party (0 .. ``n_columns - 1``) or -1 (another
     party's), leaves -2; at most ``max_depth`` levels (None: no bound)."""
@@ -136,11 +136,12 @@ def check_partial_tree(tree, n_columns, max_depth, what):
                                f"column 0..{n_columns - 1} at splits")
     if not np.isin(out["missing_left"], (0, 1)).all():
         raise InputError(what, "tree array 'missing_left' holds values other than 0 and 1")
-    if "importance" in tree:
-        imp = tree["importance"]
-        if not (isinstance(imp, np.ndarray) and imp.shape == (n,) and imp.dtype.kind == "f"
-                and np.all(np.isfinite(imp))):
-            raise InputError(what, f"tree array 'importance' must hold {n} finite numbers")
+    for key in ("importance", "gain", "cover"):   # a boosting party's own split statistics
+        if key in tree:
+            a = tree[key]
+            if not (isinstance(a, np.ndarray) and a.shape == (n,) and a.dtype.kind == "f"
+                    and np.all(np.isfinite(a))):
+                raise InputError(what, f"tree array {key!r} must hold {n} finite numbers")
     if max_depth is not None:
         level, depth = np.zeros(1, dtype=np.int64), 0
         while level.size:   # the nodes of each level in turn (a tree: each node met once)

@@ -525,9 +525,14 @@ def _holder_result(msg, trees, manifest, n_rows, cfg):
             margin[:, i % k_out] += tree["value"][leaf, 0]
         values = boosting.predict_output(boost["objective"], margin).reshape(n_rows, -1)
     if cfg.explain_row is not None:
+        classes = manifest["classes"] if manifest["task"] == CLASSIFICATION else None
+        lines = [] if boost is None else [explain.base_margin_line(classes, boost)]
         for i, (tree, leaf) in enumerate(zip(trees[:cfg.explain_trees], row_leaves)):
-            print(f"[party {manifest['rank']}] tree {i}: leaf {int(leaf[0])} value "
-                  f"{', '.join(f'{v:.6g}' for v in tree['value'][leaf[0]])}", flush=True)
+            value = tree["value"][leaf[0]]
+            shown = ", ".join(f"{v:.6g}" for v in value) if boost is None else \
+                explain.leaf_text(i, value, classes, boost)
+            lines.append(f"tree {i}: leaf {int(leaf[0])} value {shown}")
+        print("\n".join(f"[party {manifest['rank']}] {line}" for line in lines), flush=True)
     out = {"op": protocol.RESULT}
     if manifest["task"] == CLASSIFICATION:
         classes = np.array(manifest["classes"])

@@ -427,6 +427,8 @@ class PartySplitter:
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml
+        if "stats" in reply and hasattr(self.labels, "split_records"):
+            self._tree.setdefault("won", []).append((np.asarray(nodes), reply["stats"]))
         reply["bits"] = pack_bits(bits)
         if self.settings.reveal_splits:
             reply.update(feature=feat, threshold=thr, missing_left=ml)
@@ -445,6 +447,8 @@ class PartySplitter:
     def _finish(self):
         extra = self.channel.finish(self)
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
+        if hasattr(self.labels, "split_records"):   # what the algorithm keeps of the splits it won
+            extra.update(self.labels.split_records(self._tree.get("won", ()), t["left"].shape[0], self.settings))
         self._current.finished = dict({"children_left": t["left"], "children_right": t["right"],
                                        "feature": t["feature"], "threshold": t["threshold"],
                                        "missing_left": t["missing_left"],

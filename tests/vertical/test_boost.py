@@ -94,7 +94,8 @@ def test_sample_weight_scales_gradients():
                                            ("colsample_bytree", 0), ("reg_lambda", -1), ("gamma", -0.1),
                                            ("min_child_weight", -1), ("max_bins", 256),
                                            ("early_stopping_rounds", 0), ("split_method", "approx"),
-                                           ("n_estimators", 0), ("validation_fraction", 1.0)])
+                                           ("n_estimators", 0), ("validation_fraction", 1.0),
+                                           ("importance_type", "gini")])
 def test_bad_settings_stop_before_any_work(setting, value):
     X, y = _regression(6)
     with pytest.raises(InputError, match=setting):
@@ -182,3 +183,64 @@ def test_histogram_subtraction_changes_no_tree(monkeypatch):
             for key in a:
                 np.testing.assert_array_equal(a[key], b[key])
     np.testing.assert_array_equal(with_sub.predict_proba(X), without.predict_proba(X))
+
+
+IMPORTANCE_CASES = [
+    # task, classes, split method, values rounded to (None: float32 values, hardly any tie)
+    ("regression", 1, "exact", None),
+    ("classification", 2, "exact", None),
+    ("classification", 3, "exact", None),
+    ("classification", 2, "hist", 1),     # fewer distinct values than bins: every value is a candidate
+    ("classification", 3, "hist", 1),
+]
+
+
+@pytest.mark.parametrize("task,n_classes,method,decimals", IMPORTANCE_CASES)
+def test_importances_are_xgboosts_for_every_importance_type(task, n_classes, method, decimals):
+    """The same settings grow XGBoost's trees (min_child_weight 3 keeps away
+    the one-row splits whose gains tie between columns, which XGBoost breaks
+    by float32 rounding); then every importance type is XGBoost's
+    ``get_score`` per feature and ``feature_importances_`` is XGBoost's."""
+    from fedforest.tree.importance import IMPORTANCE_TYPES, boost_split_table, split_scores
+    if task == "regression":
+        X, y = make_regression(600, 8, n_informative=4, noise=5, random_state=1)
+    else:
+        X, y = make_classification(600, 8, n_informative=4, n_classes=n_classes, n_clusters_per_class=1,
+                                   random_state=1)
+    X = np.round(X, decimals) if decimals is not None else X.astype(np.float32).astype(np.float64)
+    kw = dict(n_estimators=20, learning_rate=0.3, max_depth=4, min_child_weight=3.0, reg_lambda=1.0)
+    base = float(y.mean()) if task == "regression" else 0.5
+    if task == "regression":
+        ours = BoostRegressor(**kw, split_method=method, base_score=base, random_state=0).fit(X, y)
+        ref = xgb.XGBRegressor(**kw, tree_method=method, base_score=base, max_bin=255).fit(X, y)
+        assert np.max(np.abs(ours.predict(X) - ref.predict(X))) < 1e-5 * np.abs(y).max()
+    else:
+        ours = BoostClassifier(**kw, split_method=method, base_score=0.5 if n_classes == 2 else None,
+                               random_state=0).fit(X, y)
+        ref = xgb.XGBClassifier(**kw, tree_method=method, base_score=base, max_bin=255).fit(X, y)
+        assert np.max(np.abs(ours.predict_proba(X) - ref.predict_proba(X))) < 1e-5
+    # the default is XGBoost's scikit-learn default, 'gain'
+    assert ours.importance_type == "gain" and ref.importance_type in (None, "gain")
+    np.testing.assert_allclose(ours.feature_importances_, ref.feature_importances_, rtol=1e-5, atol=1e-7)
+    trees = [t for r in ours.estimators_ for t in r]
+    for kind in IMPORTANCE_TYPES:
+        expected = ref.get_booster().get_score(importance_type=kind)
+        got = split_scores(*boost_split_table(trees), X.shape[1], kind)
+        assert set(np.flatnonzero(got)) == {int(f[1:]) for f in expected}, kind
+        for f, v in expected.items():
+            assert got[int(f[1:])] == pytest.approx(v, rel=1e-5), (kind, f)
+        ours.set_params(importance_type=kind)
+        ref.set_params(importance_type=kind)
+        assert ours.feature_importances_.sum() == pytest.approx(1.0)
+        np.testing.assert_allclose(ours.feature_importances_, ref.feature_importances_, rtol=1e-5, atol=1e-7,
+                                   err_msg=kind)
+
+
+def test_importance_type_set_after_fit_is_checked():
+    X, y = _classification(7)
+    m = BoostClassifier(n_estimators=2, max_depth=2, random_state=0).fit(X, y)
+    m.importance_type = "split"
+    with pytest.raises(InputError, match="importance_type"):
+        m.feature_importances_
+    with pytest.raises(InputError, match="not fitted"):
+        BoostRegressor().feature_importances_

@@ -167,22 +167,115 @@ def test_bad_settings_stop_before_any_work(tmp_path, setting, value, message):
     assert not (tmp_path / "m").exists()
 
 
-def test_explain_row_and_importances_of_a_boosted_model(tmp_path, capsys):
+def _boosted_pair(tmp_path, n_classes, privacies=("plain", "paillier")):
+    """A boosted model per label privacy (3 rounds, party 2 holds text labels),
+    the frames and the single-process model of the same settings."""
+    X, y = _data("classification", n_classes, 5 + n_classes, n=150, nan_share=0.05)
+    names = np.array(["No", "Yes", "Maybe"])[:n_classes]
+    labels = names[y]
+    frames = party_frames(X, labels, [[0, 1, 2, 3], [4, 5, 6, 7]], label_party=1)
+    params = dict(n_estimators=3, max_depth=3, random_state=0)
+    for privacy in privacies:
+        _boost("train", frames, task="classification", label_column="y", model_dir=str(tmp_path / privacy),
+               **params, **(PAILLIER if privacy == "paillier" else {}))
+    return X, labels, frames, BoostClassifier(**params).fit(X, labels)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_explain_row_prints_each_trees_margin_contribution_to_its_class(tmp_path, capsys, n_classes):
+    """A boosting leaf is its contribution to the margin of the class its tree
+    belongs to (tree t: class t % K in softmax, the positive class in binary);
+    the base margin plus the printed contributions is the model's margin.
+    Plain: the master prints them; encrypted: the label holder."""
+    X, labels, frames, est = _boosted_pair(tmp_path, n_classes)
+    row = 11
+    margin = est.decision_function(X[row:row + 1])[0]
+    k_out = margin.shape[0]
+    n_trees = 3 * k_out
+    for privacy in ("plain", "paillier"):
+        capsys.readouterr()
+        _boost("predict", _without_label(frames), model_dir=str(tmp_path / privacy), explain_row=f"row-{row:05d}",
+               explain_trees=n_trees, output=str(tmp_path / f"{privacy}.csv"), result_party=2)
+        printed = capsys.readouterr().out.splitlines()
+        if privacy == "plain":
+            lines = [ln for ln in printed if ln.startswith(("tree ", "base margin: "))]
+            contributions = [ln.rsplit(" [", 1)[1].rstrip("]") for ln in lines[1:]]
+            assert all("value at the label holder" not in ln for ln in printed)
+        else:
+            lines = [ln[len("[party 2] "):] for ln in printed if ln.startswith("[party 2] base margin: ")
+                     or ln.startswith("[party 2] tree ") and ": leaf " in ln]
+            contributions = [ln.split(" value ", 1)[1] for ln in lines[1:]]
+            master = [ln for ln in printed if ln.startswith("tree ")]
+            assert len(master) == n_trees and all("[value at the label holder]" in ln for ln in master)
+        assert lines[0].startswith("base margin: ") and len(contributions) == n_trees
+        base = [float(part.split(" to ")[0]) for part in lines[0][len("base margin: "):].split(", ")]
+        total = np.array(base, dtype=np.float64)
+        assert total.shape == (k_out,)
+        for t, text in enumerate(contributions):
+            value, target = text.split(" to ", 1)
+            cls = est.classes_[1] if n_classes == 2 else est.classes_[t % n_classes]
+            assert target.startswith(f"the margin of class {cls}"), (privacy, t, text)
+            total[t % k_out] += float(value)
+        np.testing.assert_allclose(total, margin, rtol=0, atol=1e-8 * (n_trees + 1))
+
+
+def test_boosted_importances_are_xgboosts_where_each_rank_can_know_them(tmp_path, capsys):
+    """Plain gradients: each party's get_score of its own columns and the
+    master's per party are the single-process model's; encrypted gradients:
+    the label holder holds every column's (and XGBoost's normalised
+    feature_importances_), the other party its split counts, the master none."""
+    from fedforest.cli import main
+    from fedforest.tree.importance import IMPORTANCE_TYPES, boost_split_table, split_scores
     from fedforest.vertical import explain
-    X, y = _data("classification", 2, 5, n=200, nan_share=0.0)
-    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]], label_party=1)
-    md = str(tmp_path / "model")
-    _boost("train", frames, task="classification", label_column="y", model_dir=md, n_estimators=4,
-           max_depth=3, random_state=0)
-    text = explain.describe(md, None)
-    assert "party 1" in text and "party 2" in text
+    X, labels, frames, est = _boosted_pair(tmp_path, 3)
+    trees = [t for r in est.estimators_ for t in r]
+    feature, gain, cover = boost_split_table(trees)
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for kind in IMPORTANCE_TYPES:
+        ref = split_scores(feature, gain, cover, 8, kind)
+        for p, cols in enumerate(groups):
+            names, got = explain.party_boost_scores(str(tmp_path / "plain" / f"party-{p + 1}"), kind)
+            assert names == [f"f{c}" for c in cols]
+            np.testing.assert_allclose(got, ref[cols], rtol=1e-12, atol=0)
+        owner = np.where(feature < 4, 0, 1)
+        np.testing.assert_allclose(explain.master_boost_party_scores(str(tmp_path / "plain" / "master"), kind),
+                                   split_scores(owner, gain, cover, 2, kind), rtol=1e-12)
+        names, scores, shares = explain.holder_boost_scores(str(tmp_path / "paillier" / "party-2"), kind)
+        # the label holder's own columns by name, party 1's by number
+        column = [c for n in names for c in ([int(n[1:])] if n.startswith("f") else [int(n.split("#")[1])])]
+        assert len(set(column)) == len(column) == np.count_nonzero(ref)
+        np.testing.assert_allclose(scores, ref[column], rtol=1e-12)
+        est.set_params(importance_type=kind)
+        np.testing.assert_allclose(shares, est.feature_importances_[column], rtol=1e-12)
+        assert est.feature_importances_[np.setdiff1d(np.arange(8), column)].sum() == 0
+    _, counts = explain.split_counts(str(tmp_path / "paillier" / "party-1"))
+    np.testing.assert_array_equal(counts, split_scores(feature, gain, cover, 8, "weight")[:4])
+    with pytest.raises(InputError, match="label holder"):
+        explain.party_boost_scores(str(tmp_path / "paillier" / "party-1"))
+    # the encrypted master's folder holds no label statistic, and the text says where they are
+    master_tree = model_io.read_trees(str(tmp_path / "paillier" / "master"), 1)[0]
+    assert not {"value", "impurity", "weighted_n_node_samples"} & set(master_tree)
+    assert all(np.asarray(a).dtype.kind != "f" for a in master_tree.values())
+    text = explain.describe(str(tmp_path / "paillier"), importance_type="total_cover")
+    assert "held by the label holder (party 2)" in text and "'total_cover'" in text and "party 1 column #" in text
     capsys.readouterr()
-    out = _boost("predict", _without_label(frames), model_dir=md, explain_row="row-00007",
-                 explain_trees=2, output=str(tmp_path / "p.csv"))
-    printed = capsys.readouterr().out
-    assert "decision path of row 'row-00007'" in printed
-    assert "[party 1]" in printed or "[party 2]" in printed
-    assert out["values"].shape == (1, 2)
+    assert main(["explain", "--model-dir", str(tmp_path / "plain"), "--importance-type", "weight"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("importance_type 'weight'") == 3
+    assert main(["explain", "--model-dir", str(tmp_path / "plain"), "--importance-type", "gini"]) == 2
+    assert "importance_type" in capsys.readouterr().err
+
+
+def test_importance_type_is_refused_for_a_forest(tmp_path):
+    from fedforest.jobs import run_vertical
+    from fedforest.vertical import explain
+    X, y = _data("classification", 2, 1, n=80, nan_share=0.0)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    run_vertical("train", frames, task="classification", label_column="y", model_dir=str(tmp_path / "f"),
+                 n_estimators=2, max_depth=2, random_state=0)
+    with pytest.raises(InputError, match="importance_type.*forest"):
+        explain.describe(str(tmp_path / "f"), importance_type="gain")
+    assert "mean decrease in impurity" in explain.describe(str(tmp_path / "f"))
 
 
 ENCRYPTED_CASES = [
