@@ -4,11 +4,14 @@ Each boosting round grows trees with the same level-wise grower as the forest
 (:class:`fedforest.vertical.tree_grower.TreeGrower`, the same parties' split search
 and partitions), under the Newton criterion: the per-row statistics are
 ``(h, g, 0)``, the hessian and gradient of the loss at the current
-predictions, a candidate's gain is XGBoost's loss reduction
-``(G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)) / 2`` and a
-leaf's value is ``-learning_rate * G / (H + lambda)``.  Missing values learn
-their direction at every split (both sides are scored, as XGBoost's ``hist``
-does).
+predictions, a candidate's gain is XGBoost's loss change
+``G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)`` (the number
+XGBoost compares ``gamma``, its ``min_split_loss``, with, and reports as a
+split's ``gain``) and a leaf's value is ``-learning_rate * G / (H + lambda)``.
+Missing values learn their direction at every split (both sides are scored,
+as XGBoost's ``hist`` does).  With ``split_method = "exact"`` a value lying
+on a split's midpoint goes right, as in XGBoost's ``exact`` method
+(:data:`~fedforest.tree.splitter.BELOW_FLOAT32_MIDPOINT`).
 
 Objectives: squared error, binary logistic, and multiclass softmax with one
 tree per class per round.  One tree per class (XGBoost's layout) keeps every
@@ -265,8 +268,9 @@ class BoostTrees:
     """The decisions that make a tree a boosting tree (the forest's
     :class:`~fedforest.tree.growth.ForestTrees` component): every node that
     may split is searched (a node's impurity says nothing under the Newton
-    criterion); a split is made when it reduces the loss by more than
-    ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves hold ``-G / (H + lambda)``."""
+    criterion); a split is made when its loss change is more than
+    ``MIN_LOSS_CHANGE`` and at least ``gamma``, tested as the split is found
+    (XGBoost's ``hist`` method); leaves hold ``-G / (H + lambda)``."""
 
     def __init__(self, settings):
         self.s = settings
