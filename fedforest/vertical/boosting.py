@@ -56,10 +56,19 @@ def n_outputs(objective, n_classes):
     return n_classes if objective == SOFTMAX else 1
 
 
+def check_base_score(objective, base_score):
+    """``base_score`` is a probability under the logistic loss: refused outside
+    (0, 1), as XGBoost refuses it (an end of the interval is an infinite margin)."""
+    if objective == LOGISTIC and base_score is not None and not 0.0 < float(base_score) < 1.0:
+        raise InputError("base_score", f"must lie in (0, 1) for binary classification (the logistic loss): it "
+                                       f"is the starting probability of the positive class, got {base_score!r}")
+
+
 def base_margin(objective, y, weight, n_classes, base_score=None):
     """The starting margin of every row (one per output): ``base_score`` as
     XGBoost reads it (a probability for the logistic objective), or, when
     None, the constant that minimises the weighted loss."""
+    check_base_score(objective, base_score)
     k = n_outputs(objective, n_classes)
     if objective == SQUARED_ERROR:
         b = float(np.average(y, weights=weight)) if base_score is None else float(base_score)
