@@ -85,19 +85,33 @@ def gradients(objective, y, margin, weight):
     """Per-row gradient and hessian of the weighted loss, ``(n, outputs)`` each,
     rounded to a power-of-two grid per output (:func:`grid_values`), so that
     every node and bin sum is exact: the same in any order, on any party, in
-    the encrypted mode's integer slots, and by histogram subtraction."""
+    the encrypted mode's integer slots, and by histogram subtraction.
+
+    Integer weights multiply the rounded values on a grid sized for the total
+    weight, so a row of weight ``k`` adds exactly what ``k`` copies of it add
+    (the same trees as the repeated rows); other weights are rounded with
+    the values they multiply."""
     return gradient_grid(objective, y, margin, weight)[:2]
 
 
 def gradient_grid(objective, y, margin, weight):
     """:func:`gradients` and their grid: ``(g, h, q_g, q_h, steps)`` with
     ``g = q_g * steps[:, 0]`` and ``h = q_h * steps[:, 1]`` per output."""
-    g, h = _raw_gradients(objective, y, margin, weight)
+    g, h = _raw_gradients(objective, y, margin, None)
     n = g.shape[0]
+    counts = None
+    if weight is not None:
+        total = float(np.sum(weight))
+        if np.all(weight == np.floor(weight)) and total < MAX_EXACT:
+            counts, n = weight.astype(np.int64), max(int(total), 1)
+        else:
+            g, h = g * weight[:, None], h * weight[:, None]
     out = [[], [], [], [], []]
     for k in range(g.shape[1]):
         for j, v in enumerate((g[:, k], h[:, k])):
             rounded, q, step = grid_values(v, n)
+            if counts is not None:
+                rounded, q = rounded * counts, q * counts
             out[j].append(rounded)
             out[2 + j].append(q)
             out[4].append(step)
