@@ -369,8 +369,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
 
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
-                      w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp,
-                      threshold_rule=MIDPOINT):
+                      w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp, threshold_rule):
     """Best exact split of every open node.
 
     ``X`` holds float32 feature values (NaN = missing); a value goes left when

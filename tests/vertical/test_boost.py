@@ -271,7 +271,7 @@ def test_a_value_on_the_midpoint_goes_right_in_boosting_and_left_in_the_forest()
 def test_exact_boosting_splits_values_closer_than_scikit_learns_threshold():
     """XGBoost splits any two distinct float32 values; scikit-learn's rule (the
     forest's) keeps values closer than 1e-7 together."""
-    X = np.array([[1.0], [1.0 + 2e-8 * 4], [1.0 + 2e-7 * 4], [1.0 + 3e-7 * 4]]).astype(np.float32)
+    X = 0.5 + np.array([[0.0], [1.0], [2.0], [3.0]]) * 2 ** -24    # float32 neighbours, 6e-8 apart
     y = np.array([0.0, 10.0, 10.0, 10.0])
     ours = BoostRegressor(n_estimators=1, max_depth=1, split_method="exact", min_child_weight=0,
                           learning_rate=1.0, reg_lambda=0.0).fit(X, y)
