@@ -164,17 +164,17 @@ def changed_settings(manifest, params, cfg):
     return [f"{k} {stored.get(k)!r} -> {v!r}" for k, v in sorted(now.items()) if stored.get(k) != v]
 
 
-def restart_note(folder, manifest, params, cfg, parties_behind):
+def restart_note(folder, manifest, job_id, params, cfg, parties_behind):
     """The line a resumed job with ``overwrite`` logs when it starts again from
     tree 0: why the stored checkpoint does not fit (``manifest``: the master's;
     ``parties_behind``: ranks whose folders hold no checkpoint of this job)."""
     changed = changed_settings(manifest, params, cfg)
     if changed:
         why = f"the model in {folder!r} was trained with other settings ({', '.join(changed)})"
-    elif parties_behind:
-        why = f"the model_dir of party {', '.join(map(str, parties_behind))} holds no checkpoint of this job"
-    else:
+    elif manifest.get("job_id") != job_id:
         why = f"the model in {folder!r} belongs to another job (the parties or their tables differ)"
+    else:
+        why = f"the model_dir of party {', '.join(map(str, parties_behind))} holds no checkpoint of this job"
     return f"--resume: {why}; overwrite = true: the stored model is replaced and training restarts from tree 0"
 
 

@@ -69,7 +69,8 @@ def open_training(comm, cfg, params):
     stored = model_files.existing_model(my_dir) if cfg.resume and start == 0 else None
     if stored is not None and (stored.get("job_id") != job_id or max(done) > 0):
         # overwrite = true let a checkpoint of other settings (or a rank's missing one) through
-        log(cfg, restart_note(my_dir, stored, params, cfg, [r for r in comm.clients if not dirs[r]["n_trees"]]))
+        log(cfg, restart_note(my_dir, stored, job_id, params, cfg,
+                              [r for r in comm.clients if not dirs[r]["n_trees"]]))
     # a run id tells models of different runs apart (kept when resuming); without a
     # fixed random_state the seed is drawn once and kept in the checkpoint too
     previous = model_files.read_manifest(my_dir) if start else {}
