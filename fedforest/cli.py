@@ -9,6 +9,9 @@ Local commands: ``predict`` (horizontal models), ``explain``, ``evaluate``,
 
 Every setting of docs/config.md is also a flag (``max_depth`` -> ``--max-depth``);
 ``--mode`` picks the algorithm (``python -m fedforest modes`` lists them).
+What each rank learns of the others' data in each mode and label privacy:
+docs/protocol.md, sections "What each role learns" (forest) and "What each
+rank learns" (boosting).
 """
 import argparse
 import gc
@@ -367,7 +370,9 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"fedforest {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _job_parser(sub, "train", cmd_train, "train a model of the chosen mode (under mpiexec -n K+1)",
-                "Train a model: rank 0 is the server, ranks 1..K the parties/clients.")
+                "Train a model: rank 0 is the server, ranks 1..K the parties/clients.  What each rank "
+                "learns of the others' data (per mode and label_privacy): docs/protocol.md, \"What each "
+                "role learns\" (forest) and \"What each rank learns\" (boosting).")
     _job_parser(sub, "predict", cmd_predict,
                 "predict with a trained model (vertical: under mpiexec; horizontal: locally)",
                 "Predict with a trained model.  A vertical model is split across the parties: predict "
@@ -385,7 +390,9 @@ def build_parser():
                     "run the master of a network job (TCP + TLS; parties start fedforest join)",
                     "Run the master of a network job: listen for the parties pinned in the job file's "
                     "[network] table, send them the job, run the mode's server role (docs/network.md).  "
-                    "Each party names its own data in its party file.",
+                    "Each party names its own data in its party file.  What each rank learns of the "
+                    "others' data: docs/protocol.md, \"What each role learns\" (forest) and \"What each "
+                    "rank learns\" (boosting).",
                     shown=SERVE_SHOWN,
                     epilog="Every setting of the mode's table is also a flag, as for train (--max-depth, "
                            "--n-estimators, ...): `python -m fedforest train --help` lists them, "

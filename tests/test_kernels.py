@@ -372,7 +372,7 @@ def test_best_splits_exact_brute_force(task, msl, mwl):
     fmask = (rng.random((starts.size, X.shape[1])) < 0.7).astype(np.uint8)
     fmask[3] = 1
     out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                              prob.w_total, msl, mwl, *splitter.NO_NODE_STATS)
+                              prob.w_total, msl, mwl, *splitter.NO_NODE_STATS, splitter.MIDPOINT)
     n_checked = check_best_splits(
         out, prob, rows, starts, ends, fmask,
         column=lambda f, idx: X[idx, f],
@@ -395,7 +395,7 @@ def _search(mode, x_cols, n_bins, prob, fmask):
     else:
         X = np.asfortranarray(np.column_stack(x_cols).astype(np.float64))
         out = splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                                  prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS)
+                                  prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS, splitter.MIDPOINT)
     return [o[0] for o in out]
 
 
@@ -495,11 +495,45 @@ def test_exact_root_split_matches_sklearn(criterion, n_classes, with_nan):
     g, f, thr, ml = [o[0] for o in splitter.best_splits_exact(
         np.asfortranarray(X32.astype(np.float64)), rows, np.array([0]), np.array([rows.size]),
         np.ones((1, d), dtype=np.uint8), ycls, yw, bool(n_classes), S, crit, 0.0, w.sum(), 1, 0.0,
-        *splitter.NO_NODE_STATS)]
+        *splitter.NO_NODE_STATS, splitter.MIDPOINT)]
     assert sk_gain > 0 and np.isclose(g, sk_gain, rtol=1e-7, atol=1e-12)
     assert f == t.feature[0] and thr == t.threshold[0]
     if with_nan:
         assert ml == t.missing_go_to_left[0]
+
+
+@pytest.mark.parametrize("v0,v1", [(0.2, 0.3), (-0.1, 0.1), (1.0, 3.0), (1.0, 1.0 + 2 ** -20)])
+def test_exact_threshold_rules(v0, v1):
+    """MIDPOINT: scikit-learn's midpoint, a value on it goes left; BELOW_FLOAT32_MIDPOINT:
+    the largest float32 below XGBoost's float32 midpoint m, so x <= threshold is x < m
+    for every float32 x (a value on m goes right)."""
+    v0, v1 = float(np.float32(v0)), float(np.float32(v1))
+    X = np.asfortranarray([[v0], [v0], [v1], [v1]])
+    rows = np.arange(4, dtype=np.int32)
+    yw = np.column_stack((np.ones(4), [-1.0, -1.0, 1.0, 1.0], np.zeros(4)))
+    out = {}
+    for rule in (splitter.MIDPOINT, splitter.BELOW_FLOAT32_MIDPOINT):
+        out[rule] = splitter.best_splits_exact(
+            X, rows, np.array([0]), np.array([4]), np.ones((1, 1), dtype=np.uint8), np.zeros(4, dtype=np.int32),
+            yw, False, 3, impurity.NEWTON, 1.0, 1.0, 1, 0.0, *splitter.NO_NODE_STATS, rule)[2][0]
+    assert out[splitter.MIDPOINT] == v0 / 2 + v1 / 2
+    m = np.float32((np.float32(v0) + np.float32(v1)) * np.float32(0.5))
+    below = out[splitter.BELOW_FLOAT32_MIDPOINT]
+    assert v0 <= below < v1
+    grid = np.float32(v0) + (np.float32(v1) - np.float32(v0)) * np.linspace(0, 1, 41).astype(np.float32)
+    for x in np.concatenate((grid, [m, np.nextafter(m, np.float32(-1e9)), np.nextafter(m, np.float32(1e9))])):
+        assert (float(x) <= below) == (x < m)
+
+
+def test_xgboosts_rule_splits_values_closer_than_scikit_learns_threshold():
+    X = np.asfortranarray([[0.5], [0.5], [0.5 + 2 ** -24], [0.5 + 2 ** -24]])   # 6e-8 apart, float32 neighbours
+    rows = np.arange(4, dtype=np.int32)
+    yw = np.column_stack((np.ones(4), [-1.0, -1.0, 1.0, 1.0], np.zeros(4)))
+    gains = [splitter.best_splits_exact(
+        X, rows, np.array([0]), np.array([4]), np.ones((1, 1), dtype=np.uint8), np.zeros(4, dtype=np.int32),
+        yw, False, 3, impurity.NEWTON, 1.0, 1.0, 1, 0.0, *splitter.NO_NODE_STATS, rule)[0][0]
+        for rule in (splitter.MIDPOINT, splitter.BELOW_FLOAT32_MIDPOINT)]
+    assert gains[0] == -np.inf and gains[1] > 0
 
 
 # --------------------------------------------------------------------------- partition
@@ -937,7 +971,7 @@ def test_split_search_is_independent_of_the_thread_count(task):
                 hist_search(Xb, n_bins, rows, starts, ends, fmask, *prob.kernel_args(),
                                    prob.w_total, 1, 0.0),
                 splitter.best_splits_exact(X, rows, starts, ends, fmask, *prob.kernel_args(),
-                                    prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS))
+                                    prob.w_total, 1, 0.0, *splitter.NO_NODE_STATS, splitter.MIDPOINT))
     finally:
         numba_threads.set_threads(1)
     for a, b in zip(out[1], out[2]):

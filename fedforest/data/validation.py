@@ -38,6 +38,12 @@ def encode_labels(y, task, what="y"):
     if y.dtype.kind in "fc":
         if not np.isfinite(y).all():
             raise InputError(what, f"contains {int((~np.isfinite(y)).sum())} NaN or infinite labels")
+        fraction = y[y != np.round(y)] if y.dtype.kind == "f" else y[y.imag != 0]
+        if fraction.size:
+            # scikit-learn's type_of_target calls such labels 'continuous' and its classifiers refuse them
+            raise InputError(what, f"is continuous (non-integer values such as {fraction[0].item()!r}, "
+                                   f"{np.unique(y).size} distinct values): classification needs classes; "
+                                   "use regression (task = \"regression\") for a continuous target")
     elif y.dtype.kind == "O":
         bad = [v for v in y if v is None or (isinstance(v, float) and not np.isfinite(v))]
         if bad:

@@ -207,7 +207,9 @@ def resolve(config_path, flag_values, registry=REGISTRY, skip_tables=()):
             other = registry.by_table(table)
             if other is not None:
                 raise InputError(f"config [{table}]", f"holds settings of mode {other.name!r}, but this "
-                                                      f"job runs mode {mode.name!r}")
+                                                      f"job runs mode {mode.name!r}, whose settings go in "
+                                                      f"[{mode.table}]: rename the table [{mode.table}] "
+                                                      f"(or run mode {other.name!r})")
             tables = [JOB_TABLE] + [m.table for m in registry.modes()]
             near = difflib.get_close_matches(table, tables, n=1)
             hint = f"; did you mean [{near[0]}]?" if near else ""

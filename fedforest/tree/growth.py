@@ -11,6 +11,7 @@ from . import partitioner
 from .format import LEAF, NO_CHILD
 from .binning import MISSING_BIN
 from .impurity import NEWTON
+from .splitter import BELOW_FLOAT32_MIDPOINT, MIDPOINT
 from .params import CRITERION_CODE, resolve_count, resolve_max_features
 
 
@@ -22,9 +23,11 @@ HIST_CACHE_BYTES_PER_ROW = 2
 
 def gain_scale(settings, total_w):
     """The ``w_total`` the split kernels divide gains by: the tree's total
-    weight (scikit-learn's weighted impurity decrease), or 2 under the Newton
-    criterion, whose gains are then XGBoost's loss reductions."""
-    return 2.0 if settings.crit == NEWTON else float(total_w)
+    weight (scikit-learn's weighted impurity decrease), or 1 under the Newton
+    criterion, whose gains are then XGBoost's loss changes
+    ``G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)``, the number
+    its ``gamma`` (``min_split_loss``) is compared with."""
+    return 1.0 if settings.crit == NEWTON else float(total_w)
 
 
 def min_leaf_weight(settings, total_w):
@@ -60,6 +63,9 @@ class SplitSettings:
         # hessian sum of a child; 0 for forests
         self.reg_lambda = float(getattr(params, "reg_lambda", 0.0))
         self.min_child_weight = float(getattr(params, "min_child_weight", 0.0))
+        # where an exact split sends a value on the midpoint of two training values:
+        # boosting as XGBoost, forests as scikit-learn
+        self.threshold_rule = BELOW_FLOAT32_MIDPOINT if self.crit == NEWTON else MIDPOINT
         self.reveal_splits = False  # winners also send feature and threshold to the master
         # histogram subtraction: a node of at least this many rows keeps its histograms for
         # its children, so the kept histograms of a level hold at most HIST_CACHE_BYTES_PER_ROW

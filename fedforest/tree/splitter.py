@@ -25,6 +25,10 @@ from .criterion import add_row, node_weights, proxy_score, split_gain, weight_of
 from .impurity import ENTROPY, GINI, NEWTON, SQUARED_ERROR, impurity
 
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
+# where an exact split puts a value lying on the midpoint of two training values
+# (best_splits_exact's threshold_rule)
+MIDPOINT = 0                 # left: x <= midpoint (scikit-learn)
+BELOW_FLOAT32_MIDPOINT = 1   # right: x < float32(midpoint) goes left (XGBoost's exact method)
 
 
 @njit(cache=True)
@@ -365,13 +369,20 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
 
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
-                      w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp):
-    """Best exact split of every open node, thresholds as scikit-learn computes them.
+                      w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp, threshold_rule):
+    """Best exact split of every open node.
 
-    ``X`` holds float32 feature values (NaN = missing).  A threshold is the
-    midpoint of two consecutive distinct values (falling back to the lower value
-    when the midpoint rounds up to the upper one); ``+inf`` separates all
-    non-missing values (left) from missing ones (right).
+    ``X`` holds float32 feature values (NaN = missing); a value goes left when
+    it is at most the threshold.  Between two consecutive distinct values
+    ``v0 < v1`` the threshold is, by ``threshold_rule``: :data:`MIDPOINT`
+    (scikit-learn's) their midpoint (the lower value when the midpoint rounds
+    up to the upper one), so a value on the midpoint goes left;
+    :data:`BELOW_FLOAT32_MIDPOINT` (XGBoost's ``x < float32 midpoint``) the
+    largest float32 below the float32 midpoint, at least ``v0``, so a float32
+    value on the midpoint goes right (and any two distinct values may be split
+    apart, where scikit-learn's rule keeps values closer than
+    ``FEATURE_THRESHOLD`` together).  ``+inf`` separates all non-missing
+    values (left) from missing ones (right).
     Returns ``gain, feature, threshold, missing_left`` per node.  Like
     :func:`best_splits_hist`, (node, feature) pairs run in parallel and are
     reduced in feature order.  ``node_w``, ``node_imp`` as in :func:`best_splits_hist`.
@@ -380,6 +391,8 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, l
     w_nodes, imp_nodes = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
+    # scikit-learn never splits values closer than FEATURE_THRESHOLD apart; XGBoost splits any two
+    min_gap = FEATURE_THRESHOLD if threshold_rule == MIDPOINT else 0.0
     gains = np.full(n_pairs, -np.inf)
     thrs = np.zeros(n_pairs)
     mls = np.zeros(n_pairs, dtype=np.uint8)
@@ -424,10 +437,13 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, l
             if not last:
                 v0 = vals[order[p]]
                 v1 = vals[order[p + 1]]
-                if v1 <= v0 + FEATURE_THRESHOLD:
+                if v1 <= v0 + min_gap:
                     continue
                 thr = v0 / 2.0 + v1 / 2.0
-                if thr == v1 or thr == np.inf or thr == -np.inf:
+                if threshold_rule == BELOW_FLOAT32_MIDPOINT:
+                    below = np.float64(np.nextafter(np.float32(thr), np.float32(-np.inf)))
+                    thr = below if below > v0 else v0
+                elif thr == v1 or thr == np.inf or thr == -np.inf:
                     thr = v0
             else:
                 if n_miss == 0:

@@ -103,12 +103,16 @@ class _BaseBoost(TableEstimator):
         trees = [t for trees in self.estimators_ for t in trees]
         return boost_feature_importances(trees, self.n_features_in_, self.importance_type)
 
-    def decision_function(self, X):
-        """The margins: the base margin plus every tree's leaf value, one column per output."""
+    def _margins(self, X):
+        """The margins, ``(n_rows, outputs)``: the base margin plus every tree's leaf value."""
         self._check_fitted()
         X, _ = self._validate(X)
         set_threads(resolve_n_jobs(self.n_jobs))
         return margins(self.estimators_, self.base_margin_, X, self.params_.split_method)
+
+    def _output(self, X):
+        margin = self._margins(X)
+        return B.predict_output(self.objective_, margin)
 
 
 class BoostClassifier(ClassifierMixin, _BaseBoost):
@@ -116,11 +120,18 @@ class BoostClassifier(ClassifierMixin, _BaseBoost):
     class per round) grown with the vertical grower on one machine."""
     _task = CLASSIFICATION
 
+    def decision_function(self, X):
+        """The margins (log-odds of ``classes_[1]`` for two classes, shape
+        ``(n_rows,)``; one column per class for more), as scikit-learn's classifiers give them."""
+        margin = self._margins(X)
+        return margin[:, 0] if self.objective_ == B.LOGISTIC else margin
+
     def predict_proba(self, X):
-        return B.predict_output(self.objective_, self.decision_function(X))
+        return self._output(X)
 
     def predict(self, X):
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class BoostRegressor(RegressorMixin, _BaseBoost):
@@ -128,7 +139,7 @@ class BoostRegressor(RegressorMixin, _BaseBoost):
     _task = REGRESSION
 
     def predict(self, X):
-        return B.predict_output(self.objective_, self.decision_function(X))
+        return self._output(X)
 
 
 def margins(rounds, base, X, split_method):
@@ -145,7 +156,11 @@ def margins(rounds, base, X, split_method):
 def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
     """The boosting loop on pooled columns; returns the rounds' trees (each a
     list of one tree per output, leaf values already scaled by the learning
-    rate), the base margin, the best round and the validation history."""
+    rate), the base margin, the best round and the validation history.
+    Training rows of weight zero take no part, not even in the bin edges or
+    thresholds (as in the forest): a weight of zero is the row left out."""
+    if weight is not None:
+        train = train[weight[train] > 0]
     Xt, yt = X[train], target[train]
     wt = None if weight is None else weight[train]
     k_out = B.n_outputs(objective, n_classes)

@@ -79,16 +79,19 @@ HELP = {
     "max_depth": "maximum tree depth",
     "min_child_weight": "least hessian sum of a child",
     "reg_lambda": "L2 penalty on leaf values",
-    "gamma": "least loss reduction of a split",
+    "gamma": "least loss change of a split, XGBoost's min_split_loss (the split's gain "
+             "G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)), tested as each split is found",
     "subsample": "share of the rows each tree draws (each row kept with this probability)",
     "colsample_bytree": "share of the columns each tree draws",
     "max_bins": "bins per feature with split_method 'hist' (2..255)",
-    "base_score": "starting prediction (a probability for binary logistic; None: the one that "
+    "base_score": "starting prediction: binary classification, the probability of the positive class, "
+                  "in (0, 1); regression, the starting value; multiclass, no effect (None: the one that "
                   "minimises the training loss)",
     "early_stopping_rounds": "stop once the validation loss has not improved for this many rounds "
                              "(None: no early stopping, no validation share)",
     "validation_fraction": "share of the rows held out for early stopping (the label holder's labels "
                            "score it)",
     "random_state": "seed of the whole ensemble (None: a fresh seed, recorded in the model)",
-    "split_method": "'hist' (quantile bins, max_bins per feature) or 'exact' (every threshold)",
+    "split_method": "'hist' (quantile bins, max_bins per feature) or 'exact' (every threshold, as "
+                    "XGBoost's exact method: a value on a split's midpoint goes right)",
 }

@@ -4,11 +4,14 @@ Each boosting round grows trees with the same level-wise grower as the forest
 (:class:`fedforest.vertical.tree_grower.TreeGrower`, the same parties' split search
 and partitions), under the Newton criterion: the per-row statistics are
 ``(h, g, 0)``, the hessian and gradient of the loss at the current
-predictions, a candidate's gain is XGBoost's loss reduction
-``(G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)) / 2`` and a
-leaf's value is ``-learning_rate * G / (H + lambda)``.  Missing values learn
-their direction at every split (both sides are scored, as XGBoost's ``hist``
-does).
+predictions, a candidate's gain is XGBoost's loss change
+``G_l^2/(H_l+lambda) + G_r^2/(H_r+lambda) - G^2/(H+lambda)`` (the number
+XGBoost compares ``gamma``, its ``min_split_loss``, with, and reports as a
+split's ``gain``) and a leaf's value is ``-learning_rate * G / (H + lambda)``.
+Missing values learn their direction at every split (both sides are scored,
+as XGBoost's ``hist`` does).  With ``split_method = "exact"`` a value lying
+on a split's midpoint goes right, as in XGBoost's ``exact`` method
+(:data:`~fedforest.tree.splitter.BELOW_FLOAT32_MIDPOINT`).
 
 Objectives: squared error, binary logistic, and multiclass softmax with one
 tree per class per round.  One tree per class (XGBoost's layout) keeps every
@@ -55,10 +58,19 @@ def n_outputs(objective, n_classes):
     return n_classes if objective == SOFTMAX else 1
 
 
+def check_base_score(objective, base_score):
+    """``base_score`` is a probability under the logistic loss: refused outside
+    (0, 1), as XGBoost refuses it (an end of the interval is an infinite margin)."""
+    if objective == LOGISTIC and base_score is not None and not 0.0 < float(base_score) < 1.0:
+        raise InputError("base_score", f"must lie in (0, 1) for binary classification (the logistic loss): it "
+                                       f"is the starting probability of the positive class, got {base_score!r}")
+
+
 def base_margin(objective, y, weight, n_classes, base_score=None):
     """The starting margin of every row (one per output): ``base_score`` as
     XGBoost reads it (a probability for the logistic objective), or, when
     None, the constant that minimises the weighted loss."""
+    check_base_score(objective, base_score)
     k = n_outputs(objective, n_classes)
     if objective == SQUARED_ERROR:
         b = float(np.average(y, weights=weight)) if base_score is None else float(base_score)
@@ -75,19 +87,33 @@ def gradients(objective, y, margin, weight):
     """Per-row gradient and hessian of the weighted loss, ``(n, outputs)`` each,
     rounded to a power-of-two grid per output (:func:`grid_values`), so that
     every node and bin sum is exact: the same in any order, on any party, in
-    the encrypted mode's integer slots, and by histogram subtraction."""
+    the encrypted mode's integer slots, and by histogram subtraction.
+
+    Integer weights multiply the rounded values on a grid sized for the total
+    weight, so a row of weight ``k`` adds exactly what ``k`` copies of it add
+    (the same trees as the repeated rows); other weights are rounded with
+    the values they multiply."""
     return gradient_grid(objective, y, margin, weight)[:2]
 
 
 def gradient_grid(objective, y, margin, weight):
     """:func:`gradients` and their grid: ``(g, h, q_g, q_h, steps)`` with
     ``g = q_g * steps[:, 0]`` and ``h = q_h * steps[:, 1]`` per output."""
-    g, h = _raw_gradients(objective, y, margin, weight)
+    g, h = _raw_gradients(objective, y, margin, None)
     n = g.shape[0]
+    counts = None
+    if weight is not None:
+        total = float(np.sum(weight))
+        if np.all(weight == np.floor(weight)) and total < MAX_EXACT:
+            counts, n = weight.astype(np.int64), max(int(total), 1)
+        else:
+            g, h = g * weight[:, None], h * weight[:, None]
     out = [[], [], [], [], []]
     for k in range(g.shape[1]):
         for j, v in enumerate((g[:, k], h[:, k])):
             rounded, q, step = grid_values(v, n)
+            if counts is not None:
+                rounded, q = rounded * counts, q * counts
             out[j].append(rounded)
             out[2 + j].append(q)
             out[4].append(step)
@@ -290,8 +316,9 @@ class BoostTrees:
     """The decisions that make a tree a boosting tree (the forest's
     :class:`~fedforest.tree.growth.ForestTrees` component): every node that
     may split is searched (a node's impurity says nothing under the Newton
-    criterion); a split is made when it reduces the loss by more than
-    ``MIN_LOSS_CHANGE`` and by at least ``gamma``; leaves hold ``-G / (H + lambda)``."""
+    criterion); a split is made when its loss change is more than
+    ``MIN_LOSS_CHANGE`` and at least ``gamma``, tested as the split is found
+    (XGBoost's ``hist`` method); leaves hold ``-G / (H + lambda)``."""
 
     def __init__(self, settings):
         self.s = settings

@@ -148,6 +148,36 @@ def job_id_of(params, cfg, infos):
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def _plain(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def changed_settings(manifest, params, cfg):
+    """This job's settings that differ from those a stored model's manifest
+    records, as ``"name stored -> now"`` texts."""
+    now = _plain(dict(params.to_dict(), mode=cfg.spec.name, task=cfg.task, n_parties=cfg.n_parties,
+                      label_privacy=cfg.label_privacy, master_full_model=bool(cfg.master_full_model)))
+    stored = _plain(dict(manifest.get("params") or {}, mode=manifest.get("mode", "vertical"),
+                         task=manifest.get("task"), n_parties=manifest.get("n_parties"),
+                         label_privacy=manifest.get("label_privacy", "plain"),
+                         master_full_model=manifest.get("full_model")))
+    return [f"{k} {stored.get(k)!r} -> {v!r}" for k, v in sorted(now.items()) if stored.get(k) != v]
+
+
+def restart_note(folder, manifest, job_id, params, cfg, parties_behind):
+    """The line a resumed job with ``overwrite`` logs when it starts again from
+    tree 0: why the stored checkpoint does not fit (``manifest``: the master's;
+    ``parties_behind``: ranks whose folders hold no checkpoint of this job)."""
+    changed = changed_settings(manifest, params, cfg)
+    if changed:
+        why = f"the model in {folder!r} was trained with other settings ({', '.join(changed)})"
+    elif manifest.get("job_id") != job_id:
+        why = f"the model in {folder!r} belongs to another job (the parties or their tables differ)"
+    else:
+        why = f"the model_dir of party {', '.join(map(str, parties_behind))} holds no checkpoint of this job"
+    return f"--resume: {why}; overwrite = true: the stored model is replaced and training restarts from tree 0"
+
+
 def check_model_dir(folder, job_id, resume, overwrite, what):
     """How many finished trees to keep (0 = start fresh); refuses a model of another job."""
     existing = model_files.existing_model(folder)

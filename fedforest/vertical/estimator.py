@@ -75,8 +75,8 @@ class TableEstimator(BaseEstimator):
             if self._task == CLASSIFICATION:
                 kind = type_of_target(y, input_name="y")
                 if kind not in ("binary", "multiclass"):
-                    raise ValueError(f"Unknown label type: {kind!r}; a classifier needs classes "
-                                     f"(use {self._regressor} for a continuous target)")
+                    raise InputError("y", f"Unknown label type: {kind!r}; a classifier needs classes "
+                                          f"(use {self._regressor}, a regression, for a continuous target)")
         except InputError:
             raise
         except ValueError as exc:

@@ -28,7 +28,7 @@ from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
-                     peak_rss_mb, plural_rounds, progress_bar, report_training)
+                     peak_rss_mb, restart_note, plural_rounds, progress_bar, report_training)
 
 
 class Opening:
@@ -66,6 +66,11 @@ def open_training(comm, cfg, params):
     done = [check_model_dir(my_dir, job_id, cfg.resume, cfg.overwrite, "master model_dir")]
     done += [dirs[r]["n_trees"] for r in comm.clients]
     start = min(done)
+    stored = model_files.existing_model(my_dir) if cfg.resume and start == 0 else None
+    if stored is not None and (stored.get("job_id") != job_id or max(done) > 0):
+        # overwrite = true let a checkpoint of other settings (or a rank's missing one) through
+        log(cfg, restart_note(my_dir, stored, job_id, params, cfg,
+                              [r for r in comm.clients if not dirs[r]["n_trees"]]))
     # a run id tells models of different runs apart (kept when resuming); without a
     # fixed random_state the seed is drawn once and kept in the checkpoint too
     previous = model_files.read_manifest(my_dir) if start else {}

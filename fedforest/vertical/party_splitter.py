@@ -364,7 +364,7 @@ class PartySplitter:
             thr = self.bin_threshold(feat, b)
             c["cand_bin"][nodes] = b
         else:
-            gain, feat, thr, ml = split_kernels.best_splits_exact(self.X, *args, *known)
+            gain, feat, thr, ml = split_kernels.best_splits_exact(self.X, *args, *known, s.threshold_rule)
         c["cand_feature"][nodes] = feat
         c["cand_threshold"][nodes] = thr
         c["cand_missing_left"][nodes] = ml

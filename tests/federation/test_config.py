@@ -134,3 +134,22 @@ def test_help_documents_every_option_and_lists_the_modes():
     for name, p in sub.items():
         for a in p._actions:
             assert a.help, f"{name} {a.option_strings} has no help"
+
+
+@pytest.mark.parametrize("mode,table,own", [("vertical_boost", "forest", "boost"), ("vertical", "boost", "forest")])
+def test_the_other_vertical_modes_table_is_refused_saying_which_table_to_use(tmp_path, mode, table, own):
+    job = _toml(tmp_path, f'[job]\nmode = "{mode}"\n[{table}]\nmax_depth = 3\n')
+    with pytest.raises(InputError, match=rf"config \[{table}\]: holds settings of mode .*runs mode '{mode}', "
+                                         rf"whose settings go in \[{own}\]: rename the table \[{own}\]"):
+        resolve(job, {})
+    # renamed, the same file is taken
+    renamed = _toml(tmp_path, f'[job]\nmode = "{mode}"\ndata = ["a.csv", "b.csv"]\n[{own}]\nmax_depth = 3\n')
+    assert resolve(renamed, {}).max_depth == 3
+
+
+def test_help_points_to_what_each_rank_learns():
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices
+    for text in (parser.format_help(), sub["train"].format_help(), sub["serve"].format_help()):
+        flat = " ".join(text.split())
+        assert "docs/protocol.md" in flat and '"What each role learns"' in flat and '"What each rank learns"' in flat

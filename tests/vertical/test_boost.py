@@ -244,3 +244,168 @@ def test_importance_type_set_after_fit_is_checked():
         m.feature_importances_
     with pytest.raises(InputError, match="not fitted"):
         BoostRegressor().feature_importances_
+
+
+def _leaves(model):
+    return [int((t["children_left"] < 0).sum()) for r in model.estimators_ for t in r]
+
+
+def _xgb_leaves(model):
+    df = model.get_booster().trees_to_dataframe()
+    return df[df.Feature == "Leaf"].groupby("Tree").size().tolist()
+
+
+def _on_grid(X):
+    """Values on a grid of 0.05: fewer distinct values per column than bins, so
+    XGBoost's hist cuts and fedforest's bin edges separate the same values."""
+    return np.round(X * 20) / 20
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 4.0, 16.0])
+def test_gamma_prunes_as_xgboosts_min_split_loss(gamma):
+    """gamma is XGBoost's min_split_loss: a split is made when its loss change
+    G_l²/(H_l+λ) + G_r²/(H_r+λ) - G²/(H+λ) is at least gamma (not half of it)."""
+    X, y = make_classification(500, 6, n_informative=4, random_state=1)
+    X = _on_grid(X)
+    ours = BoostClassifier(n_estimators=10, max_depth=4, gamma=gamma, random_state=0).fit(X, y)
+    ref = xgb.XGBClassifier(n_estimators=10, max_depth=4, gamma=gamma, tree_method="hist",
+                            base_score=float(y.mean())).fit(X, y)
+    assert _leaves(ours) == _xgb_leaves(ref)
+    assert np.max(np.abs(ours.predict_proba(X) - ref.predict_proba(X))) < 1e-6
+    Xr, yr = make_regression(400, 5, noise=5, random_state=1)
+    Xr, yr = _on_grid(Xr), yr / 20
+    ours = BoostRegressor(n_estimators=10, max_depth=4, gamma=gamma, random_state=0).fit(Xr, yr)
+    ref = xgb.XGBRegressor(n_estimators=10, max_depth=4, gamma=gamma, tree_method="hist",
+                           base_score=float(yr.mean())).fit(Xr, yr)
+    assert _leaves(ours) == _xgb_leaves(ref)
+    assert np.max(np.abs(ours.predict(Xr) - ref.predict(Xr))) < 1e-6 * np.abs(yr).max()
+
+
+def test_gamma_prunes_more_as_it_grows():
+    X, y = make_classification(500, 6, n_informative=4, random_state=1)
+    leaves = [sum(_leaves(BoostClassifier(n_estimators=10, max_depth=4, gamma=g, random_state=0).fit(X, y)))
+              for g in (0.0, 1.0, 4.0, 16.0)]
+    assert leaves == sorted(leaves, reverse=True) and leaves[0] > 2 * leaves[-1]
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_exact_test_values_on_a_midpoint_go_as_in_xgboost(task):
+    """Training values on a grid of 0.1 and test values halfway between them:
+    many test values lie exactly on a split's (float32) midpoint, and go right
+    as in XGBoost's exact method (x < midpoint goes left)."""
+    if task == "classification":
+        X, y = make_classification(500, 6, n_informative=4, random_state=1)
+        est, ref = BoostClassifier, xgb.XGBClassifier
+    else:
+        X, y = make_regression(400, 5, noise=5, random_state=1)
+        est, ref = BoostRegressor, xgb.XGBRegressor
+    X = np.round(X * 10) / 10
+    X_test = X[:200] + 0.05
+    ours = est(n_estimators=10, max_depth=4, split_method="exact", random_state=0).fit(X, y)
+    theirs = ref(n_estimators=10, max_depth=4, tree_method="exact", base_score=float(y.mean())).fit(X, y)
+    on_midpoint = 0
+    for r in ours.estimators_:
+        for t in r:
+            for f, thr in zip(t["feature"], t["threshold"]):
+                if f >= 0 and np.isfinite(thr):
+                    # the float32 midpoint XGBoost compares with: the next float32 above the threshold
+                    mid = np.nextafter(np.float32(thr), np.float32(np.inf))
+                    on_midpoint += int(np.sum(X_test[:, f].astype(np.float32) == mid))
+    assert on_midpoint > 50
+    if task == "classification":
+        assert np.max(np.abs(ours.predict_proba(X_test) - theirs.predict_proba(X_test))) < 1e-6
+    else:
+        assert np.max(np.abs(ours.predict(X_test) - theirs.predict(X_test))) < 1e-6 * np.abs(y).max()
+
+
+def test_a_value_on_the_midpoint_goes_right_in_boosting_and_left_in_the_forest():
+    from fedforest import ForestRegressor
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    y = np.array([0.0, 0.0, 10.0, 10.0])
+    boost = BoostRegressor(n_estimators=1, max_depth=1, split_method="exact", min_child_weight=0,
+                           learning_rate=1.0, reg_lambda=0.0).fit(X, y)
+    forest = ForestRegressor(n_estimators=1, max_depth=1, split_method="exact", bootstrap=False,
+                             random_state=0).fit(X, y)
+    on = np.array([[1.5]])
+    assert boost.predict(on)[0] == pytest.approx(10.0) and boost.predict([[1.49]])[0] == pytest.approx(0.0)
+    assert forest.predict(on)[0] == 0.0 and forest.estimators_[0]["threshold"][0] == 1.5
+
+
+def test_exact_boosting_splits_values_closer_than_scikit_learns_threshold():
+    """XGBoost splits any two distinct float32 values; scikit-learn's rule (the
+    forest's) keeps values closer than 1e-7 together."""
+    X = 0.5 + np.array([[0.0], [1.0], [2.0], [3.0]]) * 2 ** -24    # float32 neighbours, 6e-8 apart
+    y = np.array([0.0, 10.0, 10.0, 10.0])
+    ours = BoostRegressor(n_estimators=1, max_depth=1, split_method="exact", min_child_weight=0,
+                          learning_rate=1.0, reg_lambda=0.0).fit(X, y)
+    ref = xgb.XGBRegressor(n_estimators=1, max_depth=1, tree_method="exact", min_child_weight=0,
+                           learning_rate=1.0, reg_lambda=0.0, base_score=float(y.mean())).fit(X, y)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), atol=1e-5)
+    np.testing.assert_allclose(ours.predict(X), y, atol=1e-5)
+
+
+@pytest.mark.parametrize("Est", [BoostClassifier, BoostRegressor])
+@pytest.mark.parametrize("method", ["hist", "exact"])
+def test_weights_equal_repeated_rows(Est, method):
+    """A row of integer weight k grows the trees of k copies of it; weight 0 is
+    the row left out (also out of the bin edges and thresholds)."""
+    rng = np.random.default_rng(7)
+    X = np.round(rng.normal(size=(120, 5)), 2)
+    y = rng.integers(0, 3, 120) if Est is BoostClassifier else X[:, 0] * 3 + rng.normal(size=120)
+    w = rng.integers(0, 4, 120)
+    kw = dict(n_estimators=8, max_depth=3, split_method=method, random_state=0)
+    weighted = Est(**kw).fit(X, y, sample_weight=w)
+    repeated = Est(**kw).fit(X.repeat(w, axis=0), y.repeat(w))
+    out = "predict_proba" if Est is BoostClassifier else "predict"
+    np.testing.assert_array_equal(getattr(weighted, out)(X), getattr(repeated, out)(X))
+    assert not np.array_equal(getattr(weighted, out)(X), getattr(Est(**kw).fit(X, y), out)(X))
+
+
+def test_fractional_weights_still_weigh_the_gradients():
+    X, y = _regression(5)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, y.shape[0])
+    ours = BoostRegressor(n_estimators=5, max_depth=3, split_method="exact", random_state=0).fit(X, y, w)
+    ref = xgb.XGBRegressor(n_estimators=5, max_depth=3, tree_method="exact",
+                           base_score=float(np.average(y, weights=w))).fit(X, y, sample_weight=w)
+    assert np.max(np.abs(ours.predict(X) - ref.predict(X))) < 1e-6 * np.abs(y).max()
+
+
+@pytest.mark.parametrize("base_score", [0.0, 1.0, 2.0, -0.5])
+def test_base_score_outside_0_1_is_refused_for_the_logistic_loss(base_score):
+    X, y = _classification(8)
+    with pytest.raises(InputError, match=r"^base_score: must lie in \(0, 1\) for binary classification"):
+        BoostClassifier(n_estimators=2, base_score=base_score).fit(X, y)
+    if not 0.0 <= base_score <= 1.0:   # as XGBoost refuses it (it lets the ends 0 and 1 through)
+        with pytest.raises(xgb.core.XGBoostError, match="base_score must be in"):
+            xgb.XGBClassifier(n_estimators=2, base_score=base_score).fit(X, y)
+    # a probability is taken; a regression's or softmax's base_score is a margin
+    BoostClassifier(n_estimators=2, base_score=0.3).fit(X, y)
+    BoostRegressor(n_estimators=2, base_score=base_score).fit(*_regression(8))
+    X3, y3 = _classification(8, 3)
+    BoostClassifier(n_estimators=2, base_score=base_score).fit(X3, y3)
+
+
+@pytest.mark.parametrize("Est", [BoostClassifier, __import__("fedforest").ForestClassifier])
+def test_a_classifier_refuses_a_continuous_target(Est):
+    X, y = _regression(9)
+    with pytest.raises(InputError, match=r"^y: Unknown label type: 'continuous'.*Regressor, a regression"):
+        Est(n_estimators=2).fit(X, y)
+    # integer-valued floats are classes, as for scikit-learn
+    assert Est(n_estimators=2).fit(X, (y > 0).astype(float)).classes_.tolist() == [0.0, 1.0]
+
+
+def test_predict_before_fit_is_not_fitted_and_regressors_have_no_decision_function():
+    from sklearn.exceptions import NotFittedError
+    X, y = _classification(10)
+    for method in ("predict", "predict_proba", "decision_function"):
+        with pytest.raises(NotFittedError):
+            getattr(BoostClassifier(), method)(X)
+    with pytest.raises(NotFittedError):
+        BoostRegressor().predict(X)
+    assert not hasattr(BoostRegressor(), "decision_function")
+    m = BoostClassifier(n_estimators=3).fit(X, y)
+    margin = m.decision_function(X)
+    assert margin.shape == (X.shape[0],)
+    np.testing.assert_allclose(m.predict_proba(X)[:, 1], 1 / (1 + np.exp(-margin)))
+    X3, y3 = _classification(10, 3)
+    assert BoostClassifier(n_estimators=3).fit(X3, y3).decision_function(X3).shape == (X3.shape[0], 3)

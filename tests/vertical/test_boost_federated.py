@@ -376,3 +376,26 @@ def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, 
     seen.clear()
     _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
     assert len([ops for ops in seen if ops == {messages.COMMIT, "finish"}]) == n_rounds
+
+
+@pytest.mark.parametrize("mode,privacy", [("vertical_boost", "plain"), ("vertical_boost", "paillier"),
+                                          ("vertical", "plain")])
+def test_classification_of_a_continuous_label_is_refused_before_any_work(tmp_path, mode, privacy):
+    X, y = _data("regression", 1, 0, n=60)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    extra = PAILLIER if privacy == "paillier" else {"label_privacy": "plain"}
+    with pytest.raises((InputError, RemoteError), match=r"label column 'y': is continuous .*use regression"):
+        run_job("train", frames, mode=mode, task="classification", label_column="y",
+                model_dir=str(tmp_path / "m"), **extra)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("privacy", ["plain", "paillier"])
+def test_base_score_outside_0_1_is_refused_for_binary_classification(tmp_path, privacy):
+    X, y = _data("classification", 2, 0, n=60)
+    frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    extra = PAILLIER if privacy == "paillier" else {}
+    with pytest.raises((InputError, RemoteError), match=r"base_score: must lie in \(0, 1\) for binary"):
+        _boost("train", frames, task="classification", label_column="y", model_dir=str(tmp_path / "m"),
+               base_score=2.0, **extra)
+    assert not (tmp_path / "m").exists()

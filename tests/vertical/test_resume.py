@@ -1,4 +1,6 @@
 """Checkpoints and --resume (in-process; the mpiexec variant is in test_mpi.py)."""
+import logging
+
 import pytest
 from sklearn.datasets import make_regression
 
@@ -31,3 +33,28 @@ def test_resume_after_party_failure_gives_the_uninterrupted_forest(tmp_path, mon
         assert seed == random_state
     ref = ForestRegressor(n_estimators=7, random_state=seed, max_depth=4).fit(X, y)
     assert_same_trees(complete_trees(md, 2, [0, 3, 6]), ref.estimators_)
+
+
+@pytest.mark.parametrize("mode", ["vertical", "vertical_boost"])
+def test_resume_with_overwrite_and_changed_settings_says_it_restarts(tmp_path, caplog, mode):
+    """--resume with overwrite = true and a changed setting starts again from tree
+    0, and says so, naming the setting that differs."""
+    from fedforest.jobs import run_job
+    X, y = make_regression(120, 4, random_state=2)
+    frames = party_frames(X, y, [[0, 1], [2, 3]], label_party=1)
+    opts = dict(task="regression", label_column="y", model_dir=str(tmp_path / "model"), n_estimators=3,
+                random_state=0, progress=False, quiet=False, mode=mode)
+    if mode == "vertical_boost":
+        opts["label_privacy"] = "plain"
+    caplog.set_level(logging.INFO, logger="fedforest")
+    run_job("train", frames, max_depth=3, **opts)
+    caplog.clear()
+    s = run_job("train", frames, max_depth=4, resume=True, overwrite=True, **opts)
+    out = caplog.text
+    assert s["trees_built"] == 3
+    assert "--resume: the model in" in out and "other settings (max_depth 3 -> 4)" in out
+    assert "training restarts from tree 0" in out
+    # the same settings resume without that line
+    caplog.clear()
+    s = run_job("train", frames, max_depth=4, resume=True, overwrite=True, **opts)
+    assert s["trees_built"] == 0 and "restarts from tree 0" not in caplog.text
