@@ -189,7 +189,7 @@ def test_explain_row_prints_each_trees_margin_contribution_to_its_class(tmp_path
     Plain: the master prints them; encrypted: the label holder."""
     X, labels, frames, est = _boosted_pair(tmp_path, n_classes)
     row = 11
-    margin = est.decision_function(X[row:row + 1])[0]
+    margin = np.atleast_1d(est.decision_function(X[row:row + 1])[0])   # binary: one margin
     k_out = margin.shape[0]
     n_trees = 3 * k_out
     for privacy in ("plain", "paillier"):
