@@ -45,6 +45,16 @@ binary label one tree is one boosting round.  ``rounds_per_tree`` is the
 summary's ``rounds_per_boosting_round`` (communication rounds), ``bytes_per_tree``
 the summary's (every byte all ranks sent while growing).  ``he_over_plain`` is
 Paillier-2048 seconds per tree over plain seconds per tree.
+``stage_seconds_per_tree_paillier_<bits>``: the Paillier run's seconds per
+tree by stage, summed from the parties' own manifests (``stage_seconds``):
+``randomness`` and ``encryption`` (the label holder's rounds of encrypted
+gradients), ``party_sums`` (the other party's encrypted per-bin sums),
+``decryption`` and ``decision`` (the rest of the label holder's decisions),
+and ``other`` (the master's remaining training time: messages, relaying,
+its own steps).  ``randomness_floor_paillier_<bits>``: one round's CPU-time
+floor of fresh randomness, the training rows times the seconds of one
+factor measured here in one process, beside the measured wall seconds of
+that stage per round (with every core of the machine).
 ``ratio_vs_xgboost_hist`` is plain federated seconds per tree over those of
 ``XGBClassifier(n_estimators=R, max_depth=6, learning_rate=0.3, max_bin=256,
 tree_method="hist", n_jobs=<cores>)`` on the pooled training data in this
@@ -68,6 +78,7 @@ headline data set's (a9a's) figures at the top level and both data sets'
 under ``"a9a"`` and ``"dense"``.
 """
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -211,6 +222,43 @@ def predict(folder, summary, test_files, truth):
 
 def seconds_per_tree(summary):
     return summary["train_seconds"] / max(summary["trees_built"], 1)
+
+
+STAGES = ("randomness", "encryption", "party_sums", "decryption", "decision")
+
+
+def stage_breakdown(summary):
+    """Seconds per tree of the encrypted stages, from the parties' own manifests
+    (``stage_seconds``: the master never receives them): the label holder's
+    randomness and encryption of each round's gradients, the other party's
+    encrypted per-bin sums, the label holder's decryption and the rest of its
+    decisions (``decision`` less ``decryption``); ``other`` is the master's
+    training time left (messages, relaying, the master's steps, waiting)."""
+    n = max(summary["trees_built"], 1)
+    total = dict.fromkeys(STAGES, 0.0)
+    for rank, folder in summary["model_dirs"].items():
+        if int(rank) == 0:
+            continue
+        with open(os.path.join(folder, "manifest.json")) as fh:
+            for k, v in json.load(fh).get("stage_seconds", {}).items():
+                total[k] = total.get(k, 0.0) + v
+    total["decision"] -= total["decryption"]
+    out = {k: v / n for k, v in total.items()}
+    out["other"] = max(seconds_per_tree(summary) - sum(out.values()), 0.0)
+    return out
+
+
+def randomness_floor(key_length, rows):
+    """The CPU-time floor of one round's fresh encryption factors: ``rows``
+    times the measured seconds of one factor (the label holder's CRT
+    randomness, one process, a fresh key of ``key_length`` bits)."""
+    from fedforest.crypto import paillier
+    _, private = paillier.generate_keypair(key_length, insecure=key_length < 2048)
+    private.randomness(50, 1)
+    t0 = time.process_time()
+    private.randomness(400, 1)
+    per_factor = (time.process_time() - t0) / 400
+    return {"seconds_per_factor": per_factor, "rows": int(rows), "cpu_seconds_per_round": per_factor * rows}
 
 
 def tree_arrays(model_dir):
@@ -374,6 +422,13 @@ def run_dataset(name, args, n_train, n_test):
         **{f"label_round_seconds_per_round_paillier_{k}": s["label_round_seconds"] / max(s["n_rounds"], 1)
            for k, s in he.items()},
         **{f"paillier_key_holder_{k}": s["paillier_key_holder"] for k, s in he.items()},
+        **{f"stage_seconds_per_tree_paillier_{k}": stage_breakdown(s) for k, s in he.items()},
+        # one round's randomness: its CPU-time floor (rows x seconds per factor) and the
+        # measured wall time of the stage with the label holder's encrypt_workers
+        **{f"randomness_floor_paillier_{k}": dict(
+            randomness_floor(k, s["n_train_rows"]),
+            measured_seconds_per_round=stage_breakdown(s)["randomness"] * s["trees_built"] / max(s["n_rounds"], 1))
+           for k, s in he.items()},
         "paillier_key_holder": next(iter(he.values()))["paillier_key_holder"] if he else None,
         "xgboost_hist_seconds_per_tree": xgb_spt,
         "ratio_vs_xgboost_hist": plain_spt / xgb_spt,

@@ -23,6 +23,7 @@ for regression ``(w, w (q + B), w q^2)`` with ``y`` rounded to ``q * step``
 targets.
 """
 import math
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -267,12 +268,19 @@ def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
         return [gmpy2.mpz(c) for part in parts for c in part]
 
 
-def encrypt_own(private_key, plaintexts, workers):
+def encrypt_own(private_key, plaintexts, workers, timed=None):
     """Encryptions of ``plaintexts`` under the label holder's own key, each with
     fresh randomness made from the key's factorisation (the CRT, in
-    ``workers`` processes)."""
+    ``workers`` processes).  ``timed(stage, seconds)``, when given, learns
+    the seconds of the two stages (``randomness``, ``encryption``)."""
+    t0 = time.perf_counter()
     factors = private_key.randomness(len(plaintexts), workers)
-    return private_key.public.encrypt_with(plaintexts, factors)
+    t1 = time.perf_counter()
+    cts = private_key.public.encrypt_with(plaintexts, factors)
+    if timed is not None:
+        timed("randomness", t1 - t0)
+        timed("encryption", time.perf_counter() - t1)
+    return cts
 
 
 def node_int_stats(spec, codes, counts, rows, starts, ends):
@@ -409,7 +417,10 @@ class CipherSums(OwnSplits):
         compute, _ = sum_plan(nodes, mask, family, t["held"], ends - starts)
         t["held"] = needed_pairs(nodes, mask)
         pairs = np.array(compute, dtype=np.int64).reshape(-1, 2)
-        return self.sums(sp, pairs[:, 0], pairs[:, 1])
+        t0 = time.perf_counter()
+        out = self.sums(sp, pairs[:, 0], pairs[:, 1])
+        sp.timed("party_sums", time.perf_counter() - t0)
+        return out
 
     def check_partition(self, sp, msg):
         """A ``partition`` of open leaves on splits the label holder chose: one of this

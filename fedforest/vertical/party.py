@@ -203,8 +203,10 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
         if op == protocol.DONE:
             # the party's peak memory stays in its own manifest (the master learns
             # nothing of a party beyond what the protocol needs)
+            # so do the seconds of its encrypted stages (party sums, decryption, the decision, ...)
+            stages = {"stage_seconds": dict(splitter.seconds)} if splitter.seconds else {}
             model_files.write_manifest(folder, dict(manifest, n_trees=t, peak_rss_mb=peak_rss_mb(),
-                                                    complete=t == manifest["n_estimators"]))
+                                                    complete=t == manifest["n_estimators"], **stages))
             comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
             return folder
         if on_op is not None and op in on_op:

@@ -78,6 +78,9 @@ class PartySplitter:
         self.tree_ids = []
         self._current = threading.local()
         self._states = {}
+        # seconds of the encrypted modes' stages on this party (party sums, decryption, the
+        # decision, randomness, encryption), written to its own manifest only
+        self.seconds = {}
         self.channel.attach(self)
 
     # -- message handling -------------------------------------------------
@@ -459,6 +462,10 @@ class PartySplitter:
     @property
     def _finished(self):
         return self._current.finished
+
+    def timed(self, stage, seconds):
+        """Add ``seconds`` to the time of ``stage`` (see :attr:`seconds`)."""
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
 
 
 class OwnSplits:

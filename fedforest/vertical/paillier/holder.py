@@ -21,6 +21,8 @@ here and are stored with the label holder's trees.  With the same seed the
 trees are the plain mode's, bit for bit: every statistic is an exact integer
 sum on the plain mode's grid.
 """
+import time
+
 import numpy as np
 
 from ...errors import InputError
@@ -100,6 +102,7 @@ class KeyHolder(OwnSplits):
         self.feature_counts = [int(c) for c in feature_counts]
         self.party_bins = {}       # party -> (n_bins, skip) of its features
         self.decrypted = 0
+        self.decrypt_seconds = 0.0
 
     def attach(self, sp):
         if self.feature_counts[self.me] != sp.n_features:
@@ -159,7 +162,12 @@ class KeyHolder(OwnSplits):
 
     # -- messages -----------------------------------------------------------
     def handle_op(self, sp, msg):
-        return self._decide_checked(sp, msg)
+        t0 = time.perf_counter()
+        try:
+            return self._decide_checked(sp, msg)
+        finally:
+            sp.timed("decision", time.perf_counter() - t0)
+            sp.seconds["decryption"] = self.decrypt_seconds
 
     def find(self, sp, msg):
         """Score its own columns; the gains stay here for the decision."""
@@ -370,11 +378,14 @@ class KeyHolder(OwnSplits):
             raise bad_message(f"{what}: {blocks.shape[0]} ciphertexts for {n_values} values")
         cts = self.key.public.deserialize(blocks, what) if n_ct else []
         self.decrypted += len(cts)
+        t0 = time.perf_counter()
         try:
             return self.spec.unpack_values([self.key.decrypt(x) for x in cts], n_values)
         except InputError:
             raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
                                          "ciphertexts were altered or made under another key") from None
+        finally:
+            self.decrypt_seconds += time.perf_counter() - t0
 
     def _evaluate(self, sp, p, nodes, mask, store):
         """Party ``p``'s best split per node from its rebuilt histograms."""
@@ -537,7 +548,7 @@ class GradientRounds:
         self.round = self.B.gradient_grid(self.objective, self.y[self.train], self.margin[self.train], None)
         q_g, q_h = self.round[2], self.round[3]
         plain = [pt for k in range(self.k_out) for pt in self.spec.row_plaintexts(q_g[:, k], q_h[:, k])]
-        cts = encrypt_own(self.key, plain, self.workers)
+        cts = encrypt_own(self.key, plain, self.workers, None if self.splitter is None else self.splitter.timed)
         return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
 
     # -- the trees -----------------------------------------------------------
