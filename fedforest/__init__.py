@@ -6,16 +6,8 @@ in one process; :class:`BoostClassifier` and :class:`BoostRegressor` run
 gradient boosting on the same grower.  Horizontal algorithms run over the same transport
 (``--mode``; see :mod:`fedforest.horizontal`).
 """
-import os as _os
-
 from .errors import ChannelError, FedForestError, InputError, RemoteError
 from .version import __version__
-
-# idle kernel threads sleep at once instead of spinning first (OpenMP reads the variable when
-# numba's threading layer starts; set it to override): on cores shared with other work (MPI
-# ranks, a busy node) OpenMP's default policy made a small parallel kernel take 16 ms instead
-# of 0.25 ms, and sleeping leaves the cores to the ranks that compute
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["ForestClassifier", "ForestRegressor", "BoostClassifier", "BoostRegressor", "run_job", "run_vertical", "run_horizontal",
            "FedForestError", "InputError", "ChannelError", "RemoteError", "__version__"]

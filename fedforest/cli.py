@@ -476,7 +476,10 @@ def build_parser():
 
 
 def main(argv=None):
-    # (idle kernel threads sleep instead of spinning: see fedforest/__init__.py)
+    import os
+    # idle kernel threads of fedforest's own processes sleep instead of spinning: ranks often
+    # share cores, where spinning threads slow everyone down (set the variable to override)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # a training rank's start-up allocates objects that live to its end (modules, numba's
     # registries): no collection scans them while they pile up, and Mode.prepare_rank takes
     # them out of the collector's view before the job's first message
