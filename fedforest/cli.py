@@ -15,9 +15,10 @@ rank learns" (boosting).
 """
 import argparse
 import gc
+import signal
 import sys
 
-from .errors import InputError
+from .errors import InputError, Stopped
 from .logs import configure as configure_logging
 from .version import __version__
 from .federation.config import JOB_PARAMS, job_setting, parse_flag_value, resolve
@@ -487,12 +488,24 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.func not in (cmd_train, cmd_serve, cmd_join):
         gc.enable()
+    if args.func in (cmd_train, cmd_predict, cmd_serve, cmd_join):
+        # a scheduler's SIGTERM (time limit, scancel) ends the rank like Ctrl-C: one line, no traceback
+        signal.signal(signal.SIGTERM, _stop)
     try:
         return args.func(args)
     except InputError as exc:
         if _launcher_rank() == 0:      # under mpiexec every rank fails alike: one says so
             print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Stopped) as exc:     # before the job's ranks took over
+        stopped = Stopped.of(exc)
+        stopped.say(_launcher_rank())
+        return stopped.exit_code
+
+
+def _stop(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)    # one line, whatever follows
+    raise Stopped("SIGTERM")
 
 
 def _launcher_rank():

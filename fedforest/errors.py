@@ -36,3 +36,44 @@ class RemoteError(FedForestError):
         self.remote_traceback = traceback_text
         super().__init__(f"rank {rank} failed with {exc_type}: {message}\n"
                          f"--- traceback on rank {rank} ---\n{traceback_text}")
+
+
+class Stopped(BaseException):
+    """A signal ended the rank: SIGTERM (a scheduler's time limit, ``scancel``;
+    raised in the main thread by the command line's handler) or SIGINT
+    (Ctrl-C, which Python raises as ``KeyboardInterrupt``).  Not an error of
+    the job: every file already written stays, and a training job's last
+    complete checkpoint is what ``--resume`` continues."""
+
+    CODES = {"SIGTERM": 143, "SIGINT (Ctrl-C)": 130}
+
+    def __init__(self, name="SIGTERM"):
+        self.name = name
+        super().__init__(f"stopped by {name}")
+
+    @property
+    def exit_code(self):
+        return self.CODES.get(self.name, 1)
+
+    @classmethod
+    def of(cls, exc):
+        """The :class:`Stopped` of a signal's exception (KeyboardInterrupt: SIGINT), else None."""
+        if isinstance(exc, cls):
+            return exc
+        return cls("SIGINT (Ctrl-C)") if isinstance(exc, KeyboardInterrupt) else None
+
+    def line(self, rank):
+        """The one line a stopped rank prints."""
+        return (f"rank {rank}: stopped by {self.name}. A training job's model folder keeps its last complete "
+                "checkpoint: run it again with --resume to continue.")
+
+    def say(self, rank):
+        """Print :meth:`line` to standard error in one write, so that the lines
+        of ranks stopped at the same moment do not interleave."""
+        import os
+        import sys
+        sys.stderr.flush()
+        try:
+            os.write(2, (self.line(rank) + "\n").encode("utf-8"))
+        except OSError:
+            pass

@@ -192,3 +192,52 @@ def test_tcp_party_killed_is_named_by_the_master(tmp_path):
     assert re.search(r"error: party 'p2' \(rank 2\) on host 127\.0\.0\.1 (closed|dropped) the connection.* "
                      r"during the job: its process died or was stopped", err), err
     assert procs[0].returncode == 3 and "stopped the job (exit code 3)" in p1[1], p1
+
+
+def _rank_watcher(marker, rank):
+    """The pid of the process the launcher started for ``rank`` (the watcher)."""
+    mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and marker in _cmdline(int(p))
+            and _environ(int(p)).get(b"PMI_RANK") == str(rank).encode()]
+    return [p for p in mine if _parent(p) not in mine]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
+def test_a_signal_to_every_rank_ends_the_job_with_one_line_per_rank(demo, signum, name):
+    """What Slurm does at a time limit (SIGTERM to every task) or a terminal's
+    Ctrl-C: a rank says in one line that it stopped and what the folder keeps
+    (the master always), no traceback, no half-written file, and --resume
+    finishes the forest."""
+    job = str(demo / "job.toml")
+    flags = ["--n-estimators", "300", "--batch-memory-mb", "1", "--progress", "false"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train",
+                             "--config", job, *flags], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while _trees_saved(str(demo / "model")) == 0 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        watchers = [_rank_watcher(job, r) for r in range(3)]
+        assert all(len(w) == 1 for w in watchers), watchers
+        for w in watchers:
+            os.kill(w[0], signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    # one line per rank at most (the launcher may end a party before its output is passed on);
+    # the master's line always
+    stopped = [line for line in err.splitlines() if "stopped by" in line]
+    want = {r: f"rank {r}: stopped by {name}. A training job's model folder keeps its last complete "
+               "checkpoint: run it again with --resume to continue." for r in range(3)}
+    assert want[0] in stopped and len(stopped) == len(set(stopped)) and set(stopped) <= set(want.values()), err
+    assert proc.returncode != 0
+    assert not list((demo / "model").rglob(".tmp-*")), "a file half-written at the signal stayed"
+    saved = _trees_saved(str(demo / "model"))
+    assert 0 < saved < 300
+    done = mpirun(3, ["train", "--config", job, "--resume", *flags], timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _trees_saved(str(demo / "model")) == 300

@@ -21,6 +21,7 @@ callers size the width from the largest possible sum and
 Ciphertexts cross the transport as fixed-size big-endian byte blocks.
 """
 import hashlib
+import os
 import secrets
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -30,6 +31,7 @@ import numpy as np
 from phe import paillier
 
 from ..errors import InputError
+from ..transport.watch import set_parent_death_signal
 
 SECURE_KEY_LENGTHS = (2048, 3072)
 
@@ -192,6 +194,21 @@ class PrivateKey:
         return (p, q) + self._bases
 
 
+def _worker_start(parent):
+    """A worker process of :func:`worker_pool`: it dies with its parent (a rank
+    killed with SIGKILL leaves no worker behind)."""
+    set_parent_death_signal()
+    if os.getppid() != parent:      # the parent went before the death signal was set
+        os._exit(1)
+
+
+def worker_pool(workers):
+    """Processes for the big-integer work (spawned: ranks hold MPI and kernel
+    threads, which a fork would copy half-made); each dies with this process."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                               initializer=_worker_start, initargs=(os.getpid(),))
+
+
 class RandomnessMaker:
     """Encryption factors (:meth:`PrivateKey.randomness`) made in ``workers``
     worker processes that live as long as the maker, so each builds its
@@ -210,7 +227,7 @@ class RandomnessMaker:
 
     def _executor(self):
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
+            self._pool = worker_pool(self.workers)
         return self._pool
 
     def start(self, count):

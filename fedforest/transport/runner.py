@@ -3,7 +3,7 @@ import sys
 import time
 import traceback
 
-from ..errors import InputError, RemoteError
+from ..errors import InputError, RemoteError, Stopped
 from .base import JobAborted
 
 
@@ -18,6 +18,18 @@ def run_rank(comm, master_fn, party_fn, results=None):
     except JobAborted:
         return None
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the master
+        stopped = Stopped.of(exc)
+        if stopped is not None:
+            # a signal (the whole job usually gets it): one line, and the master learns it too
+            stopped.say(comm.rank)
+            try:
+                comm.report_error(stopped)
+                # the master, busy in a kernel when the signal came, says its own line and
+                # stops the job; exiting first would let the launcher kill it mid-sentence
+                comm.wait_for_stop(timeout=STOP_WAIT_SECONDS)
+            except BaseException:  # noqa: BLE001 - the master may be gone already
+                pass
+            raise SystemExit(stopped.exit_code) from None
         try:
             comm.report_error(exc)
         except JobAborted:
@@ -27,13 +39,14 @@ def run_rank(comm, master_fn, party_fn, results=None):
 
 
 INPUT_ERRORS = ("InputError", "PartialTreeMismatch")
+STOP_WAIT_SECONDS = 10.0   # a stopped party waits this long for the master to end the job
 ABORT_GRACE_SECONDS = 1.0
 
 
 def describe_failure(exc, verbose=False):
     """What the master prints when the job fails."""
     if isinstance(exc, RemoteError):
-        if exc.exc_type in INPUT_ERRORS and not verbose:
+        if exc.exc_type in INPUT_ERRORS + ("Stopped",) and not verbose:   # one line, no traceback
             return f"error on rank {exc.rank}: {exc.remote_message}"
         return f"error on rank {exc.rank}: {exc.exc_type}: {exc.remote_message}\n" \
                f"--- traceback from rank {exc.rank} ---\n{exc.remote_traceback}"
@@ -53,7 +66,15 @@ def run_master(comm, master_fn, verbose=lambda: False):
     except BaseException as exc:  # noqa: BLE001
         code = 2 if isinstance(exc, InputError) or (
             isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
-        print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
+        stopped = Stopped.of(exc)
+        if stopped is not None:
+            code = stopped.exit_code
+            stopped.say(0)
+        elif isinstance(exc, RemoteError) and exc.exc_type == "Stopped":
+            code = Stopped(exc.remote_message.replace("stopped by ", "", 1)).exit_code
+            print(f"error on rank {exc.rank}: {exc.remote_message}; the job stops", file=sys.stderr, flush=True)
+        else:
+            print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
         # MPI_Abort tears the job down at once: give the launcher a moment to
         # forward what was just printed before it kills the output channels
         time.sleep(ABORT_GRACE_SECONDS)

@@ -100,8 +100,10 @@ def _pmi_abort(code, message):
         return False
 
 
-def _set_parent_death_signal():
-    """Linux: the child is killed when its watcher goes (a launcher's SIGKILL reaches the watcher only)."""
+def set_parent_death_signal():
+    """Linux: this process is killed when its parent goes (the rank's child when its
+    watcher goes: a launcher's SIGKILL reaches the watcher only; a worker process
+    when its rank goes).  Returns whether it was set."""
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -126,7 +128,7 @@ def supervise(rank):
     oom_before = _oom_kills()
     pid = os.fork()
     if pid == 0:
-        _set_parent_death_signal()
+        set_parent_death_signal()
         if os.getppid() != parent:      # the watcher went before the death signal was set
             os._exit(DIED)
         return

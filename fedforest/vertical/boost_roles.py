@@ -36,7 +36,7 @@ from . import encrypted_gradients as EG
 from . import encrypted_labels as encrypted
 from . import model_files, protocol
 from .boost_params import BoostParams
-from .common import (MASTER, RemoteParties, label_array, log, peak_rss_mb, plural_rounds, progress_bar,
+from .common import (MASTER, RemoteParties, bar_round, label_array, log, peak_rss_mb, plural_rounds, progress_bar,
                      report_training)
 from .master import master_predict as server_predict
 from .master import open_training
@@ -352,7 +352,7 @@ def _boost(comm, cfg, params, job, source, t_start):
                 complete = []
                 trees, commit = grower.grow_batch_fused(
                     [seeds[t] for t in ids], first=ids[0], labels=labels, carry=carry,
-                    on_carried=lambda acks: complete.append(stored(*pending, acks)))
+                    on_carried=lambda acks: complete.append(stored(*pending, acks)), on_round=bar_round(bar, ids))
                 if not all(complete):
                     failed = True   # a round counts only when every party stored all its trees
                     break
@@ -360,7 +360,8 @@ def _boost(comm, cfg, params, job, source, t_start):
                 source.grown(trees, None)
                 carry, pending = commit, (ids, trees)
                 continue
-            trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels)
+            trees, acks = grower.grow_batch([seeds[t] for t in ids], first=ids[0], labels=labels,
+                                            on_round=bar_round(bar, ids))
             source.scale(trees)
             if not stored(ids, trees, acks):
                 failed = True

@@ -25,6 +25,19 @@ def progress_bar(cfg, **kw):
     return tqdm(disable=not cfg.progress or cfg.quiet, **{**progress_options(), **kw})
 
 
+def bar_round(bar, ids):
+    """A grower's ``on_round``: the bar shows the batch's exchanges as they happen
+    (it moves every level, not only when a batch of trees is stored); drawn at
+    most as often as the bar draws (a log gets its line now and then)."""
+    count = [0]
+
+    def on_round():
+        count[0] += 1
+        bar.set_postfix_str(f"trees {ids[0]}-{ids[-1]}: exchange {count[0]}", refresh=False)
+        bar.update(0)
+    return on_round
+
+
 def plural_rounds(n):
     return f"{n} round" + ("" if n == 1 else "s")
 

@@ -24,8 +24,6 @@ targets.
 """
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 import gmpy2
 import numpy as np
@@ -263,7 +261,7 @@ def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
     ints = [int(v) for v in plaintexts]
     size = -(-len(ints) // workers)
     chunks = [ints[i:i + size] for i in range(0, len(ints), size)]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with P.worker_pool(workers) as pool:
         parts = pool.map(_encrypt_chunk, [int(public_key.n)] * len(chunks), chunks)
         return [gmpy2.mpz(c) for part in parts for c in part]
 

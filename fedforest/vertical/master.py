@@ -28,7 +28,7 @@ from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
-                     peak_rss_mb, restart_note, plural_rounds, progress_bar, report_training)
+                     peak_rss_mb, restart_note, plural_rounds, progress_bar, bar_round, report_training)
 
 
 class Opening:
@@ -189,7 +189,7 @@ def master_train(comm, cfg):
             b0 = ids[-1] + 1
             t_batch = time.perf_counter()
             trees, commit = grower.grow_batch_fused([seeds[t] for t in ids], first=ids[0], carry=carry,
-                                                       on_carried=on_carried)
+                                                       on_carried=on_carried, on_round=bar_round(bar, ids))
             plan.record(len(ids), time.perf_counter() - t_batch)
             carry, pending = commit, (ids, trees)
             if not complete[0]:

@@ -238,13 +238,13 @@ class TreeGrower:
             out += self.grow_batch(seeds[b0:b0 + batch], first=b0)[0]
         return out
 
-    def grow_batch(self, seeds, first=0, labels=None):
+    def grow_batch(self, seeds, first=0, labels=None, on_round=None):
         """:meth:`grow_batch_fused` with its own commit exchange: returns the
         master's trees and the parties' replies to the commit."""
-        trees, commit = self.grow_batch_fused(seeds, first, labels)
+        trees, commit = self.grow_batch_fused(seeds, first, labels, on_round=on_round)
         return trees, self.parties.exchange(commit)
 
-    def grow_batch_fused(self, seeds, first=0, labels=None, carry=None, on_carried=None):
+    def grow_batch_fused(self, seeds, first=0, labels=None, carry=None, on_carried=None, on_round=None):
         """Grow one tree per seed together, level by level: every round carries
         the messages of every tree of the batch (one ``find`` and one
         ``partition`` exchange per level for the whole batch), and a last
@@ -255,7 +255,8 @@ class TreeGrower:
         previous batch's commit messages (one per party), sent with this
         batch's first exchange (one round fewer per batch); ``on_carried``
         receives the parties' replies to it as soon as they arrive (so the
-        previous batch is counted before this one goes on).
+        previous batch is counted before this one goes on).  ``on_round()`` is
+        called after every exchange (a progress bar that moves every level).
         Returns the master's trees and this batch's commit messages (not sent)."""
         n_parties = len(self.feature_counts)
         runs, asks, trees, finish = {}, {}, {}, {}
@@ -298,7 +299,7 @@ class TreeGrower:
                 self._grow_apart(runs, trees, finish, pool, n_parties)
                 carried = None
             else:
-                carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried)
+                carried = self._grow_rounds(runs, asks, advance_all, n_parties, carry, on_carried, on_round)
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -311,7 +312,7 @@ class TreeGrower:
                   for p in range(n_parties)]
         return [trees[t] for t in order], commit
 
-    def _grow_rounds(self, runs, asks, advance_all, n_parties, carry=None, on_carried=None):
+    def _grow_rounds(self, runs, asks, advance_all, n_parties, carry=None, on_carried=None, on_round=None):
         """Start every tree's steps, then exchange rounds until all trees are
         done; ``carry`` (commit messages) goes with the first exchange.
         Returns the replies to ``carry`` (None when there was no exchange)."""
@@ -331,6 +332,8 @@ class TreeGrower:
                 carry = None
                 if on_carried is not None:
                     on_carried(carried)
+            if on_round is not None:
+                on_round()
             views = [None if r is None else
                      BatchReply(r, p, [t for t in current if asks_now[t][p] is not None])
                      for p, r in enumerate(replies)]
