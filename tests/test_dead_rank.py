@@ -58,6 +58,24 @@ def _trees_saved(model_dir):
         return 0
 
 
+FLAGS = ["--n-estimators", "300", "--batch-memory-mb", "1", "--progress", "false"]
+
+
+def _long_training(demo):
+    """A 300-tree demo training under mpiexec, returned once its first checkpoint is on disk."""
+    job = str(demo / "job.toml")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train",
+                             "--config", job, *FLAGS], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while _trees_saved(str(demo / "model")) == 0 and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate())
+        time.sleep(0.05)
+    return job, FLAGS, proc
+
+
 @pytest.fixture
 def demo(tmp_path):
     out = tmp_path / "demo"
@@ -68,17 +86,8 @@ def demo(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_mpi_party_killed_is_named_and_training_resumes(demo):
-    job = str(demo / "job.toml")
-    flags = ["--n-estimators", "300", "--batch-memory-mb", "1", "--progress", "false"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train",
-                             "--config", job, *flags], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, flags, proc = _long_training(demo)
     try:
-        deadline = time.monotonic() + 180
-        while _trees_saved(str(demo / "model")) == 0 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         workers = _rank_worker(job, 2)
         assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGKILL)
@@ -208,17 +217,8 @@ def test_a_signal_to_every_rank_ends_the_job_with_one_line_per_rank(demo, signum
     Ctrl-C: a rank says in one line that it stopped and what the folder keeps
     (the master always), no traceback, no half-written file, and --resume
     finishes the forest."""
-    job = str(demo / "job.toml")
-    flags = ["--n-estimators", "300", "--batch-memory-mb", "1", "--progress", "false"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([find_mpiexec(), "-n", "3", sys.executable, "-m", "fedforest", "train",
-                             "--config", job, *flags], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job, flags, proc = _long_training(demo)
     try:
-        deadline = time.monotonic() + 180
-        while _trees_saved(str(demo / "model")) == 0 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         watchers = [_rank_watcher(job, r) for r in range(3)]
         assert all(len(w) == 1 for w in watchers), watchers
         for w in watchers:
