@@ -298,8 +298,11 @@ class Encoding:
             if np.isinf(values).any():
                 raise InputError(what, f"column {c!r} holds infinite values")
             if np.isnan(values).any() and self.tree_type != "xgboost":
-                raise InputError(what, f"column {c!r} has missing values: the {self.tree_type!r} trees "
-                                       "need complete numeric columns (impute them, or use tree_type 'id3')")
+                # a mode that fixes its trees (MIXED: FedGA-Tree) offers no tree_type to switch to
+                trees, way = (("this mode's trees", "impute them first") if self.tree_type == MIXED
+                              else (f"the {self.tree_type!r} trees", "impute them, or use tree_type 'id3'"))
+                raise InputError(what, f"column {c!r} has missing values: {trees} need complete numeric "
+                                       f"columns ({way})")
             out[:, j] = values
         return out
 

@@ -519,3 +519,16 @@ def test_mpiexec_fedga(tmp_path):
     assert summary["rounds"] == 3 + 3 and summary["test_f1"] > 0.4
     for r in (1, 2, 3):
         assert os.path.isfile(tmp_path / "m" / f"client-{r}" / "model.json")
+
+
+def test_missing_values_are_refused_without_a_hint_fedga_cannot_follow(tmp_path):
+    """FedGA-Tree has no tree_type setting: its refusal of a missing value does
+    not send the user to ``tree_type 'id3'``, which fedga refuses."""
+    paths, tests = _clients(tmp_path)
+    df = pd.read_csv(paths[0])
+    df.loc[3, "x2"] = np.nan
+    df.to_csv(paths[0], index=False)
+    with pytest.raises((InputError, RemoteError), match="column 'x2' has missing values") as err:
+        _run(paths, tests, tmp_path)
+    message = getattr(err.value, "remote_message", str(err.value))
+    assert message.endswith("this mode's trees need complete numeric columns (impute them first)"), message
