@@ -272,7 +272,8 @@ def cmd_modes(args):
 def cmd_evaluate(args):
     from .federation.metrics import evaluate_files, format_metrics
     metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task,
-                             positive_class=args.positive_class, na_values=args.na_values)
+                             positive_class=args.positive_class, na_values=args.na_values,
+                             by_position=args.by_position)
     print(format_metrics(metrics))
     if args.json:
         from .federation.files import write_summary
@@ -421,6 +422,9 @@ def build_parser():
     p.add_argument("--predictions", required=True, help="predictions file written by predict")
     p.add_argument("--truth", required=True, help="file with the ID and label columns")
     p.add_argument("--id-column", default="id", help="name of the ID column (default 'id')")
+    p.add_argument("--by-position", action="store_true",
+                   help="match the files row by row instead of by ID (a truth file without IDs; both files "
+                        "must have the same number of rows, in the same order)")
     p.add_argument("--label-column", required=True, help="name of the label column in --truth")
     p.add_argument("--task", choices=["classification", "regression"], default=None,
                    help="default: guessed from the predictions file (proba_ columns)")

@@ -7,21 +7,30 @@ from ..errors import InputError
 
 
 def evaluate_files(predictions, truth, id_column, label_column, task=None, positive_class=None,
-                   na_values=None):
+                   na_values=None, by_position=False):
     """Metrics of a predictions file (``prediction`` and, for classification,
-    ``proba_<class>`` columns) against the labels of ``truth``, joined by ID
-    (``na_values``: texts that mean a missing value in ``truth``; its
-    feature columns, if any, are not read)."""
+    ``proba_<class>`` columns) against the labels of ``truth``, joined by ID,
+    or with ``by_position`` row by row (a truth file without IDs: both files
+    must have the same number of rows) (``na_values``: texts that mean a
+    missing value in ``truth``; its feature columns, if any, are not read)."""
     pred = read_table(predictions, id_column, "predictions", na_values=[], categorical_columns=[],
-                      check_types=False)
+                      check_types=False, require_id=not by_position)
     true = read_table(truth, id_column, "truth", na_values=na_values or [], categorical_columns=[],
-                      label_column=label_column, check_types=False)
+                      label_column=label_column, check_types=False, require_id=not by_position)
     if label_column not in true.columns:
         raise InputError("truth", f"{truth!r} has no label column {label_column!r}")
     if "prediction" not in pred.columns:
         raise InputError("predictions", f"{predictions!r} has no 'prediction' column")
     if task is None:
         task = "classification" if any(c.startswith("proba_") for c in pred.columns) else "regression"
+    if by_position:
+        if len(pred) != len(true):
+            raise InputError("evaluate", f"--by-position pairs rows in order, but {predictions!r} has "
+                                         f"{len(pred)} rows and {truth!r} {len(true)}")
+        # the row number is the ID of both files
+        id_column = "__row__"
+        pred = pred.assign(**{id_column: np.arange(len(pred))})
+        true = true.assign(**{id_column: np.arange(len(true))})
     true = true[[id_column, label_column]].dropna(subset=[label_column])
     # IDs and class labels compared in one text form (1, 1.0 and "1" agree)
     pred = pred.assign(**{id_column: pred[id_column].map(_text)})

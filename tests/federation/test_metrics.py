@@ -91,3 +91,24 @@ def test_evaluate_scores_the_minority_class_by_default(tmp_path):
     pd.DataFrame({"id": ids, "y": tie}).to_csv(tmp_path / "t2.csv", index=False)
     assert evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t2.csv"), "id", "y",
                           task="classification")["positive_class"] == "yes"
+
+
+def test_evaluate_by_position_scores_a_truth_file_without_ids(tmp_path, capsys):
+    """A truth file with only the label column is matched row by row (the
+    command line's --by-position): the same metrics as matching by ID; files
+    of different lengths are refused."""
+    import pandas as pd
+    from fedforest.cli import main
+    from fedforest.federation.metrics import evaluate_files
+    _prediction_files(tmp_path)
+    by_id = evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "t.csv"), "id", "y")
+    pd.read_csv(tmp_path / "t.csv", dtype=str)[["y"]].to_csv(tmp_path / "labels.csv", index=False)
+    with pytest.raises(InputError, match="'id'"):
+        evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "labels.csv"), "id", "y")
+    assert evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "labels.csv"), "id", "y", by_position=True) == by_id
+    assert main(["evaluate", "--predictions", str(tmp_path / "p.csv"), "--truth", str(tmp_path / "labels.csv"),
+                 "--label-column", "y", "--by-position"]) == 0
+    assert f"{by_id['accuracy']:.4f}" in capsys.readouterr().out
+    pd.read_csv(tmp_path / "labels.csv").iloc[:-1].to_csv(tmp_path / "short.csv", index=False)
+    with pytest.raises(InputError, match="200 rows and .* 199"):
+        evaluate_files(str(tmp_path / "p.csv"), str(tmp_path / "short.csv"), "id", "y", by_position=True)
