@@ -502,7 +502,10 @@ class CipherSums(OwnSplits):
             if sel.any():
                 partitioner.place_bits(src, lengths[sel], offsets[sel], packed)
         applied = {"split_nodes": level, "bits": packed}
-        sp._apply_checked(applied) if sp.checked else sp._apply(applied)
+        if sp.checked:
+            sp._apply_checked(applied)
+        else:
+            sp._apply(applied)
         children = np.arange(tree.n - 2 * level.size, tree.n, dtype=np.int32)
         s, e = tree.bounds(children)
         may = may_split(sp.settings, t["level"], e - s)
