@@ -312,6 +312,7 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
     rng = np.random.default_rng([7, list(TASKS).index(task), msl, int(mwl)])
     mwl = leaf_weight(task, mwl)
     scratch = [np.empty(S) for _ in range(5)]
+    prox = np.full(2 * (MISSING + 1), np.nan)   # the scan must set what it reads
     n_diff = 0
     for trial in range(300):
         nb = int(rng.integers(1, 12))
@@ -340,7 +341,7 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
         imp_node = impurity.impurity(stats, w_node, crit, lam)
         w_total = 2.0 if crit == impurity.NEWTON else w_node * 1.5
         got = splitter._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
-                                  lam, msl, mwl, *scratch)
+                                  lam, msl, mwl, *scratch, MISSING, prox)
         ref = scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf,
                                     crit, lam, msl, mwl)
         assert got[0] == ref[0] and tuple(got[1:]) == tuple(ref[1:]), (trial, got, ref)
@@ -1048,12 +1049,15 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     out0 = splitter.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
                               *args, *none[:-1], np.ones(2, np.uint8), *splitter.NO_NODE_STATS)
     index, hist, cnt = out0[4:]
-    assert hist.shape[0] == 2 * n_feat and (index >= 0).all()
+    # compact: each pair keeps its bins, then its missing bin
+    assert hist.shape[0] == 2 * int((n_bins + 1).sum()) and (index >= 0).all()
     for j in range(2):
         for f in range(n_feat):
             ref_h, ref_c = _ref_hist(prob, Xb, rows0[starts0[j]:ends0[j]], f)
-            np.testing.assert_allclose(hist[index[j, f]], ref_h, **TOL)
-            assert np.array_equal(cnt[index[j, f]], ref_c)
+            nb = n_bins[f]
+            at = slice(index[j, f], index[j, f] + nb + 1)
+            np.testing.assert_allclose(hist[at], np.vstack([ref_h[:nb], ref_h[MISSING]]), **TOL)
+            assert np.array_equal(cnt[at], np.append(ref_c[:nb], ref_c[MISSING]))
     # level 1: each parent splits in two (rows in ascending order within a child)
     rows1, starts1, ends1 = [], [], []
     for j in range(2):

@@ -1,9 +1,10 @@
 """Quantile binning of feature columns for histogram split search."""
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 from numba import njit, prange
+
+from . import threads as kernel_threads
 
 MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
@@ -43,7 +44,7 @@ def fit_bins(X, max_bins):
     n_feat = X.shape[1]
     edges = np.full((n_feat, MAX_BINS), np.inf)
     n_bins = np.ones(n_feat, dtype=np.int32)
-    workers = min(n_feat, numba.get_num_threads())
+    workers = min(n_feat, kernel_threads.threads())
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             found = list(pool.map(lambda f: column_thresholds(X[:, f], max_bins), range(n_feat)))

@@ -8,6 +8,7 @@ drives growth across parties lives in :mod:`fedforest.vertical`."""
 import numpy as np
 
 from . import partitioner
+from . import threads as kernel_threads
 from .format import LEAF, NO_CHILD
 from .binning import MISSING_BIN
 from .impurity import NEWTON
@@ -18,7 +19,7 @@ from .params import CRITERION_CODE, resolve_count, resolve_max_features
 EPSILON = np.finfo(np.float64).eps
 
 
-HIST_CACHE_BYTES_PER_ROW = 2
+HIST_CACHE_BYTES_PER_ROW = 4
 
 
 def gain_scale(settings, total_w):
@@ -69,7 +70,8 @@ class SplitSettings:
         self.reveal_splits = False  # winners also send feature and threshold to the master
         # histogram subtraction: a node of at least this many rows keeps its histograms for
         # its children, so the kept histograms of a level hold at most HIST_CACHE_BYTES_PER_ROW
-        # per row
+        # per row with MISSING_BIN + 1 bins per feature (a party with fewer bins keeps
+        # from fewer rows on: PartySplitter.hist_cache_rows)
         n_stats = self.n_classes if self.is_classification else 3
         self.hist_cache_rows = cache_rows(params.max_features, n_features, n_stats)
 
@@ -136,6 +138,7 @@ class Nodes:
         and returns them."""
         starts, ends = self.bounds(nodes)
         if self.rows is not None:
+            kernel_threads.for_work(bits.shape[0])
             n_left = partitioner.apply_partition(self.rows, starts, ends, bits)
         m = nodes.shape[0]
         self._grow(2 * m)

@@ -2,11 +2,11 @@
 (paper Algorithms 3 and 4: parties send per-leaf row sets, the master intersects)."""
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 
 from . import format as tree_format
 from . import leaf_sets, partitioner
+from . import threads as kernel_threads
 from ..errors import InputError
 
 
@@ -70,7 +70,7 @@ def party_leaf_sets(X_local, partial_trees, split_method):
 def in_threads(fn, items):
     """``[fn(x) for x in items]`` on the kernels' thread count (``fn`` runs
     nogil kernels); results in item order."""
-    workers = min(len(items), numba.get_num_threads())
+    workers = min(len(items), kernel_threads.threads())
     if workers <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(workers) as pool:

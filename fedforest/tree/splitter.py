@@ -33,11 +33,13 @@ BELOW_FLOAT32_MIDPOINT = 1   # right: x < float32(midpoint) goes left (XGBoost's
 
 @njit(cache=True)
 def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-               min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm):
+               min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox):
     """Best candidate of one feature's histogram (``hist[b]`` statistics and
-    ``cnt[b]`` rows of bin ``b``, the missing bin at ``MISSING_BIN``) in a node
+    ``cnt[b]`` rows of bin ``b``, the missing bin at ``miss``) in a node
     of ``n_node`` rows.  Returns ``gain, bin, missing_left`` (gain -inf if none).
-    ``tot``, ``left``, ``right``, ``lm``, ``rm`` are scratch vectors of length S.
+    ``tot``, ``left``, ``right``, ``lm``, ``rm`` are scratch vectors of length
+    S, ``prox`` one of length at least ``2 * nb``; the missing bin is row
+    ``miss`` (``MISSING_BIN`` in a full histogram, ``nb`` in a compact one).
 
     Candidates, in scan order: each non-empty bin ``b`` as the last bin on the
     left, with missing values (if any) first on the right, then on the left.
@@ -47,14 +49,14 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     strictly larger gain winning.  Every other candidate's gain is below the
     best by far more than rounding, so the result is the one exact gains
     everywhere give, at a fraction of the divisions."""
-    n_miss = cnt[MISSING_BIN]
+    n_miss = cnt[miss]
     tot[:] = 0.0
     for b in range(nb):
         if cnt[b] > 0:
             for k in range(S):
                 tot[k] += hist[b, k]
     n_nonmiss = n_node - n_miss
-    prox = np.full(2 * nb, -np.inf)
+    prox[:2 * nb] = -np.inf
     top = -np.inf
     left[:] = 0.0
     cl = 0
@@ -74,7 +76,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             top = max(top, p)
         else:
             for k in range(S):
-                rm[k] = right[k] + hist[MISSING_BIN, k]
+                rm[k] = right[k] + hist[miss, k]
             p = proxy_score(left, rm, cl, cr + n_miss, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b] = p
@@ -82,7 +84,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             if cr == 0:
                 break
             for k in range(S):
-                lm[k] = left[k] + hist[MISSING_BIN, k]
+                lm[k] = left[k] + hist[miss, k]
             p = proxy_score(lm, right, cl + n_miss, cr, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b + 1] = p
@@ -92,7 +94,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     # proxies and gains carry rounding errors far below 1e-9 of these magnitudes
     scale = abs(top) + w_node
     if not is_clf:
-        scale += abs(tot[2]) + abs(hist[MISSING_BIN, 2])
+        scale += abs(tot[2]) + abs(hist[miss, 2])
     floor = top - 1e-9 * scale
     best = -np.inf
     best_b = 0
@@ -121,7 +123,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         if prox[2 * b] >= floor:
             # missing values go right
             for k in range(S):
-                rm[k] = right[k] + hist[MISSING_BIN, k]
+                rm[k] = right[k] + hist[miss, k]
             g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf,
                       crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
@@ -131,7 +133,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         if prox[2 * b + 1] >= floor:
             # missing values go left
             for k in range(S):
-                lm[k] = left[k] + hist[MISSING_BIN, k]
+                lm[k] = left[k] + hist[miss, k]
             g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf,
                       crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
@@ -143,24 +145,24 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
 
 @njit(cache=True)
 def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                    min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm):
+                    min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox):
     """:func:`_scan_hist` with the common (task, statistics, criterion)
     combinations passed as constants, so the compiler specialises the scan
     for them (about three times faster than the generic loop); same results."""
     if is_clf and S == 2 and crit == GINI:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, GINI, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
     if is_clf and S == 2 and crit == ENTROPY:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, ENTROPY, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
     if not is_clf and S == 3 and crit == NEWTON:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, NEWTON, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
     if not is_clf and S == 3:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, SQUARED_ERROR, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
     return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                      min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm)
+                      min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
 
 
 @njit(cache=True)
@@ -227,6 +229,12 @@ def _add_hist(hist, cnt, col, rows, s, e, ycls, yw, is_clf):
             hist[b, 2] += yw[r, 2]
 
 
+#: the (node, feature) pairs of a histogram search run in at most this many
+#: blocks, each with one set of scratch arrays (enough blocks to share out
+#: among many threads)
+PAIR_BLOCKS = 256
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
@@ -239,7 +247,8 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
 
     Histogram subtraction: where ``parent_slot[j] >= 0`` and
     ``cache_index[parent_slot[j], f] >= 0``, the histogram of (node ``j``,
-    feature ``f``) is its parent's (``cache_hist``/``cache_cnt`` at that row)
+    feature ``f``) is its parent's (``cache_hist``/``cache_cnt``, the
+    ``n_bins[f] + 1`` rows from that index on: its bins, then its missing bin)
     minus the one of the sibling rows ``rows[sib_starts[j]:sib_ends[j]]``,
     built instead of its own (the caller points only larger children at a
     smaller sibling).  Every other histogram is built from the node's rows.
@@ -248,11 +257,14 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     ``gain`` -inf where no allowed split exists; ``bin == n_bins[f] - 1``
     with missing values present means "non-missing left, missing right"),
     then the histograms of the nodes with ``keep[j]``, for the next level's
-    subtraction: ``index`` (n_nodes, n_features; row in ``hist``/``cnt`` or -1),
-    ``hist``, ``cnt``.
+    subtraction: ``index`` (n_nodes, n_features; the first of the pair's
+    ``n_bins[f] + 1`` rows in ``hist``/``cnt``, or -1), ``hist``, ``cnt``.
 
-    The (node, feature) pairs are scanned in parallel and reduced in feature
-    order, so the result does not depend on the number of threads.
+    Every bin's statistics are added in row order and only the bins a
+    feature has (and its missing bin) are touched, so a pair costs its rows
+    plus its bins.  Blocks of pairs run in parallel and the pairs are
+    reduced in feature order, so the result does not depend on the number
+    of threads.
 
     ``node_w``, ``node_imp``: the nodes' weights and impurities when the caller
     knows them (as :func:`.criterion.node_weights` gives them), or empty
@@ -266,48 +278,68 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     gain = np.full(n_pairs, -np.inf)
     where = np.zeros(n_pairs, dtype=np.int32)
     mls = np.zeros(n_pairs, dtype=np.uint8)
+    # kept histograms, compact: a pair of feature f owns n_bins[f] + 1 rows from
+    # index[j, f] on, its bins then its missing bin
     index = np.full((n_nodes, n_feat), -1, dtype=np.int64)
     n_kept = 0
     for i in range(n_pairs):
         if keep[pair_node[i]]:
             index[pair_node[i], pair_feat[i]] = n_kept
-            n_kept += 1
-    kept_hist = np.zeros((n_kept, MISSING_BIN + 1, S))
-    kept_cnt = np.zeros((n_kept, MISSING_BIN + 1), dtype=np.int32)
-    for i in prange(n_pairs):
-        j = pair_node[i]
-        f = pair_feat[i]
-        hist = np.zeros((MISSING_BIN + 1, S))
-        cnt = np.zeros(MISSING_BIN + 1, dtype=np.int64)
+            n_kept += n_bins[pair_feat[i]] + 1
+    kept_hist = np.empty((n_kept, S))
+    kept_cnt = np.empty(n_kept, dtype=np.int32)
+    n_blocks = min(n_pairs, PAIR_BLOCKS)
+    for blk in prange(n_blocks):
+        hist = np.empty((MISSING_BIN + 1, S))
+        cnt = np.empty(MISSING_BIN + 1, dtype=np.int64)
         tot = np.empty(S)
         left = np.empty(S)
         right = np.empty(S)
         lm = np.empty(S)
         rm = np.empty(S)
-        col = Xb[:, f]
-        src = -1
-        if parent_slot[j] >= 0:
-            src = cache_index[parent_slot[j], f]
-        if src >= 0:
-            _add_hist(hist, cnt, col, rows, sib_starts[j], sib_ends[j], ycls, yw, is_clf)
-            for b in range(MISSING_BIN + 1):
-                cnt[b] = cache_cnt[src, b] - cnt[b]
+        prox = np.empty(2 * (MISSING_BIN + 1))
+        for i in range(blk * n_pairs // n_blocks, (blk + 1) * n_pairs // n_blocks):
+            j = pair_node[i]
+            f = pair_feat[i]
+            nb = n_bins[f]
+            # only the feature's bins and the missing bin are used
+            for b in range(nb):
+                cnt[b] = 0
                 for k in range(S):
-                    hist[b, k] = cache_hist[src, b, k] - hist[b, k]
-        else:
-            _add_hist(hist, cnt, col, rows, starts[j], ends[j], ycls, yw, is_clf)
-        slot = index[j, f]
-        if slot >= 0:
-            for b in range(MISSING_BIN + 1):
-                kept_cnt[slot, b] = cnt[b]
+                    hist[b, k] = 0.0
+            cnt[MISSING_BIN] = 0
+            for k in range(S):
+                hist[MISSING_BIN, k] = 0.0
+            col = Xb[:, f]
+            src = -1
+            if parent_slot[j] >= 0:
+                src = cache_index[parent_slot[j], f]
+            if src >= 0:
+                _add_hist(hist, cnt, col, rows, sib_starts[j], sib_ends[j], ycls, yw, is_clf)
+                for b in range(nb):
+                    cnt[b] = cache_cnt[src + b] - cnt[b]
+                    for k in range(S):
+                        hist[b, k] = cache_hist[src + b, k] - hist[b, k]
+                cnt[MISSING_BIN] = cache_cnt[src + nb] - cnt[MISSING_BIN]
                 for k in range(S):
-                    kept_hist[slot, b, k] = hist[b, k]
-        g, b, ml = _scan_hist_fast(hist, cnt, n_bins[f], ends[j] - starts[j], w_node[j], imp_node[j],
-                                   w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
-                                   tot, left, right, lm, rm)
-        gain[i] = g
-        where[i] = b
-        mls[i] = ml
+                    hist[MISSING_BIN, k] = cache_hist[src + nb, k] - hist[MISSING_BIN, k]
+            else:
+                _add_hist(hist, cnt, col, rows, starts[j], ends[j], ycls, yw, is_clf)
+            slot = index[j, f]
+            if slot >= 0:
+                for b in range(nb):
+                    kept_cnt[slot + b] = cnt[b]
+                    for k in range(S):
+                        kept_hist[slot + b, k] = hist[b, k]
+                kept_cnt[slot + nb] = cnt[MISSING_BIN]
+                for k in range(S):
+                    kept_hist[slot + nb, k] = hist[MISSING_BIN, k]
+            g, b, ml = _scan_hist_fast(hist, cnt, nb, ends[j] - starts[j], w_node[j], imp_node[j],
+                                       w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
+                                       tot, left, right, lm, rm, MISSING_BIN, prox)
+            gain[i] = g
+            where[i] = b
+            mls[i] = ml
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
@@ -322,7 +354,7 @@ def no_subtraction(n_nodes, S):
     histogram from the node's own rows and keep none."""
     none = np.full(n_nodes, -1, dtype=np.int64)
     return (none, none, none, np.full((0, 1), -1, dtype=np.int64),
-            np.zeros((0, MISSING_BIN + 1, S)), np.zeros((0, MISSING_BIN + 1), dtype=np.int32),
+            np.zeros((0, S)), np.zeros(0, dtype=np.int32),
             np.zeros(n_nodes, dtype=np.uint8))
 
 
@@ -349,6 +381,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
     right = np.zeros(S)
     lm = np.zeros(S)
     rm = np.zeros(S)
+    prox = np.empty(2 * (MISSING_BIN + 1))
     for i in range(pair_node.shape[0]):
         j = pair_node[i]
         n_node = node_count[j]
@@ -357,8 +390,8 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
         w_node = weight_of(node_stats[j], is_clf)
         imp_node = impurity(node_stats[j], w_node, crit, lam)
         g, b, ml = _scan_hist_fast(hists[i], cnts[i], pair_nb[i], n_node, w_node, imp_node, w_total,
-                              is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, tot, left, right,
-                              lm, rm)
+                                   is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, tot, left, right,
+                                   lm, rm, MISSING_BIN, prox)
         if g > best_gain[j]:
             best_gain[j] = g
             best_feat[j] = pair_feat[i]

@@ -1,15 +1,41 @@
-"""Threads of the parallel kernels: how many this thread's kernels use, and
-whether several Python threads may launch parallel kernels at once (tree
-blocks).  No result of any kernel depends on the number of threads."""
+"""Threads of the parallel kernels: how many this thread's kernels may use,
+how many one call gets for its work, and whether several Python threads may
+launch parallel kernels at once (tree blocks).  No result of any kernel
+depends on the number of threads.
+
+A parallel kernel call pays for waking its threads (tens of microseconds
+each, far more on a busy machine), so a call gets one thread per
+:data:`WORK_PER_THREAD` units of work (row visits: a row in one column's
+histogram, a row partitioned), up to the threads :func:`set_threads` allows:
+a small job runs as it would with ``n_jobs = 1``, a big one on every core it
+is given."""
+import threading
+
 import numba
 import numpy as np
 from numba import njit, prange
 
+#: row visits that pay for one more thread of a kernel call
+WORK_PER_THREAD = 1 << 16
+
+_allowed = threading.local()
+
 
 def set_threads(n):
-    """Use ``n`` threads (at most numba's pool) in this thread's parallel kernels; returns it."""
+    """Allow ``n`` threads (at most numba's pool) in this thread's parallel kernels; returns it."""
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
+    _allowed.n = n
+    return n
+
+
+def for_work(units):
+    """Set the threads of this thread's next kernel calls for ``units`` row
+    visits: one per :data:`WORK_PER_THREAD`, at least one, at most
+    :func:`threads`.  Returns the number set."""
+    n = max(1, min(threads(), int(units) // WORK_PER_THREAD))
+    if n != numba.get_num_threads():
+        numba.set_num_threads(n)
     return n
 
 
@@ -35,5 +61,7 @@ def concurrent_launches_ok():
 
 
 def threads():
-    """The number of threads this thread's parallel kernels use."""
-    return numba.get_num_threads()
+    """The number of threads this thread's parallel kernels may use (what
+    :func:`set_threads` allowed; numba's current setting where it was never called)."""
+    n = getattr(_allowed, "n", None)
+    return numba.get_num_threads() if n is None else n

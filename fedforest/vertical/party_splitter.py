@@ -70,6 +70,11 @@ class PartySplitter:
             self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
             self.Xb = transform_bins(X, self.edges, self.n_bins)
             self.X = None
+            # kept histograms are compact (a feature's bins and its missing bin), so with
+            # at most b bins per feature a node keeps them from b / (MISSING_BIN + 1) of
+            # the settings' rows on, within the same bytes per row
+            widest = int(self.n_bins.max()) + 1 if self.n_bins.size else MISSING_BIN + 1
+            self.hist_cache_rows = -(-settings.hist_cache_rows * widest // (MISSING_BIN + 1))
         else:
             self.edges = self.n_bins = self.Xb = None
             # scikit-learn compares float32 feature values against float64 thresholds
@@ -357,6 +362,7 @@ class PartySplitter:
         known = criterion.stats_weight_impurity(msg["stats"], s.is_classification, s.crit, s.reg_lambda) \
             if "stats" in msg else split_kernels.NO_NODE_STATS
         c = tree.col
+        numba_threads.for_work(int((ends - starts).sum()) * max(1, int(msg["fmask"].sum(axis=1).max())))
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
             gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(self.Xb, self.n_bins,
@@ -377,12 +383,12 @@ class PartySplitter:
         """The histogram subtraction arguments of :func:`split_kernels.best_splits_hist`:
         a node whose parent kept its histograms and whose sibling has fewer rows
         (the lower id on a tie) derives them as parent minus sibling; nodes of
-        at least ``hist_cache_rows`` rows keep theirs for the next level."""
+        at least :attr:`hist_cache_rows` rows keep theirs for the next level."""
         t = self._tree
         none = split_kernels.no_subtraction(nodes.shape[0], self.labels.n_stats)
         if not t["subtract"]:
             return none
-        keep = ((ends - starts) >= self.settings.hist_cache_rows).astype(np.uint8)
+        keep = ((ends - starts) >= self.hist_cache_rows).astype(np.uint8)
         cached, t["hists"] = t["hists"], None   # the parents' level is used up by this one
         if cached is None or t["family"] is None or not cached[0].size:
             return none[:-1] + (keep,)
@@ -419,6 +425,7 @@ class PartySplitter:
         X, cut, missing = (self.Xb, c["cand_bin"][nodes], MISSING_BIN) if self.Xb is not None \
             else (self.X, thr, np.nan)
         reply = {}
+        numba_threads.for_work(int((ends - starts).sum()))
         if self.channel.child_stats:
             s = self.settings
             bits, reply["stats"] = partitioner.partition_stats(

@@ -103,6 +103,7 @@ class MasterChooses:
             w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
         else:
             rows = tree.rows if tree.rows is not None else np.flatnonzero(g._tree_counts).astype(np.int32)
+            numba_threads.for_work(rows.shape[0])
             stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), g._ycls, g._yw,
                                                          s.is_classification, g.labels.n_stats,
                                                          s.crit, s.reg_lambda)
