@@ -19,6 +19,10 @@ process, as a user meets it:
   and ``--help``;
 * ``demo_train_seconds`` (``train_seconds`` of the master's run summary) and
   ``demo_wall_seconds`` (the four commands of ``make demo`` after set-up);
+* ``demo_threads_ratio_vs_n_jobs_1``: the demo's training (``train_seconds``)
+  with the default ``n_jobs`` (every core) over the same job with
+  ``n_jobs = 1``, run right after it: a small job must not pay for threads
+  it cannot use (``demo_n_jobs_1_train_seconds`` beside it);
 * ``small_job_ratio_vs_single_process``: a 1,000-row, 100-tree, depth-6
   federated forest (``mpiexec -n 3``, ``train_seconds``) over the same forest
   trained by ``ForestClassifier`` in one process.
@@ -43,7 +47,7 @@ VENV_BIN = os.path.dirname(sys.executable)
 OUT = os.path.join(ROOT, "experiments", "results", "bench_startup.json")
 TARGETS = {"cold_compile_seconds_vertical": 60, "cold_compile_seconds_all": 120, "rank_startup_seconds": 1.0,
            "version_seconds": 0.3, "help_seconds": 0.3, "demo_train_seconds": 1.5, "demo_wall_seconds": 15,
-           "small_job_ratio_vs_single_process": 2.0}
+           "small_job_ratio_vs_single_process": 2.0, "demo_threads_ratio_vs_n_jobs_1": 1.05}
 
 HORIZONTAL = """
 import numpy as np, pandas as pd, tempfile
@@ -127,6 +131,16 @@ def demo(folder):
     return train_seconds, time.perf_counter() - t0
 
 
+def demo_one_thread(folder):
+    """``train_seconds`` of the demo's training job with ``n_jobs = 1``."""
+    with open(os.path.join(folder, "job.toml")) as fh:
+        text = fh.read()
+    job = os.path.join(folder, "job-n-jobs-1.toml")
+    with open(job, "w") as fh:
+        fh.write(text.replace("[forest]\n", "[forest]\nn_jobs = 1\n", 1))
+    return mpi_train(job)[0]
+
+
 def small_job(folder):
     """(federated train_seconds, single-process fit seconds) of the same 1,000-row forest."""
     import numpy as np
@@ -158,7 +172,8 @@ def main():
     args = ap.parse_args()
     prov = provenance.record(args)
     runs = {k: [] for k in TARGETS}
-    extra = {"small_job_federated_train_seconds": [], "small_job_single_process_seconds": [], "warm_up_seconds": []}
+    extra = {"small_job_federated_train_seconds": [], "small_job_single_process_seconds": [], "warm_up_seconds": [],
+             "demo_n_jobs_1_train_seconds": []}
     for i in range(args.repeats):
         print(f"run {i + 1} of {args.repeats}", flush=True)
         runs["cold_compile_seconds_vertical"].append(cold(["-m", "fedforest", "warm-up"]))
@@ -169,10 +184,13 @@ def main():
         runs["help_seconds"].append(timed([sys.executable, "-m", "fedforest", "--help"])[0])
         with tempfile.TemporaryDirectory() as d:
             train, wall = demo(os.path.join(d, "demo"))
+            one = demo_one_thread(os.path.join(d, "demo"))
             runs["rank_startup_seconds"].append(rank_startup(os.path.join(d, "demo", "job.toml")))
             fed, single = small_job(d)
         runs["demo_train_seconds"].append(train)
         runs["demo_wall_seconds"].append(wall)
+        runs["demo_threads_ratio_vs_n_jobs_1"].append(train / one)
+        extra["demo_n_jobs_1_train_seconds"].append(one)
         runs["small_job_ratio_vs_single_process"].append(fed / single)
         extra["small_job_federated_train_seconds"].append(fed)
         extra["small_job_single_process_seconds"].append(single)

@@ -446,26 +446,60 @@ def _leaves_oneshot(comm, cfg, trees, n_rows):
     return out
 
 
+#: row indices one node-by-node routing exchange carries at most (in trees' blocks)
+ROUTE_ROWS = 1 << 22
+
+
 def _leaves_classical(comm, cfg, trees, n_rows):
-    """Node-by-node prediction: one round trip to the owning party per split
-    node; every row's leaf in each tree."""
+    """Node-by-node prediction: each row follows each tree from the root, and
+    at every split the party that owns it says which rows go left.  The
+    routes of a level travel together, for a block of trees at a time: one
+    exchange per level with the parties owning that level's splits (each
+    learns, as node by node, only which rows reach its own splits).  Every
+    row's leaf (node id) in each tree."""
     comm.bcast({"op": protocol.CLASSICAL})
     out = []
-    for t in progress_bar(cfg, iterable=trees, desc="classical prediction", unit="tree"):
-        leaf = np.zeros(n_rows, dtype=np.int64)
-        stack = [(0, np.arange(n_rows, dtype=np.int64))]
-        while stack:
-            node, rows = stack.pop()
-            if t["children_left"][node] < 0:
-                leaf[rows] = node
-                continue
-            if rows.size == 0:
-                continue
-            owner = int(t["owner"][node]) + 1
-            rep = comm.exchange({owner: {"op": protocol.ROUTE, "tree": len(out), "node": node, "rows": rows}})[owner]
-            left = np.unpackbits(rep["bits"], count=rows.size).astype(bool)
-            stack.append((int(t["children_right"][node]), rows[~left]))
-            stack.append((int(t["children_left"][node]), rows[left]))
-        out.append(leaf)
+    bar = progress_bar(cfg, total=len(trees), desc="classical prediction", unit="tree")
+    block = max(1, ROUTE_ROWS // max(n_rows, 1))
+    dtype = np.int32 if n_rows < 2 ** 31 else np.int64
+    for b0 in range(0, len(trees), block):
+        ids = range(b0, min(b0 + block, len(trees)))
+        leaves = {i: np.zeros(n_rows, dtype=np.int64) for i in ids}
+        frontier = [(i, 0, np.arange(n_rows, dtype=dtype)) for i in ids]
+        while frontier:
+            asks = {}    # party -> [(tree, node, rows)] of the splits it owns on this level
+            for i, node, rows in frontier:
+                t = trees[i]
+                if t["children_left"][node] < 0:
+                    leaves[i][rows] = node
+                elif rows.size:
+                    asks.setdefault(int(t["owner"][node]) + 1, []).append((i, node, rows))
+            if not asks:
+                break
+            replies = comm.exchange({r: {"op": protocol.ROUTE,
+                                         "tree": np.array([a[0] for a in items], dtype=np.int64),
+                                         "node": np.array([a[1] for a in items], dtype=np.int64),
+                                         "sizes": np.array([a[2].size for a in items], dtype=np.int64),
+                                         "rows": np.concatenate([a[2] for a in items])}
+                                     for r, items in asks.items()})
+            frontier = []
+            for r, items in asks.items():
+                n = sum(a[2].size for a in items)
+                bits = replies[r].get("bits")
+                if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.ndim == 1
+                        and bits.size == (n + 7) // 8):
+                    raise messages.bad_message(f"party {r} answered {n} routed rows with "
+                                               f"{messages.shown(bits)}")
+                left = np.unpackbits(bits, count=n).astype(bool)
+                at = 0
+                for i, node, rows in items:
+                    go = left[at:at + rows.size]
+                    at += rows.size
+                    t = trees[i]
+                    frontier.append((i, int(t["children_left"][node]), rows[go]))
+                    frontier.append((i, int(t["children_right"][node]), rows[~go]))
+        out += [leaves[i] for i in ids]
+        bar.update(len(ids))
+    bar.close()
     comm.bcast({"op": protocol.END_CLASSICAL})
     return out

@@ -452,12 +452,7 @@ def party_predict(comm, cfg):
                 if m.get("op") == protocol.END_CLASSICAL:
                     break
                 expect(m, protocol.ROUTE)
-                t, node = _own_split(trees, m.get("tree"), m.get("node"))
-                f = int(t["feature"][node])
-                rows = index_array(m.get("rows"), "'rows'", X.shape[0]).astype(np.int32)
-                bits = partitioner.goes_left(Xp[:, f], rows, 0, rows.size,
-                                   float(t["threshold"][node]), int(t["missing_left"][node]))
-                comm.send(MASTER, {"bits": np.packbits(bits)})
+                comm.send(MASTER, {"bits": np.packbits(_route(m, trees, Xp))})
         elif op == protocol.PATH:
             steps = _path_steps(msg, trees)
             lines = explain.party_path_lines(trees, steps, X[0], manifest["columns"],
@@ -480,6 +475,26 @@ def party_predict(comm, cfg):
             return None
         else:
             raise ProtocolError(f"protocol error: unexpected {op!r}")
+
+
+def _route(msg, trees, Xp):
+    """The left (1) / right (0) bit of every routed row: the rows ``sizes[k]``
+    at a time, each block at split ``node[k]`` of tree ``tree[k]`` (one this
+    party owns)."""
+    tree, node, sizes = (int_array(msg.get(k), repr(k)) for k in ("tree", "node", "sizes"))
+    if not tree.shape == node.shape == sizes.shape:
+        raise bad_message("'tree', 'node' and 'sizes' differ in length")
+    rows = index_array(msg.get("rows"), "'rows'", Xp.shape[0]).astype(np.int32)
+    if (sizes.size and sizes.min() < 0) or int(sizes.sum()) != rows.size:
+        raise bad_message(f"'sizes' (sum {int(sizes.sum())}) do not split the {rows.size} 'rows'")
+    out = np.empty(rows.size, dtype=np.uint8)
+    at = 0
+    for i, n, size in zip(tree.tolist(), node.tolist(), sizes.tolist()):
+        t, n = _own_split(trees, i, n)
+        out[at:at + size] = partitioner.goes_left(Xp[:, int(t["feature"][n])], rows, at, at + size,
+                                                  float(t["threshold"][n]), int(t["missing_left"][n]))
+        at += size
+    return out
 
 
 def _own_split(trees, tree, node):

@@ -621,20 +621,27 @@ def _copy_model(trained, tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("tree", 9), ("tree", -1), ("node", 10 ** 6), ("node", "leaf"),
-                                         ("rows", "outside"), ("rows", "float")])
+                                         ("node", "scalar"), ("rows", "outside"), ("rows", "float"),
+                                         ("sizes", "short"), ("sizes", "negative")])
 def test_route_names_an_own_split_and_aligned_rows(tmp_path, monkeypatch, trained, field, value):
     _copy_model(trained, tmp_path)
 
     def change(msg, dest):
         if value == "leaf":
-            t = model_files.read_trees(os.path.join(trained, "party-%d" % dest), 2)[msg["tree"]]
-            msg["node"] = int(np.flatnonzero(t["feature"] == -2)[0])
+            t = model_files.read_trees(os.path.join(trained, "party-%d" % dest), 2)[int(msg["tree"][0])]
+            msg["node"][0] = int(np.flatnonzero(t["feature"] == -2)[0])
+        elif value == "scalar":
+            msg["node"] = int(msg["node"][0])
         elif value == "outside":
             msg["rows"] = msg["rows"] + 500
         elif value == "float":
             msg["rows"] = msg["rows"].astype(np.float64)
+        elif value == "short":
+            msg["sizes"] = msg["sizes"] - 1
+        elif value == "negative":
+            msg["sizes"] = np.concatenate(([-1], msg["sizes"][1:]))
         else:
-            msg[field] = value
+            msg[field] = np.full_like(msg[field], value)
         return msg
     hostile(monkeypatch, protocol.ROUTE, change)
     named = "is not a split of this party" if value == "leaf" else repr(field)
