@@ -13,7 +13,8 @@ encrypted channels; the numba kernels already compiled and cached) and
 ``ratio_vs_centralized_xgboost`` its ratio to ``xgboost.train`` on the pooled
 training rows with the same trees (500 rounds, depth 8, eta 0.1, 2 threads),
 timed in the same process just after.  ``cpu_seconds`` is the federated run's
-user + sys time (all threads); ``cpu_busy_before`` the share of the cores that
+user + sys time (all threads), ``cpu_ratio_vs_centralized_xgboost`` its ratio to
+XGBoost's; ``cpu_busy_before`` the share of the cores that
 other programs kept busy just before (the machine is shared: wall times
 stretch with it).  ``cnn_epoch_seconds_*``: one client's CNN epoch (client 1's
 tree outputs, default settings) in the numpy reference
@@ -147,10 +148,10 @@ def churn_run():
     s = run_horizontal(paths, **opts)
     seconds, cpu = time.perf_counter() - t0, _cpu() - c0
     Xtr, ytr = train.drop(columns="churned").to_numpy(), train["churned"].to_numpy()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     booster = xgb.train({"objective": "binary:logistic", "max_depth": DEPTH, "eta": ETA, "seed": 0, "nthread": 2},
                         xgb.DMatrix(Xtr, label=ytr), num_boost_round=TREES)
-    central_seconds = time.perf_counter() - t0
+    central_seconds, central_cpu = time.perf_counter() - t0, _cpu() - c0
     p = booster.predict(xgb.DMatrix(test.drop(columns="churned").to_numpy()))
     central_acc = float(((p > 0.5) == test["churned"].to_numpy()).mean())
     # one client's CNN epoch, numpy reference against the kernels (client 1's tree outputs)
@@ -171,7 +172,8 @@ def churn_run():
         f"centralized XGBoost {central_seconds:.2f}s, accuracy {central_acc:.4f}; "
         f"CNN epoch {epoch['reference'] * 1e3:.0f} ms -> {epoch['kernel'] * 1e3:.1f} ms")
     return {"seconds": seconds, "cpu_seconds": cpu, "centralized_xgboost_seconds": central_seconds,
-            "ratio_vs_centralized_xgboost": seconds / central_seconds, "test_accuracy": s["test_accuracy"],
+            "ratio_vs_centralized_xgboost": seconds / central_seconds, "centralized_xgboost_cpu_seconds": central_cpu,
+            "cpu_ratio_vs_centralized_xgboost": cpu / central_cpu, "test_accuracy": s["test_accuracy"],
             "centralized_xgboost_test_accuracy": central_acc,
             "accuracy_drop_points": 100 * (central_acc - s["test_accuracy"]), "cpu_busy_before": busy,
             "cnn_epoch_seconds_reference": epoch["reference"], "cnn_epoch_seconds_kernel": epoch["kernel"],
