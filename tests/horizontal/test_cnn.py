@@ -190,3 +190,14 @@ def test_fast_training_is_deterministic_and_thread_independent():
         assert got[1] == alone[1]
         assert all(np.array_equal(got[0][k], alone[0][k]) for k in params)
     assert not np.array_equal(side_by_side[1][0]["W"], alone[0]["W"])
+
+
+def test_epochs_per_kernel_call_do_not_change_the_result(monkeypatch):
+    """Row orders generated a few epochs at a time (here 1 and 2 per call, the last call
+    shorter) give the same bits as all epochs in one call."""
+    params, X, y = _data("regression", n=50, K=2, T=3)
+    whole = cnn.train_local(params, X, y, "regression", epochs=5, batch_size=16, seed=2)
+    for entries in (50, 100):
+        monkeypatch.setattr(cnn, "ORDER_ENTRIES", entries)
+        parts = cnn.train_local(params, X, y, "regression", epochs=5, batch_size=16, seed=2)
+        assert parts[1] == whole[1] and all(np.array_equal(parts[0][k], whole[0][k]) for k in params)

@@ -114,12 +114,15 @@ def _start(params, n, batch_size, seed):
     return params, np.random.default_rng(seed), max(1, min(int(batch_size), n))
 
 
+ORDER_ENTRIES = 1 << 20     # row indices generated ahead of a kernel call (8 MiB)
+
+
 def train_local(params, X, y, task, epochs=100, batch_size=64, lr=1e-3, seed=0):
     """One client's update: ``epochs`` passes of shuffled mini-batches with a
     fresh Adam (betas 0.5, 0.999).  Returns new parameters and the last epoch's mean loss.
 
-    Each epoch runs in compiled code (:func:`.kernels.train_epoch`, the GIL
-    released); the shuffles are the reference's (:func:`train_local_reference`,
+    The epochs run in compiled code (:func:`.kernels.train_epochs`, many per
+    call, the GIL released); the shuffles are the reference's (:func:`train_local_reference`,
     the same computation in numpy), which it equals up to the order of the sums."""
     n = X.shape[0]
     params, rng, batch_size = _start(params, n, batch_size, seed)
@@ -139,13 +142,14 @@ def train_local(params, X, y, task, epochs=100, batch_size=64, lr=1e-3, seed=0):
     Vt, gVt = np.empty((O, K, C)), np.empty((O, K, C))
     gW, gb, gV, gc = np.empty_like(W), np.empty_like(b), np.empty_like(V), np.empty_like(c)
     per_epoch = -(-n // batch_size)
+    chunk = max(1, ORDER_ENTRIES // n)                  # epochs per kernel call: their row orders at once
     last = 0.0
-    for e in range(epochs):
-        order = rng.permutation(n)
-        last = kernels.train_epoch(X, y, order, task_code, batch_size, W, b, V, c,
-                                   m["W"], v["W"], m["b"], v["b"], m["V"], v["V"], m["c"], v["c"],
-                                   e * per_epoch, opt.lr, opt.b1, opt.b2, opt.eps, Xr, Z, dZ, out, d_out, Vt,
-                                   gW, gb, gV, gVt, gc)
+    for e0 in range(0, epochs, chunk):
+        orders = np.stack([rng.permutation(n) for _ in range(e0, min(epochs, e0 + chunk))])
+        last = kernels.train_epochs(X, y, orders, task_code, batch_size, W, b, V, c,
+                                    m["W"], v["W"], m["b"], v["b"], m["V"], v["V"], m["c"], v["c"],
+                                    e0 * per_epoch, opt.lr, opt.b1, opt.b2, opt.eps, Xr, Z, dZ, out, d_out, Vt,
+                                    gW, gb, gV, gVt, gc)
     return {"W": W, "b": b, "V": V, "c": c}, float(last)
 
 

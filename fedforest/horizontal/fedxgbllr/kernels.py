@@ -253,3 +253,16 @@ def train_epoch(X, y, order, task, batch_size, W, b, V, c, mW, vW, mb, vb, mV, v
         total += loss * nb
         s += nb
     return total / n
+
+
+@njit(cache=True, nogil=True)
+def train_epochs(X, y, orders, task, batch_size, W, b, V, c, mW, vW, mb, vb, mV, vV, mc, vc, step,
+                 lr, b1, b2, eps, Xr, Z, dZ, out, d_out, Vt, gW, gb, gV, gVt, gc):
+    """:func:`train_epoch` for each row of ``orders`` (one epoch's row order each), in
+    one call (the GIL released throughout); returns the last epoch's mean loss."""
+    per_epoch = (orders.shape[1] + batch_size - 1) // batch_size
+    last = 0.0
+    for e in range(orders.shape[0]):
+        last = train_epoch(X, y, orders[e], task, batch_size, W, b, V, c, mW, vW, mb, vb, mV, vV, mc, vc,
+                           step + e * per_epoch, lr, b1, b2, eps, Xr, Z, dZ, out, d_out, Vt, gW, gb, gV, gVt, gc)
+    return last
