@@ -9,8 +9,15 @@ head's weights ``V[:, c·K + k]`` weigh client k's ensemble under channel c.
 
 Losses (mean over the batch): binary cross-entropy on one logit, softmax
 cross-entropy on ``out`` logits, or squared error for regression.
+
+The functions here are the numpy reference (checked against finite
+differences in the tests); training runs the same computation in compiled
+code (:mod:`.kernels`, checked against this reference), with over ten times
+less CPU per epoch.
 """
 import numpy as np
+
+from . import kernels
 
 BINARY, MULTICLASS, REGRESSION = "binary", "multiclass", "regression"
 
@@ -102,14 +109,56 @@ class Adam:
             params[k] = params[k] - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
+def _start(params, n, batch_size, seed):
+    """Copies of the parameters, the shuffling generator, and the batch size (at most the rows)."""
+    params = {k: v.copy() for k, v in params.items()}
+    return params, np.random.default_rng(seed), max(1, min(int(batch_size), n))
+
+
+ORDER_ENTRIES = 1 << 20     # row indices generated ahead of a kernel call (8 MiB)
+
+
 def train_local(params, X, y, task, epochs=100, batch_size=64, lr=1e-3, seed=0):
     """One client's update: ``epochs`` passes of shuffled mini-batches with a
-    fresh Adam (betas 0.5, 0.999).  Returns new parameters and the last epoch's mean loss."""
-    params = {k: v.copy() for k, v in params.items()}
-    opt = Adam(params, lr=lr)
-    rng = np.random.default_rng(seed)
+    fresh Adam (betas 0.5, 0.999).  Returns new parameters and the last epoch's mean loss.
+
+    The epochs run in compiled code (:func:`.kernels.train_epochs`, many per
+    call, the GIL released); the shuffles are the reference's (:func:`train_local_reference`,
+    the same computation in numpy), which it equals up to the order of the sums."""
     n = X.shape[0]
-    batch_size = max(1, min(int(batch_size), n))
+    params, rng, batch_size = _start(params, n, batch_size, seed)
+    task_code = {BINARY: kernels.BINARY, MULTICLASS: kernels.MULTICLASS, REGRESSION: kernels.REGRESSION}[task]
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    _blocks(X, params)                                  # K whole ensembles of T trees, or ValueError
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    W, b, V, c = (np.ascontiguousarray(params[k], dtype=np.float64) for k in ("W", "b", "V", "c"))
+    C, T = W.shape
+    O, CK = V.shape
+    K = CK // C
+    opt = Adam({"W": W, "b": b, "V": V, "c": c}, lr=lr)
+    m, v = opt.m, opt.v
+    rows = batch_size * K                               # conv rows of a batch
+    Xr, Z, dZ = np.empty((rows, T)), np.empty((rows, C)), np.empty((rows, C))
+    out, d_out = np.empty((batch_size, O)), np.empty((batch_size, O))
+    Vt, gVt = np.empty((O, K, C)), np.empty((O, K, C))
+    gW, gb, gV, gc = np.empty_like(W), np.empty_like(b), np.empty_like(V), np.empty_like(c)
+    per_epoch = -(-n // batch_size)
+    chunk = max(1, ORDER_ENTRIES // n)                  # epochs per kernel call: their row orders at once
+    last = 0.0
+    for e0 in range(0, epochs, chunk):
+        orders = np.stack([rng.permutation(n) for _ in range(e0, min(epochs, e0 + chunk))])
+        last = kernels.train_epochs(X, y, orders, task_code, batch_size, W, b, V, c,
+                                    m["W"], v["W"], m["b"], v["b"], m["V"], v["V"], m["c"], v["c"],
+                                    e0 * per_epoch, opt.lr, opt.b1, opt.b2, opt.eps, Xr, Z, dZ, out, d_out, Vt,
+                                    gW, gb, gV, gVt, gc)
+    return {"W": W, "b": b, "V": V, "c": c}, float(last)
+
+
+def train_local_reference(params, X, y, task, epochs=100, batch_size=64, lr=1e-3, seed=0):
+    """:func:`train_local` in numpy, batch by batch (the reference of the compiled kernels)."""
+    n = X.shape[0]
+    params, rng, batch_size = _start(params, n, batch_size, seed)
+    opt = Adam(params, lr=lr)
     last = 0.0
     for _ in range(epochs):
         order = rng.permutation(n)
