@@ -16,10 +16,24 @@ class InProcessNetwork:
         self._lock = threading.Lock()
         self.stopped = threading.Event()
         self.code = None
+        # per destination rank: a condition notified on every message it is sent,
+        # and the number sent so far (so a waiter never misses one)
+        self.arrived = [threading.Condition() for _ in range(size)]
+        self.n_arrived = [0] * size
 
     def queue(self, src, dst, tag):
-        with self._lock:
-            return self._queues.setdefault((src, dst, tag), queue.Queue())
+        q = self._queues.get((src, dst, tag))
+        if q is None:
+            with self._lock:
+                q = self._queues.setdefault((src, dst, tag), queue.Queue())
+        return q
+
+    def deliver(self, src, dst, tag, data):
+        self.queue(src, dst, tag).put(data)
+        cond = self.arrived[dst]
+        with cond:
+            self.n_arrived[dst] += 1
+            cond.notify_all()
 
     def stop(self, code):
         if self.code is None:
@@ -40,7 +54,7 @@ class InProcessTransport(RawTransport):
     def send_bytes(self, dest, data, tag, poll=None):
         if self.aborted:
             raise JobAborted(f"rank {self.rank}: job stopped")
-        self.net.queue(self.rank, dest, tag).put(bytes(data))
+        self.net.deliver(self.rank, dest, tag, bytes(data))
 
     def recv_bytes(self, src, tag, poll=None):
         sources = range(self.size) if src < 0 else [src]
@@ -61,6 +75,24 @@ class InProcessTransport(RawTransport):
             if not self.net.queue(s, self.rank, tag).empty():
                 return s
         return None
+
+    def recv_any(self, sources, tag, poll=None):
+        """As :meth:`RawTransport.recv_any`, sleeping until a message arrives
+        (or 10 ms pass, to call ``poll``) instead of polling."""
+        cond = self.net.arrived[self.rank]
+        while True:
+            with cond:
+                seen = self.net.n_arrived[self.rank]
+            for s in sources:
+                if self.probe(s, tag) is not None:
+                    return s, self.recv_bytes(s, tag)
+            if self.aborted:
+                raise JobAborted(f"rank {self.rank}: job stopped")
+            if poll is not None:
+                poll()
+            with cond:
+                if self.net.n_arrived[self.rank] == seen:
+                    cond.wait(timeout=0.01)
 
     def abort(self, code):
         self.net.stop(code)
