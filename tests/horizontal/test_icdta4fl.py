@@ -70,7 +70,7 @@ def test_modes_id3(tmp_path, mode):
     assert s["max_depth"] == 3  # |features| / 2
     for r in (1, 2, 3):
         assert os.path.isfile(os.path.join(s["model_dirs"][r], "model.json"))
-    expected_rounds = {"icdta4fl": 3, "local": 1, "centralized": 2}.get(mode)
+    expected_rounds = {"icdta4fl": 5, "local": 1, "centralized": 2}.get(mode)
     if expected_rounds:
         assert s["rounds"] == expected_rounds
     else:
@@ -106,7 +106,7 @@ def test_icdta4fl_cart_numeric(tmp_path):
     s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
              summary_json=str(tmp_path / "s.json"), global_max_depth=64)
     assert s["max_depth"] == 5 and s["merged_rules"] > 0 and s["kept_trees"]
-    assert len(s["merge_steps"]) == len(s["kept_trees"]) - 1
+    assert s["min_coverage"] == 1 and s["rows_in_merged_rules"] == s["rows_in_cells"] == sum(s["rows"].values())
     with np.load(os.path.join(s["model_dirs"][2], "rules.npz")) as z:  # the merged rules reach every client
         assert z["lo"].shape == (s["merged_rules"], 6) and z["dist"].shape == (s["merged_rules"], 2)
     # balanced classes: a broken global tree would sit near 0.5
@@ -117,7 +117,8 @@ def test_icdta4fl_cart_numeric(tmp_path):
 
 def test_rule_cap_leaves_out_the_weakest_trees(tmp_path):
     paths, tests = _numeric_clients(tmp_path, n_clients=4, n=1200)
-    common = dict(mode="icdta4fl", tree_type="cart", label_column="label", filter="none")
+    # every compatible combination of leaves (min_coverage = 0): the cap counts them all
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="label", filter="none", min_coverage=0)
     full = _run(paths, tests, tmp_path, **common)
     order = [full["kept_trees"][i] for i in np.argsort(-np.array(full["scores"]), kind="stable")]
     assert full["merged_trees"] == order                       # best score first
@@ -348,7 +349,7 @@ def test_global_tree_size_follows_the_merged_rules(tmp_path):
     assert not s["global_tree_truncated"] and s["global_cut_splits"] == 0
     assert s["global_tree_nodes"] <= 2 * R - 1 and s["global_tree_leaves"] <= R
     assert 1 <= s["global_tree_depth"] < s["global_tree_nodes"]
-    assert s["test_accuracy"] >= s["local_test_accuracy"], (s["test_accuracy"], s["local_test_accuracy"])
+    assert s["test_accuracy"] >= s["local_test_accuracy"] - 1e-9, (s["test_accuracy"], s["local_test_accuracy"])
     tree = load_model(s["model_dirs"][1])["tree"]
     assert len(tree["value"]) == s["global_tree_nodes"]
     cut = _run(paths, tests, tmp_path, global_splits="any", model_dir=str(tmp_path / "cut"), **common)

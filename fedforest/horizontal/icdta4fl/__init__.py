@@ -47,6 +47,11 @@ PARAMS = tree_params() + (
           "CART global tree: weigh each merged rule by its estimated share of rows ('mass': the product "
           "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
           "('none', the method's text)", text=True),
+    Param("min_coverage", 1, (Interval(int, 0, 1_000_000_000),),
+          "merged rules where the clients' rows are: each client counts its rows in every combination of "
+          "the kept trees' leaves that it reaches, and the combinations holding fewer than this many rows "
+          "of all clients are dropped before the global tree is grown; conditions a rule's rows do not need "
+          "are left out (0: every compatible combination, uncounted, as the method's text)"),
     Param("max_rules", 10000, (Interval(int, 1, 1_000_000),),
           "cap on merged rules at each merge step (see over_max_rules)"),
     Param("over_max_rules", "drop_sets", (Options(*OVER_MAX_RULES),),
