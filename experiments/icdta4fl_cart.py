@@ -60,9 +60,11 @@ PUBLISHED = {("spambase", 2): 91.2, ("spambase", 5): 90.9, ("satellite", 5): 80.
              ("dna", 5): 89.5}
 #: the method's text taken literally: every setting where fedforest's defaults differ from it
 LITERAL = {"merge_bounds": "loose", "rule_weight": "none", "global_max_depth": 5, "filter_min_trees": 1,
-           "over_max_rules": "coarsen", "global_splits": "any", "validation_fraction": 0.0}
+           "over_max_rules": "coarsen", "global_splits": "any", "validation_fraction": 0.0, "min_coverage": 0}
+#: the defaults with every compatible combination of leaves merged, uncounted (before min_coverage)
+UNCOUNTED = {"min_coverage": 0}
 #: the settings the header reports
-SHOWN = ("filter", "filter_min_trees", "validation_fraction", "merge_bounds", "rule_weight", "max_rules",
+SHOWN = ("filter", "filter_min_trees", "validation_fraction", "min_coverage", "merge_bounds", "rule_weight", "max_rules",
          "over_max_rules", "global_splits", "global_max_depth", "global_max_nodes")
 
 
@@ -108,9 +110,10 @@ def write_clients(folder, X, y, k, seed):
 
 
 def run_settings(tree_filter="mean", max_rules=10_000):
-    """``{"default": settings, "literal": settings}``: the icdta4fl settings of the two runs."""
+    """``{"default": settings, "uncounted": settings, "literal": settings}``: the icdta4fl settings of the
+    three runs."""
     d = dict({k: v for k, v in defaults().items() if k in SHOWN}, filter=tree_filter, max_rules=max_rules)
-    return {"default": d, "literal": dict(d, **LITERAL)}
+    return {"default": d, "uncounted": dict(d, **UNCOUNTED), "literal": dict(d, **LITERAL)}
 
 
 def run_one(name, X, y, k, seed, tree_filter="mean", max_rules=10_000):
@@ -129,7 +132,12 @@ def run_one(name, X, y, k, seed, tree_filter="mean", max_rules=10_000):
                           "merged_rules": s["merged_rules"], "kept": len(s["kept_trees"]),
                           "capped": s["rules_capped"], "aggregate_seconds": s["aggregate_seconds"],
                           "nodes": s["global_tree_nodes"], "depth": s["global_tree_depth"],
-                          "truncated": s["global_tree_truncated"]}
+                          "truncated": s["global_tree_truncated"], "leaves": s["global_tree_leaves"],
+                          "reached": s["global_leaves_reached"],
+                          "rule_conditions_mean": s["global_rule_conditions_mean"],
+                          "rule_conditions_max": s["global_rule_conditions_max"],
+                          "path_conditions_mean": s["global_path_conditions_mean"],
+                          "path_conditions_max": s["global_path_conditions_max"]}
             out["local"] = {"acc": s["local_test_accuracy"], "f1": s["local_test_f1"]}
     return out
 
@@ -179,25 +187,44 @@ def size(runs, key):
     return f"{mean['merged_rules']:.0f} / {mean['nodes']:.0f}{cut} / {mean['depth']:.1f}"
 
 
+def shape(runs, key, length="rule"):
+    """Leaves, the percentage reached by the clients' training rows, and the mean / max conditions of a
+    rule (``length``: "rule", as ``explain`` prints it, or "path", every split on the way), means over
+    seeds ("—" where not recorded)."""
+    if not all("leaves" in r[key] for r in runs):
+        return "—"
+    leaves = np.mean([r[key]["leaves"] for r in runs])
+    reached = np.mean([100 * r[key]["reached"] / r[key]["leaves"] for r in runs])
+    mean = np.mean([r[key][f"{length}_conditions_mean"] for r in runs])
+    most = max(r[key][f"{length}_conditions_max"] for r in runs)
+    return f"{leaves:.0f} / {reached:.0f} % / {mean:.1f} / {most}"
+
+
 def table(results, datasets, clients):
     lines = ["| set | clients | ICDTA4FL-CART (default) | rules / nodes / depth (default) | "
+             "leaves / reached / conditions mean / max (default) | uncounted (`min_coverage = 0`) | "
+             "leaves / reached / path conditions mean / max (uncounted) | "
              "ICDTA4FL-CART (text literally) | rules / nodes / depth (literally) | local CART mean | "
              "published code | default ≥ local | default ≥ published |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in datasets:
         for k in clients:
             runs = results.get(f"{name}/{k}")
             if not runs:
                 continue
             d = np.mean([r["default"]["acc"] for r in runs])
+            unc = (pct(np.mean([r["uncounted"]["acc"] for r in runs]))
+                   if all("uncounted" in r for r in runs) else "—")
             lit = np.mean([r["literal"]["acc"] for r in runs])
             loc = np.mean([r["local"]["acc"] for r in runs])
             pub = PUBLISHED.get((name, k))
             ok_pub = "—" if pub is None else ("yes" if 100 * d >= pub - 1e-9 else "**no**")
             lines.append(f"| {name} | {k} | {pct(d)} ± {100 * np.std([r['default']['acc'] for r in runs]):.1f} | "
-                         f"{size(runs, 'default')} | {pct(lit)} | {size(runs, 'literal')} | {pct(loc)} | "
+                         f"{size(runs, 'default')} | {shape(runs, 'default')} | {unc} | "
+                         f"{shape(runs, 'uncounted', 'path') if all('uncounted' in r for r in runs) else '—'} | "
+                         f"{pct(lit)} | {size(runs, 'literal')} | {pct(loc)} | "
                          f"{pub if pub is not None else '—'} | "
-                         f"{'yes' if d >= loc - 1e-12 else '**no**'} | {ok_pub} |")
+                         f"{'yes' if d >= loc - 1e-9 else '**no**'} | {ok_pub} |")
     return "\n".join(lines)
 
 
@@ -209,6 +236,7 @@ def plot(results, datasets, clients, path):
     for ax, name in zip(axes[0], datasets):
         ks = [k for k in clients if results.get(f"{name}/{k}")]
         for key, label, style in (("default", "ICDTA4FL-CART (default)", "o-"),
+                                  ("uncounted", "uncounted (min_coverage = 0)", "x-."),
                                   ("literal", "ICDTA4FL-CART (text literally)", "s:"),
                                   ("local", "local CART (mean)", "^--")):
             ax.plot(ks, [100 * np.mean([r[key]["acc"] for r in results[f"{name}/{k}"]]) for k in ks], style,
@@ -274,7 +302,10 @@ def main(argv=None):
                 r = run_one(name, X, y, k, seed, args.filter, args.max_rules)
                 runs.append(r)
                 print(f"{name} K={k} seed={seed}: default {pct(r['default']['acc'])} "
-                      f"({r['default']['merged_rules']} rules, {r['default']['seconds']:.0f}s) literal "
+                      f"({r['default']['merged_rules']} rules, {r['default']['leaves']} leaves, "
+                      f"{r['default']['reached']} reached, {r['default']['seconds']:.0f}s) uncounted "
+                      f"{pct(r['uncounted']['acc'])} ({r['uncounted']['leaves']} leaves, "
+                      f"{r['uncounted']['reached']} reached) literal "
                       f"{pct(r['literal']['acc'])} local {pct(r['local']['acc'])}", flush=True)
             results[f"{name}/{k}"] = runs
     memory = aggregation_memory()
@@ -302,7 +333,13 @@ def main(argv=None):
                                                 for b, p in runs_from.items()) if runs_from else "") + ".", "",
             "Test accuracy (%) on the shared 10 % test set, mean over seeds (± standard deviation for the "
             "default); *rules / nodes / depth*: the merged rules, the global tree's nodes (* when it reached "
-            "`global_max_nodes`) and its depth, means over seeds. " + described + " *Local*: mean over the "
+            "`global_max_nodes`) and its depth, means over seeds; *leaves / reached / conditions*: the global "
+            "tree's leaves, the percentage of them that some training row of the clients reaches, and the "
+            "mean / max conditions of a rule as `explain` prints it (default: without the conditions its rows "
+            "do not need) or of a root-to-leaf path (uncounted: what `explain` printed before rules were "
+            "counted); *uncounted*: the defaults with `min_coverage = 0` (every compatible combination of the "
+            "kept trees' leaves, uncounted: fedforest's default before this setting). " + described
+            + " *Local*: mean over the "
             "clients of each client's own tree. *Published code*: the method's published code on the same "
             "protocol.", "",
             md, "", f"![accuracy against clients]({os.path.basename(png)})", "",

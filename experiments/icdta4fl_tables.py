@@ -142,7 +142,10 @@ def run_one(name, X_by_type, y, k, dist, seed, workdir):
             out[label] = {"acc": s["test_accuracy"], "f1": s["test_f1"],
                           "seconds": time.perf_counter() - t0,
                           "merged_rules": s.get("merged_rules"), "kept": len(s.get("kept_trees", [])),
-                          "nodes": s.get("global_tree_nodes"), "depth": s.get("global_tree_depth")}
+                          "nodes": s.get("global_tree_nodes"), "depth": s.get("global_tree_depth"),
+                          "leaves": s.get("global_tree_leaves"), "reached": s.get("global_leaves_reached"),
+                          "rule_conditions_mean": s.get("global_rule_conditions_mean"),
+                          "rule_conditions_max": s.get("global_rule_conditions_max")}
         except InputError as exc:
             out[label] = {"error": str(exc)}
     return out
@@ -198,12 +201,19 @@ def _cell(runs, method, key):
 
 
 def _size(runs, method):
-    """Mean merged rules / global tree nodes / depth of an ICDTA4FL cell."""
+    """Mean merged rules / global tree nodes / depth / leaves / leaves reached by training rows (%) and
+    mean / max conditions of a rule of an ICDTA4FL cell."""
     vals = [r[method] for r in runs if r[method].get("nodes") is not None]
     if not vals:
         return "n/a"
-    return " / ".join(f"{np.mean([v[k] for v in vals]):.{d}f}" for k, d in
-                      (("merged_rules", 0), ("nodes", 0), ("depth", 1)))
+    out = " / ".join(f"{np.mean([v[k] for v in vals]):.{d}f}" for k, d in
+                     (("merged_rules", 0), ("nodes", 0), ("depth", 1)))
+    if all(v.get("leaves") is not None for v in vals):
+        out += (f" / {np.mean([v['leaves'] for v in vals]):.0f}"
+                f" / {np.mean([100 * v['reached'] / v['leaves'] for v in vals]):.0f} %"
+                f" / {np.mean([v['rule_conditions_mean'] for v in vals]):.1f}"
+                f" / {max(v['rule_conditions_max'] for v in vals)}")
+    return out
 
 
 def plot(results, settings, path):
@@ -267,7 +277,9 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT):
                     row += [_cell(runs, method, "acc"), _cell(runs, method, "f1")]
                 lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["## Global trees (ICDTA4FL)", "", "Mean merged rules / global tree nodes / depth.", "",
+    lines += ["## Global trees (ICDTA4FL)", "", "Means over seeds: merged rules / global tree nodes / depth / "
+              "leaves / percentage of the leaves that some training row of the clients reaches / conditions "
+              "of a rule as `explain` prints it (mean / max over the seeds' trees).", "",
               "| distribution | clients | method | " + " | ".join(datasets) + " |",
               "|---|---|---|" + "---|" * len(datasets)]
     for dist in ("IID", "non-IID"):

@@ -35,7 +35,7 @@ from .common import (MAX_CATEGORIES, MISSING, SERVER, ClientTable, ClientTree, E
                      category_codes, check_categories, check_clients, check_model_folder, check_world,
                      client_load, client_what, field_of, grow_and_save, job_seed, log, message_encoding, number_array,
                      same_setting, serve_client_tree, server_dir, table_settings, text_of, tree_depth, tree_proba)
-from .common import explain as tree_explain
+from .common import covered, explain as tree_explain
 from .common import predict_proba as tree_predict_proba
 
 ROW_TYPE = "xgboost"     # the row encoding of a saved binned model: numbers as numbers, missing values kept
@@ -237,14 +237,15 @@ def predict_proba(doc, X):
     return tree_proba(doc["tree"], id3_rows(doc, X))
 
 
-def explain(doc, X=None, raw=None, row=None):
+def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
     """The saved tree as rules (a binned column's condition as its range); with
-    one encoded row, the rule that decided it."""
+    one encoded row, the rule that decided it (``rules``, ``rows``: see
+    :func:`fedforest.horizontal.common.explain`)."""
     if "bins" not in doc:
-        return tree_explain(doc, X, raw, row)
+        return tree_explain(doc, X, raw, row, rules=rules, rows=rows)
     enc = _id3_encoding(doc)
     binned = [e is not None for e in doc["bins"]]
-    rules = leaf_rules(doc["tree"], CATEGORICAL)
+    rules = leaf_rules(doc["tree"], CATEGORICAL) if rules is None else rules
 
     def text(rule):
         cond = rule.text(names=enc.columns, categories=enc.categories, joiner=" AND ", empty="always",
@@ -252,8 +253,9 @@ def explain(doc, X=None, raw=None, row=None):
         return f"IF {cond} THEN {enc.classes[int(np.argmax(rule.dist))]}"
     order = sorted(rules)
     lines = [f"{doc['mode']} model (id3 on {sum(binned)} binned numeric columns, {len(rules)} rules, "
-             f"classes {enc.classes}):"]
-    lines += [f"  rule {k}: {text(rules[n])}" for k, n in enumerate(order, start=1)]
+             f"classes {enc.classes}"
+             + ("; [rows of the clients' training data that reach the rule]" if rows is not None else "") + "):"]
+    lines += [f"  rule {k}: {text(rules[n])}{covered(rows, n)}" for k, n in enumerate(order, start=1)]
     if X is not None:
         leaf = int(tree_format.apply(doc["tree"], id3_rows(doc, X))[0])
 

@@ -739,16 +739,27 @@ def rule_text(rule, enc):
     return f"IF {text} THEN {enc.classes[int(np.argmax(rule.dist))]}"
 
 
-def explain(doc, X=None, raw=None, row=None):
+def covered(rows, n):
+    """A rule's coverage as ``explain`` prints it (``rows``: per node, or None)."""
+    if rows is None:
+        return ""
+    total = max(1, int(rows[0]))
+    return f"  [{int(rows[n])} rows, {100 * int(rows[n]) / total:.1f} %]"
+
+
+def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
     """The saved tree as rules; with one encoded row ``X`` (and its raw values
-    ``raw``), the rule that decided it (the tree modes' ``explain`` role)."""
+    ``raw``), the rule that decided it (the tree modes' ``explain`` role).
+    A mode may pass the ``rules`` to show per leaf (default: the tree's paths)
+    and ``rows``, the training rows reaching each node, printed per rule."""
     enc = doc["encoding"]
     kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
-    rules = leaf_rules(doc["tree"], kind)
-    lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):"]
+    rules = leaf_rules(doc["tree"], kind) if rules is None else rules
+    lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}"
+             + ("; [rows of the clients' training data that reach the rule]" if rows is not None else "") + "):"]
     order = sorted(rules)
     for k, n in enumerate(order, start=1):
-        lines.append(f"  rule {k}: {rule_text(rules[n], enc)}")
+        lines.append(f"  rule {k}: {rule_text(rules[n], enc)}{covered(rows, n)}")
     if X is not None:
         leaf = int(tree_format.apply(doc["tree"], np.asarray(X, dtype=np.float64))[0])
 

@@ -187,6 +187,15 @@ def test_icdta4fl_evaluate_sends_one_tree_per_client(tmp_path):
     refused(tmp_path, at("evaluate", lambda m: m["trees"].append(m["trees"][0])), "trees", mode="icdta4fl")
 
 
+@pytest.mark.parametrize("trees", [[7], [], [0, 0], ["0"], [True], 0])
+def test_icdta4fl_cover_names_distinct_trees_of_the_job(tmp_path, trees):
+    refused(tmp_path, at("cover", put("trees", trees)), "trees", mode="icdta4fl")
+
+
+def test_icdta4fl_count_tree_is_checked(tmp_path):
+    refused(tmp_path, at("count", put("tree", dag())), "tree", mode="icdta4fl", global_max_nodes=3)
+
+
 def test_icdta4fl_final_tree_has_the_classes_width(tmp_path):
     def change(m):
         m["tree"]["value"] = np.hstack([m["tree"]["value"], m["tree"]["value"]])

@@ -70,7 +70,7 @@ def test_modes_id3(tmp_path, mode):
     assert s["max_depth"] == 3  # |features| / 2
     for r in (1, 2, 3):
         assert os.path.isfile(os.path.join(s["model_dirs"][r], "model.json"))
-    expected_rounds = {"icdta4fl": 3, "local": 1, "centralized": 2}.get(mode)
+    expected_rounds = {"icdta4fl": 5, "local": 1, "centralized": 2}.get(mode)
     if expected_rounds:
         assert s["rounds"] == expected_rounds
     else:
@@ -106,7 +106,7 @@ def test_icdta4fl_cart_numeric(tmp_path):
     s = _run(paths, tests, tmp_path, mode="icdta4fl", tree_type="cart", label_column="label",
              summary_json=str(tmp_path / "s.json"), global_max_depth=64)
     assert s["max_depth"] == 5 and s["merged_rules"] > 0 and s["kept_trees"]
-    assert len(s["merge_steps"]) == len(s["kept_trees"]) - 1
+    assert s["min_coverage"] == 1 and s["rows_in_merged_rules"] == s["rows_in_cells"] == sum(s["rows"].values())
     with np.load(os.path.join(s["model_dirs"][2], "rules.npz")) as z:  # the merged rules reach every client
         assert z["lo"].shape == (s["merged_rules"], 6) and z["dist"].shape == (s["merged_rules"], 2)
     # balanced classes: a broken global tree would sit near 0.5
@@ -117,7 +117,8 @@ def test_icdta4fl_cart_numeric(tmp_path):
 
 def test_rule_cap_leaves_out_the_weakest_trees(tmp_path):
     paths, tests = _numeric_clients(tmp_path, n_clients=4, n=1200)
-    common = dict(mode="icdta4fl", tree_type="cart", label_column="label", filter="none")
+    # every compatible combination of leaves (min_coverage = 0): the cap counts them all
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="label", filter="none", min_coverage=0)
     full = _run(paths, tests, tmp_path, **common)
     order = [full["kept_trees"][i] for i in np.argsort(-np.array(full["scores"]), kind="stable")]
     assert full["merged_trees"] == order                       # best score first
@@ -348,7 +349,7 @@ def test_global_tree_size_follows_the_merged_rules(tmp_path):
     assert not s["global_tree_truncated"] and s["global_cut_splits"] == 0
     assert s["global_tree_nodes"] <= 2 * R - 1 and s["global_tree_leaves"] <= R
     assert 1 <= s["global_tree_depth"] < s["global_tree_nodes"]
-    assert s["test_accuracy"] >= s["local_test_accuracy"], (s["test_accuracy"], s["local_test_accuracy"])
+    assert s["test_accuracy"] >= s["local_test_accuracy"] - 1e-9, (s["test_accuracy"], s["local_test_accuracy"])
     tree = load_model(s["model_dirs"][1])["tree"]
     assert len(tree["value"]) == s["global_tree_nodes"]
     cut = _run(paths, tests, tmp_path, global_splits="any", model_dir=str(tmp_path / "cut"), **common)
@@ -436,3 +437,159 @@ def test_id3_bins_numeric_columns(tmp_path, capsys, mode):
     assert re.search(r"total_(minutes|charge) (in \(|> |<= )[0-9.]", text), text      # a range, not a code
     assert "international_plan == yes" in text or "international_plan == no" in text
     assert not re.search(r"total_(minutes|charge) == [^N]", text)      # only the missing values' bin NA
+
+
+# ---------------------------------------------------------------------------
+# Merged rules where the clients' rows are (min_coverage), counted rules in explain
+# ---------------------------------------------------------------------------
+def _calls_clients(folder, n_clients=4, n=2400, seed=3):
+    """A telephone-company-like table: every charge is 0.17 x its minutes, so most
+    combinations of a minutes leaf and a charge leaf hold no row."""
+    rng = np.random.default_rng(seed)
+    day, eve = rng.normal(180, 55, n).clip(0).round(1), rng.normal(200, 50, n).round(1)
+    calls = rng.poisson(1.5, n)
+    y = ((day > 245) & (eve > 180)) | (calls > 3) | (day < 60)
+    y ^= rng.random(n) < 0.05
+    df = pd.DataFrame({"day_minutes": day, "day_charge": (0.17 * day).round(2), "eve_minutes": eve,
+                       "eve_charge": (0.085 * eve).round(2), "calls": calls, "churn": np.where(y, "yes", "no")})
+    paths = []
+    for k, part in enumerate(np.array_split(rng.permutation(n), n_clients), start=1):
+        paths.append(str(folder / f"t{k}.csv"))
+        df.iloc[part].to_csv(paths[-1], index=False)
+    return paths, df
+
+
+def _leaf_rows(model_dir, df):
+    """Rows of ``df`` reaching each node of the saved global tree, walked here."""
+    from fedforest.tree import format as tree_format
+    tree = load_model(model_dir)["tree"]
+    X = df.drop(columns="churn").to_numpy(dtype=np.float64)
+    return tree, np.bincount(tree_format.apply(tree, X), minlength=len(tree["feature"]))
+
+
+def _satisfies(rule, columns, df):
+    ok = np.ones(len(df), dtype=bool)
+    for f, (lo, hi) in rule.conditions.items():
+        x = df[columns[f]].to_numpy(dtype=np.float64)
+        ok &= (x > lo) & (x <= hi)
+    return ok
+
+
+def test_global_tree_describes_the_clients_rows(tmp_path, capsys):
+    """Every leaf of the global tree is reached by training rows, its rule as
+    explain prints it holds exactly that leaf's rows (conditions the rows do
+    not need left out), and explain prints how many rows each rule covers.
+    Merging every compatible combination of leaves uncounted (min_coverage =
+    0, the method's text and the former default) leaves leaves no row reaches."""
+    from fedforest.horizontal.icdta4fl.cells import shortened_rules
+    from fedforest.tree.rules import NUMERIC, leaf_rules
+    paths, df = _calls_clients(tmp_path)
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="churn", filter="none")
+    s = _run(paths, None, tmp_path, model_dir=str(tmp_path / "m"), **common)
+    old = _run(paths, None, tmp_path, model_dir=str(tmp_path / "old"), min_coverage=0, **common)
+    columns = list(df.columns[:-1])
+    tree, rows = _leaf_rows(str(tmp_path / "m"), df)
+    leaves = np.flatnonzero(tree["feature"] < 0)
+    assert (rows[leaves] > 0).all()                                   # every leaf is reached
+    assert s["global_leaves_reached"] == s["global_tree_leaves"] == leaves.size
+    assert tree["n_node_samples"][0] == len(df)
+    assert np.array_equal(tree["n_node_samples"][leaves], rows[leaves])
+    shown, left_out = shortened_rules(tree, NUMERIC, len(columns))
+    paths_of = leaf_rules(tree, NUMERIC)
+    reached = rows > 0
+    for leaf, rule in shown.items():
+        assert set(rule.conditions) <= set(paths_of[leaf].conditions)
+        assert _satisfies(rule, columns, df).sum() == rows[leaf]       # exactly the leaf's rows
+    assert left_out == s["global_conditions_left_out"]
+    assert s["global_rule_conditions_mean"] <= s["global_path_conditions_mean"]
+    # the uncounted merge: leaves in combinations no row reaches
+    tree_old, rows_old = _leaf_rows(str(tmp_path / "old"), df)
+    leaves_old = np.flatnonzero(tree_old["feature"] < 0)
+    assert (rows_old[leaves_old] == 0).any()
+    assert old["global_leaves_reached"] == int((rows_old[leaves_old] > 0).sum()) < old["global_tree_leaves"]
+    assert s["merged_rules"] < old["merged_rules"]
+    assert main(["explain", "--model-dir", str(tmp_path / "m"), "--data", paths[0], "--row", "0"]) == 0
+    text = capsys.readouterr().out
+    lines = [ln for ln in text.splitlines() if ln.startswith("  rule ")]
+    assert len(lines) == leaves.size
+    for k, leaf in enumerate(sorted(shown), start=1):
+        assert lines[k - 1].startswith(f"  rule {k}: IF ")
+        assert lines[k - 1].endswith(f"[{rows[leaf]} rows, {100 * rows[leaf] / len(df):.1f} %]"), lines[k - 1]
+
+
+def test_min_coverage_drops_rare_combinations(tmp_path):
+    """Combinations of leaves holding fewer than min_coverage rows of all clients
+    are no merged rules; the kept ones hold their rows exactly."""
+    paths, df = _calls_clients(tmp_path, n=1200)
+    common = dict(mode="icdta4fl", tree_type="cart", label_column="churn", filter="none")
+    one = _run(paths, None, tmp_path, model_dir=str(tmp_path / "a"), **common)
+    ten = _run(paths, None, tmp_path, model_dir=str(tmp_path / "b"), min_coverage=10, **common)
+    assert one["covered_cells"] == ten["covered_cells"] and one["rows_in_cells"] == ten["rows_in_cells"] == len(df)
+    assert ten["merged_rules"] == one["covered_cells"] - ten["cells_below_min_coverage"] < one["merged_rules"]
+    with np.load(os.path.join(ten["model_dirs"][1], "rules.npz")) as z:
+        assert (z["support"] >= 10).all() and z["support"].sum() == ten["rows_in_merged_rules"]
+        assert z["mass"].sum() == pytest.approx(1.0)
+    with pytest.raises(InputError, match="min_coverage: no combination of the kept trees' leaves holds"):
+        _run(paths, None, tmp_path, model_dir=str(tmp_path / "c"), min_coverage=len(df) + 1, **common)
+    with pytest.raises(InputError, match="min_coverage: must be"):
+        _run(paths, None, tmp_path, model_dir=str(tmp_path / "d"), min_coverage=-1, **common)
+
+
+def _hostile_client(paths, edit, **options):
+    """Train with client 1's replies passed through ``edit(reply)`` (the server checks them)."""
+    from fedforest.federation.config import resolve
+    from fedforest.transport.inprocess import run_inprocess
+    options = dict({"progress": False, "quiet": True, "task": "classification", "mode": "icdta4fl",
+                    "tree_type": "cart", "label_column": "churn", "random_state": 0, "filter": "none"}, **options)
+    options["data"] = list(paths)
+    spec = resolve(None, options).spec
+
+    def client(comm):
+        if comm.rank == 1:
+            send = comm.send
+            comm.send = lambda dest, msg: send(dest, edit(msg) if isinstance(msg, dict) else msg)
+        return spec.role("client_train")(comm, resolve(None, options))
+    return run_inprocess(len(paths), lambda c: spec.role("server_train")(c, resolve(None, options)), client)
+
+
+def _cover_edit(change):
+    def edit(msg):
+        if "cells" not in msg:
+            return msg
+        out = {k: np.array(v) for k, v in msg.items()}
+        change(out)
+        return out
+    return edit
+
+
+@pytest.mark.parametrize("change,field", [
+    (lambda m: m["counts"].__setitem__(0, 10 ** 6), "counts"),                 # more rows than the client has
+    (lambda m: m["counts"].__setitem__(0, 0), "counts"),                       # an empty cell
+    (lambda m: m.__setitem__("counts", m["counts"][:-1]), "counts"),           # one count short
+    (lambda m: m.__setitem__("counts", m["counts"].astype(np.float64)), "counts"),
+    (lambda m: m["cells"].__setitem__((0, 0), 0), "cells"),                    # the root: not a leaf
+    (lambda m: m.__setitem__("cells", m["cells"][:, :1]), "cells"),            # one column per kept tree
+    (lambda m: m.__setitem__("cells", np.concatenate([m["cells"], m["cells"][:1]])), "counts"),
+    (lambda m: m.update(rows=np.arange(3)), "reply"),                          # a key the protocol has not
+])
+def test_a_hostile_cover_reply_is_refused(tmp_path, change, field):
+    paths, _ = _calls_clients(tmp_path, n=600)
+    from fedforest.federation.protocol import ProtocolError
+    with pytest.raises(ProtocolError, match=f"client 1's 'cover' reply has a bad '{field}'"):
+        _hostile_client(paths, _cover_edit(change), model_dir=str(tmp_path / "m"))
+    assert not os.path.exists(tmp_path / "m" / "server" / "model.json")
+
+
+def test_a_hostile_count_reply_is_refused(tmp_path):
+    paths, _ = _calls_clients(tmp_path, n=600)
+    from fedforest.federation.protocol import ProtocolError
+
+    def edit(msg):
+        if set(msg) == {"rows"}:
+            rows = np.array(msg["rows"])
+            rows[0] += 1                 # one row more than the client has
+            return {"rows": rows}
+        return msg
+    with pytest.raises(ProtocolError, match="client 1's 'count' reply has a bad 'rows'"):
+        _hostile_client(paths, edit, model_dir=str(tmp_path / "m"))
+    _hostile_client(paths, lambda m: m, model_dir=str(tmp_path / "ok"))      # the harness passes honest replies

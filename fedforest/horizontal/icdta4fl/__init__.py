@@ -5,9 +5,13 @@ it; the server sends all trees to every client, which evaluates the other
 clients' trees on its rows (accuracy, macro-F1); the server drops trees whose
 mean score over the other clients does not reach the filter (mean of the
 scores by default, median or a percentile), turns the kept trees into rules,
-merges the rule sets by Cartesian product and grows the global tree from the
+merges the rule sets (by default only the combinations of leaves the clients'
+rows reach, as the clients count them: ``min_coverage``; 0: the Cartesian
+product of the method) and grows the global tree from the
 merged rules (see docs/horizontal.md for the choices where the method's text
-and its published code differ: ``merge_bounds``, ``rule_weight``).  The final tree and the merged rules go back to every client,
+and its published code differ: ``merge_bounds``, ``rule_weight``).  The clients count their rows at every node of the
+global tree (``n_node_samples``, printed per rule by ``explain``).  The final
+tree and the merged rules go back to every client,
 which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
 
 This module declares the mode; the implementation is in :mod:`.roles`
@@ -44,15 +48,21 @@ PARAMS = tree_params() + (
           "('intersect': the exact conjunction) or the less restrictive ('loose', the method's text)",
           text=True),
     Param("rule_weight", "mass", (Options(*RULE_WEIGHTS),),
-          "CART global tree: weigh each merged rule by its estimated share of rows ('mass': the product "
-          "of its leaves' row shares) in the split gain and leaf values, or count every rule once "
-          "('none', the method's text)", text=True),
+          "CART global tree: weigh each merged rule by its share of rows ('mass': the share of the counted "
+          "rows it holds; with min_coverage = 0, estimated as the product of its leaves' row shares) in the "
+          "split gain and leaf values, or count every rule once ('none', the method's text)", text=True),
+    Param("min_coverage", 1, (Interval(int, 0, 1_000_000_000),),
+          "merged rules where the clients' rows are: each client counts its rows in every combination of "
+          "the kept trees' leaves that they reach, and combinations holding fewer than this many rows of all "
+          "clients are no merged rules (1: only combinations no row reaches are left out; 0: every compatible "
+          "combination, uncounted, as the method's text)"),
     Param("max_rules", 10000, (Interval(int, 1, 1_000_000),),
-          "cap on merged rules at each merge step (see over_max_rules)"),
+          "cap on merged rules (min_coverage > 0: on the leaf combinations the rows reach; 0: at each "
+          "merge step; see over_max_rules)"),
     Param("over_max_rules", "drop_sets", (Options(*OVER_MAX_RULES),),
           "when merging the next tree's rules would exceed max_rules: 'drop_sets' leaves that tree and "
           "the lower scored ones out (trees merge best score first); 'coarsen' merges it but leaves the "
-          "rules of least estimated mass unrefined", text=True),
+          "rules of least rows (or estimated mass) unrefined", text=True),
     Param("numeric_bins", NUMERIC_BINS, (None, Interval(int, 2, 64)),
           "ID3: a numeric column with more distinct values than this (over all clients) is cut into about "
           "this many equal-frequency bins, whose edges the server agrees from the clients' quantile "

@@ -16,13 +16,17 @@ from ...federation.metrics import class_scores
 from ...federation import protocol
 from ...federation.rounds import ask
 from ...tree.id3 import id3_from_rules
-from ...tree.rules import CATEGORICAL, NUMERIC, RuleArrays, aggregate, leaf_rules, tree_from_rules
+from ...tree.rules import CATEGORICAL, NUMERIC, MergeStats, RuleArrays, aggregate, leaf_rules, tree_from_rules
+from . import cells as cover
 from ..common import (TRAIN_LOCAL, bad_message, field_of, log, number_array, run_tree_client, run_tree_server,
                       tree_proba)
 from .. import binned_id3 as binned
-from ..binned_id3 import explain, predict_proba  # noqa: F401  (the mode's local roles)
+from ..binned_id3 import explain as binned_explain
+from ..binned_id3 import predict_proba  # noqa: F401  (the mode's local role)
 
 EVALUATE = "evaluate"        # server -> client: score these trees on your rows
+COVER = "cover"              # server -> client: count your rows in each combination of the kept trees' leaves
+COUNT = "count"              # server -> client: count your rows at each node of the global tree
 
 
 def cross_scores(matrix):
@@ -74,15 +78,23 @@ def _build(comm, job):
     if cfg.over_max_rules == "drop_sets":
         # best score first (ties: client order), so the cap leaves out the weakest trees
         kept = kept[np.argsort(-scores[kept], kind="stable")]
-    rule_sets = [list(leaf_rules(trees[i], kind).values()) for i in kept]
+    leaf_sets = [leaf_rules(trees[i], kind) for i in kept]
+    rule_sets = [list(rs.values()) for rs in leaf_sets]
+    counted = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds,
-                                  over_max_rules=cfg.over_max_rules)
+        if cfg.min_coverage > 0:
+            merged, stats = _covered(comm, job, kept, leaf_sets, counted)
+        else:
+            merged, stats = aggregate(rule_sets, cfg.max_rules, bounds=cfg.merge_bounds,
+                                      over_max_rules=cfg.over_max_rules)
     merged_trees = [int(clients[i]) for i in kept[:stats.merged_sets]]
     for w in caught:
         log(cfg, f"warning: {w.message}")
     if not merged:
+        if cfg.min_coverage > 0:
+            raise InputError("min_coverage", f"no combination of the kept trees' leaves holds {cfg.min_coverage} "
+                                             "rows of the clients; lower min_coverage")
         raise InputError("rules", "the kept trees have no compatible rules to merge; try filter = 'none' "
                                   "or fewer clients")
     info = {}
@@ -101,15 +113,26 @@ def _build(comm, job):
                   "nodes beyond it were left as leaves")
     if enc.tree_type == "cart":
         tree = {k: v for k, v in tree.items() if k != "n_rules"}
+    tree = _with_rows(comm, job, tree)
+    reached = tree["n_node_samples"]
+    leaves = np.flatnonzero(tree["feature"] < 0)
+    shown, left_out = cover.shortened_rules(tree, kind, len(enc.columns))
+    lengths = [_conditions(r) for r in shown.values()]
+    paths = [_conditions(r) for r in leaf_rules(tree, kind).values()]
     summary.update(
         scores=scores.tolist(), kept_trees=[int(clients[i]) for i in sorted(kept)],
         merged_trees=merged_trees,
         # per kept tree, in the order of kept_trees (client order)
         rules_per_tree=[len(rs) for _, rs in sorted(zip(kept.tolist(), rule_sets))],
         merged_rules=len(merged),
-        merge_steps=stats.steps, rules_capped=stats.capped,
+        merge_steps=stats.steps, rules_capped=stats.capped, **counted,
         global_tree_truncated=bool(info.get("truncated")),
-        global_tree_nodes=len(tree["value"]), global_tree_leaves=int(np.sum(tree["feature"] < 0)),
+        global_tree_nodes=len(tree["value"]), global_tree_leaves=int(leaves.size),
+        global_leaves_reached=int((reached[leaves] > 0).sum()),
+        global_rule_conditions_mean=float(np.mean(lengths)) if lengths else 0.0,
+        global_rule_conditions_max=int(max(lengths, default=0)), global_conditions_left_out=int(left_out),
+        global_path_conditions_mean=float(np.mean(paths)) if paths else 0.0,
+        global_path_conditions_max=int(max(paths, default=0)),
         global_tree_depth=int(info["depth"]), global_cut_splits=int(info["cut_splits"]),
         aggregate_seconds=time.perf_counter() - t0, global_tree_seconds=grow_seconds,
         local_self_accuracy=np.diag(acc).tolist(), local_self_f1=np.diag(f1).tolist())
@@ -123,8 +146,58 @@ def _build(comm, job):
               f"{cfg.filter_metric})" + (f", clients {left_out} left out at max_rules" if left_out else "")
               + f"; {sum(len(rs) for rs in rule_sets[:stats.merged_sets])} rules merged into {len(merged)} "
               f"in {summary['aggregate_seconds']:.3f}s; global tree of {len(tree['value'])} nodes "
-              f"({summary['global_tree_leaves']} leaves, depth {summary['global_tree_depth']})")
+              f"({summary['global_tree_leaves']} leaves, {summary['global_leaves_reached']} reached by the clients' "
+              f"rows, depth {summary['global_tree_depth']})")
     return tree, rule_arrays(merged, len(enc.columns), enc.tree_type)
+
+
+def _conditions(rule):
+    """The conditions a rule states: per column one equality (ID3), or one per bounded side (CART)."""
+    if rule.kind == CATEGORICAL:
+        return len(rule.conditions)
+    return sum(int(np.isfinite(lo)) + int(np.isfinite(hi)) for lo, hi in rule.conditions.values())
+
+
+def _covered(comm, job, kept, leaf_sets, counted):
+    """The merged rules of the leaf combinations the clients' rows reach
+    (``min_coverage`` > 0): one ``cover`` round, then :mod:`.cells`.  Fills
+    ``counted`` with the figures for the summary; returns ``(rules, MergeStats)``."""
+    cfg, enc = job.cfg, job.enc
+    clients = comm.clients
+    replies = ask(comm, COVER, {"trees": [int(i) for i in kept]})
+    leaves = [np.array(sorted(ls), dtype=np.int64) for ls in leaf_sets]
+    parts = [cover.check_cells(r, COVER, replies[r], leaves, int(job.infos[r]["n_rows"])) for r in clients]
+    cells, counts = cover.pool_cells(parts)
+    pos = cover.positions(cells, leaves)
+    use, m, capped = cover.refine(pos, counts, cfg.max_rules, cfg.over_max_rules)
+    stats = MergeStats(capped=capped, merged_sets=m)
+    if capped and cfg.over_max_rules == "drop_sets":
+        warnings.warn(f"rule aggregation: merging rule set {m + 1} would give more than max_rules="
+                      f"{cfg.max_rules} covered rules; it and the {len(kept) - m - 1} after it were left out",
+                      RuntimeWarning, stacklevel=2)
+    elif capped:
+        warnings.warn(f"rule aggregation: some covered rules of least rows were not refined (max_rules="
+                      f"{cfg.max_rules})", RuntimeWarning, stacklevel=2)
+    use, _, rows = cover.group(use, counts)
+    keep = rows >= cfg.min_coverage
+    leaf_arrays = [RuleArrays.from_rules(list(ls.values()), len(enc.columns)) for ls in leaf_sets]
+    every = cover.cell_arrays(use, leaf_arrays, cfg.merge_bounds, len(enc.classes))
+    every.support = rows.astype(np.float64)
+    every.mass = every.support / max(1.0, float(rows[keep].sum()))
+    arrays = every.take(np.flatnonzero(keep))
+    counted.update(min_coverage=int(cfg.min_coverage), covered_cells=int(len(rows)),
+                   rows_in_cells=int(rows.sum()), rows_in_merged_rules=int(rows[keep].sum()),
+                   cells_below_min_coverage=int((~keep).sum()))
+    return arrays.rules(), stats
+
+
+def _with_rows(comm, job, tree):
+    """The global tree with ``n_node_samples``: the clients' rows reaching each
+    node (one ``count`` round; every client counts all its rows)."""
+    replies = ask(comm, COUNT, {"tree": tree})
+    n = len(tree["feature"])
+    ends = sum(cover.check_node_rows(r, COUNT, replies[r], n, int(job.infos[r]["n_rows"])) for r in comm.clients)
+    return dict(tree, n_node_samples=cover.subtree_rows(tree, ends))
 
 
 def split_rows(n, fraction, seed):
@@ -157,11 +230,33 @@ def _evaluate(client, msg):
              for i, t in enumerate(trees)]
     rows = _rows(client)[1]
     X, y = client.X[rows], client.y[rows]
+    client.trees = trees          # the kept ones are counted in the cover round
     scores = [class_scores(y, tree_proba(t, X)) for t in trees]
     reply = {"accuracy": np.array([s["accuracy"] for s in scores]), "f1": np.array([s["f1"] for s in scores])}
     if client.test is not None:
         reply["own_test"] = class_scores(client.test[1], tree_proba(client.own_tree(), client.test[0]))
     return reply
+
+
+def _cover(client, msg):
+    """The leaf combinations of the kept trees that this client's rows reach,
+    and how many rows each holds (all rows of the client)."""
+    trees = getattr(client, "trees", None)
+    if trees is None:
+        raise bad_message(COVER, "op", "no trees were evaluated before")
+    kept = field_of(msg, COVER, "trees")
+    K = len(trees)
+    if (not isinstance(kept, (list, tuple)) or not kept or len(set(map(repr, kept))) != len(kept)
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < K for i in kept)):
+        raise bad_message(COVER, "trees", f"expected distinct tree numbers in 0..{K - 1}")
+    cells, counts = cover.client_cells([trees[i] for i in kept], client.X)
+    return {"cells": cells, "counts": counts}
+
+
+def _count(client, msg):
+    """The rows of this client ending at each node of the global tree."""
+    tree = client.tree(COUNT, "tree", field_of(msg, COUNT, "tree"), **_final_tree(client))
+    return {"rows": cover.node_rows(tree, client.X)}
 
 
 def _final_tree(client):
@@ -201,6 +296,20 @@ def _final_rules(client, rules):
     return out
 
 
+def explain(doc, X=None, raw=None, row=None):
+    """The global tree as rules, each with the clients' training rows it
+    covers and without the conditions those rows do not need
+    (:func:`.cells.shortened_rules`; a model without row counts: the tree's
+    paths, no counts)."""
+    tree = doc["tree"]
+    if "n_node_samples" not in tree:
+        return binned_explain(doc, X, raw, row)
+    enc = doc["encoding"]
+    kind = CATEGORICAL if "child_count" in tree else NUMERIC
+    rules, _ = cover.shortened_rules(tree, kind, len(enc.columns))
+    return binned_explain(doc, X, raw, row, rules=rules, rows=np.asarray(tree["n_node_samples"]))
+
+
 def _binned(cfg):
     return cfg.tree_type == "id3" and cfg.numeric_bins is not None
 
@@ -212,5 +321,5 @@ def server_train(comm, cfg):
 
 def client_train(comm, cfg):
     run = binned.run_client if _binned(cfg) else run_tree_client
-    return run(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate},
+    return run(comm, cfg, {TRAIN_LOCAL: _train_local, EVALUATE: _evaluate, COVER: _cover, COUNT: _count},
                final_tree=_final_tree, final_rules=_final_rules)
