@@ -56,7 +56,9 @@ def open_training(comm, cfg):
     """A party's side of the steps every vertical training job starts with
     (:func:`fedforest.vertical.master.open_training`): read and describe its
     table, check its model folder for this job, align its rows by ID.
-    Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``."""
+    Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``,
+    X an :class:`~fedforest.data.columns.AlignedColumns` (the splitter takes
+    its columns one by one, freeing each stored column)."""
     rank = comm.rank
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
@@ -92,7 +94,8 @@ def open_training(comm, cfg):
     comm.send(MASTER, {"n_trees": n_done})
     positions = party_align(comm, rank, table.ids, cfg.n_parties)
     table.y = None if table.y is None else table.y[positions]
-    return table, job_id, folder, n_done, table.X[positions]
+    table.ids = table.store.ids = None      # training needs the IDs no more
+    return table, job_id, folder, n_done, table.aligned(positions)
 
 
 def party_train(comm, cfg):
@@ -423,18 +426,21 @@ def party_predict(comm, cfg):
     expect(comm.recv(MASTER), protocol.LOAD)
     table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
                        categories=manifest["categories"], label_column=manifest.get("label_column"))
-    table_ids, table_X = table.ids, table.X
+    table_ids, rows = table.ids, None
     if cfg.explain_row is not None:
-        found = np.flatnonzero(table_ids == cfg.explain_row)
+        found = table_ids.find(cfg.explain_row)
         if not found.size:
             raise InputError("explain_row", f"ID {cfg.explain_row!r} is not in party {rank}'s data")
-        table_ids, table_X = table_ids[found[:1]], table_X[found[:1]]
+        rows = found[:1]
+        table_ids = table_ids.take(rows)
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table_ids), "n_unseen": table.n_unseen})
     positions = party_align(comm, rank, table_ids, cfg.n_parties)
-    X = table_X[positions]
-    ids = table_ids[positions]
+    # the aligned rows only, built column by column (the stored columns freed as they are taken)
+    X = table.aligned(positions if rows is None else rows[positions]).dense()
+    ids = table_ids.take(positions).to_numpy()
+    table = table_ids = None
     method = manifest["split_method"]
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
