@@ -446,3 +446,85 @@ class _ParquetBlocks:
                                   skip={id_column, label} | set(categorical_columns))
         del pa
         return df
+
+
+# ---------------------------------------------------------------------------
+# Memory: what a party's table needs, checked before it is read
+# ---------------------------------------------------------------------------
+BYTES_PER_CELL = 9            # a stored column (float64 at most) and its bin codes
+BYTES_PER_ROW = 128           # an ID's bytes and offset, its digest, position, label, one tree's row state
+FIXED_BYTES = 256 << 20       # blocks being parsed, a group of columns being binned, the kernels
+SAMPLE_BYTES = 1 << 20
+
+
+def estimate_shape(path):
+    """``(rows, columns, exact)`` of a table file from its header and first
+    MiB (CSV: rows from the bytes per line of the sample), its metadata
+    (Parquet) or its size (NumPy: 8 bytes per value, one column); ``exact``
+    says whether the row count is known.  None where it cannot be read
+    (the reader then names the problem)."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    ext = os.path.splitext(path)[1].lower()
+    size = os.path.getsize(path)
+    try:
+        if ext in CSV_EXTS:
+            with open(path, "rb") as fh:
+                sample = fh.read(SAMPLE_BYTES)
+            lines = sample.split(b"\n")
+            header, body = lines[0], lines[1:-1] if len(sample) == SAMPLE_BYTES else lines[1:]
+            body = [b for b in body if b.strip()]
+            n_cols = header.count(b"\t" if ext == ".tsv" else b",") + 1
+            if not body:
+                return 0, n_cols, True
+            per_line = sum(len(b) + 1 for b in body) / len(body)
+            exact = len(sample) < SAMPLE_BYTES
+            return (len(body) if exact else int((size - len(header)) / per_line) + 1), n_cols, exact
+        if ext in PARQUET_EXTS:
+            import pyarrow.parquet as pq
+            meta = pq.ParquetFile(path).metadata
+            return meta.num_rows, meta.num_columns, True
+    except Exception:  # noqa: BLE001 - the reader reports a bad file
+        return None
+    return size // 8, 1, False
+
+
+def available_mb():
+    """Memory available to this process now, in MiB (Linux MemAvailable;
+    None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        return int(info["MemAvailable"].split()[0]) / 1024.0
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def table_bytes(n_rows, n_columns):
+    """A party's memory for a table of ``n_rows`` x ``n_columns`` (every column
+    a feature, the ID and label included): the estimate the refusal quotes."""
+    return n_rows * (BYTES_PER_CELL * n_columns + BYTES_PER_ROW) + FIXED_BYTES
+
+
+def check_memory(what, need_bytes, memory_mb, detail):
+    """Refuse (InputError) when ``need_bytes`` exceeds ``memory_mb`` (None:
+    the memory available now).  ``detail``: how the estimate was made."""
+    limit, source = (memory_mb, "memory_mb") if memory_mb is not None else (available_mb(), "available memory")
+    if limit is None:
+        return
+    need_mb = need_bytes / 2 ** 20
+    if need_mb > limit:
+        raise InputError(what, f"the job needs about {need_mb:,.0f} MiB on this rank ({detail}), more "
+                               f"than its {limit:,.0f} MiB ({source}); give the rank more memory (and set "
+                               "memory_mb), or split the table over more parties or hosts")
+
+
+def check_table_memory(path, what, memory_mb):
+    """A party's check before it reads its table (see :func:`table_bytes`)."""
+    shape = estimate_shape(path)
+    if shape is None:
+        return
+    n_rows, n_cols, exact = shape
+    detail = (f"{'' if exact else 'about '}{n_rows:,} rows x {n_cols} columns of {path!r}: "
+              f"{BYTES_PER_CELL} bytes per cell + {BYTES_PER_ROW} per row + {FIXED_BYTES >> 20} MiB")
+    check_memory(what, table_bytes(n_rows, n_cols), memory_mb, detail)

@@ -65,6 +65,17 @@ def peak_rss_mb():
     return kb / (1024.0 * 1024.0) if sys.platform == "darwin" else kb / 1024.0
 
 
+def current_rss_mb():
+    """Resident memory of this process now, in MiB (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    import resource
+    return pages * resource.getpagesize() / (1024.0 * 1024.0)
+
+
 def party_what(rank):
     return f"party {rank}"
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..crypto import paillier
 from ..data.alignment import party_align
+from ..data.columns import check_table_memory
 from ..data.io import pd
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
@@ -34,7 +35,7 @@ from .paillier.holder import HeldLabels, KeyHolder, check_leaves
 from ..tree.growth import ForestTrees
 from . import boosting, explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
-from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
+from .common import MASTER, PartyTable, current_rss_mb, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")   # job and run ids: 32 hex digits
 MAX_CLASSES = 1 << 16
@@ -74,6 +75,8 @@ def open_training(comm, cfg):
         raise InputError("label_column", f"the master names label column "
                                          f"{str(msg.get('label_column'))[:80]!r}; party {rank}'s "
                                          f"configuration names {cfg.label_column!r}")
+    # a table that cannot fit this rank's memory is refused before it is read
+    check_table_memory(cfg.data[rank - 1], f"party {rank}", cfg.values.get("memory_mb"))
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=cfg.label_column)
     # the bounds of this party's memory are its own: the master sizes batches within them
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
@@ -101,6 +104,7 @@ def open_training(comm, cfg):
 def party_train(comm, cfg):
     """Party side of training."""
     rank = comm.rank
+    t0 = time.perf_counter()
     cfg.check_train()
     params = validate(forest_params(cfg), cfg.task)
     table, job_id, folder, n_done, X = open_training(comm, cfg)
@@ -152,6 +156,9 @@ def party_train(comm, cfg):
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_estimators,
         "label_privacy": cfg.label_privacy,
+        # this party's set-up (read, align, bin) and the memory it holds when growth starts
+        "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
+        "rss_training_mb": current_rss_mb(),
     }
     if cfg.label_privacy == "paillier" and held is not None:
         # the label holder writes the predictions: the class names stay with it
