@@ -110,9 +110,10 @@ def check_positions(positions, n_rows):
     return positions.astype(np.int64)
 
 
-def party_align(comm, rank, ids, n_parties=None):
+def party_align(comm, rank, ids, n_parties=None, workers=1):
     """A party's side: the positions of its shared rows in the common order
-    (``n_parties``: the job's, which the lead's peers must be; None: not checked)."""
+    (``n_parties``: the job's, which the lead's peers must be; None: not checked;
+    ``workers``: processes hashing the IDs)."""
     kp = KeyPair()
     expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
@@ -142,5 +143,5 @@ def party_align(comm, rank, ids, n_parties=None):
             raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
                                            "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
-    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
+    comm.send(MASTER, {"digests": hash_ids(ids, secret, workers)})
     return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))

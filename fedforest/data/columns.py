@@ -29,8 +29,10 @@ from ..crypto.ids import IdTexts
 from ..errors import InputError
 from . import io
 
-BLOCK_BYTES = 16 << 20         # bytes of CSV text parsed at a time
+BLOCK_BYTES = 4 << 20          # bytes of CSV text parsed at a time
 PARQUET_BATCH_ROWS = 1 << 16
+M_MMAP_THRESHOLD = -3          # glibc's mallopt parameter
+MMAP_BYTES = 1 << 18           # 256 KiB
 FINGERPRINT_ROWS = 1 << 15     # rows of the float64 matrix hashed at a time
 CSV_EXTS = (".csv", ".txt", ".tsv")
 PARQUET_EXTS = (".parquet", ".pq")
@@ -179,8 +181,34 @@ def read_columns(path, id_column, what, label_column=None, na_values=None, categ
         df = io.read_table(path, id_column, what, na_values=na_values,
                            categorical_columns=categorical_columns, label_column=label_column)
         return from_frame(df, id_column, what, label_column, columns, categories)
-    return _read_blocks(reader, path, id_column, what, label_column, na_values, categorical_columns,
-                        columns, categories)
+    try:
+        return _read_blocks(reader, path, id_column, what, label_column, na_values, categorical_columns,
+                            columns, categories)
+    finally:
+        release_arrow_memory()
+
+
+def release_arrow_memory():
+    """Give pyarrow's freed blocks back to the system (its allocator keeps
+    them for reuse: the parsed text blocks of a whole read otherwise stay
+    resident)."""
+    import pyarrow as pa
+    pa.default_memory_pool().release_unused()
+
+
+def return_large_frees():
+    """Have the C allocator serve blocks of :data:`MMAP_BYTES` or more from
+    (and return them to) the system at once: glibc's default raises that
+    threshold as large blocks are freed, so the columns a party frees while
+    binning would stay resident and later ones be carved from its heap.  A
+    no-op where the C library has no ``mallopt`` (not glibc); returns
+    whether it was set."""
+    import ctypes
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES))
 
 
 def _feature_names(names, id_column, label, columns, what):
@@ -255,8 +283,7 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
             blocks.append(narrow(values))
     if n_rows == 0:
         raise InputError(what, f"{path!r} has no rows")
-    ids = reader.ids(pa.chunked_array(id_blocks, type=id_blocks[0].type), what)
-    del id_blocks
+    ids = reader.ids(id_blocks, what)       # empties id_blocks: each block freed once copied
     y, label_again = None, False
     if label is not None:
         y = reader.labels(pa.chunked_array(label_blocks, type=label_blocks[0].type))
@@ -290,15 +317,25 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
     return ColumnTable(ids, y, features, [arrays[n] for n in features], cats, n_unseen)
 
 
+def _take_chunks(blocks):
+    """The arrays of the list ``blocks`` as one chunked array; the list emptied."""
+    import pyarrow as pa
+    col = pa.chunked_array(blocks, type=blocks[0].type)
+    blocks.clear()
+    return col
+
+
 def _ids_from_arrow(arr, what):
     """Checked IDs (no missing, no repeats) as :class:`IdTexts`; the messages
     of :func:`~fedforest.data.io.check_ids`."""
     import pyarrow.compute as pc
     if arr.null_count:
         raise InputError(what, f"{arr.null_count} rows have no ID")
-    if pc.count_distinct(arr).as_py() != len(arr):
-        io.check_ids(io.pd.Series(arr.to_pylist(), dtype=object), what)   # names the first repeat
-    return IdTexts.from_arrow(arr)
+    ids = IdTexts.from_arrow(arr)
+    del arr
+    if pc.count_distinct(ids.to_arrow()).as_py() != len(ids):
+        io.check_ids(io.pd.Series(ids.to_numpy(), dtype=object), what)   # names the first repeat
+    return ids
 
 
 class _CsvBlocks:
@@ -347,7 +384,8 @@ class _CsvBlocks:
         out = values.to_numpy(zero_copy_only=False)
         if values.null_count != np.isnan(out).sum():
             return None     # 'nan' spelled out: text to the table reader
-        return out
+        # numpy's own copy: the block's pyarrow buffers are freed with the block
+        return out if out.flags.owndata else out.copy()
 
     def labels(self, col):
         """The label column as the table reader types it: int64 when every
@@ -365,7 +403,8 @@ class _CsvBlocks:
             return None
         return out
 
-    def ids(self, col, what):
+    def ids(self, blocks, what):
+        col = _take_chunks(blocks)
         return _ids_from_arrow(col, what)
 
     def frame(self, names, na_values, categorical_columns, label, id_column):
@@ -410,7 +449,8 @@ class _ParquetBlocks:
             return None
         if pa.types.is_boolean(t) and col.null_count:
             return None          # booleans with gaps: as the table reader encodes them
-        return col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        out = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        return out if out.flags.owndata else out.copy()
 
     def labels(self, col):
         import pyarrow as pa
@@ -419,8 +459,9 @@ class _ParquetBlocks:
             return col.to_pandas().to_numpy()
         return None
 
-    def ids(self, col, what):
+    def ids(self, blocks, what):
         import pyarrow as pa
+        col = _take_chunks(blocks)
         if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
             if pa.types.is_integer(col.type):
                 col = col.cast(pa.string())

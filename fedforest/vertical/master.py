@@ -27,7 +27,7 @@ from . import encrypted_labels as encrypted
 from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
-from ..data.columns import FIXED_BYTES, check_memory
+from ..data.columns import FIXED_BYTES, check_memory, return_large_frees
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
                      peak_rss_mb, restart_note, plural_rounds, progress_bar, bar_round, report_training)
 
@@ -119,6 +119,7 @@ def check_load_reply(info, r):
 
 def master_train(comm, cfg):
     """Master side of training; returns a summary dict."""
+    return_large_frees()
     t_start = time.perf_counter()
     cfg.check_train()
     params = validate(forest_params(cfg), cfg.task)
@@ -323,6 +324,7 @@ def relay_bins(comm, label_party):
 # ---------------------------------------------------------------------------
 def master_predict(comm, cfg):
     """Master side of prediction; returns a summary with the predictions."""
+    return_large_frees()
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     folder, manifest, trees = load_role_model(cfg, 0)

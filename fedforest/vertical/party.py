@@ -15,7 +15,7 @@ import numpy as np
 
 from ..crypto import paillier
 from ..data.alignment import party_align
-from ..data.columns import check_table_memory
+from ..data.columns import check_table_memory, return_large_frees
 from ..data.io import pd
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
@@ -95,7 +95,7 @@ def open_training(comm, cfg):
     n_done = check_model_dir(folder, job_id, cfg.resume, cfg.overwrite,
                               f"party {rank} model_dir")
     comm.send(MASTER, {"n_trees": n_done})
-    positions = party_align(comm, rank, table.ids, cfg.n_parties)
+    positions = party_align(comm, rank, table.ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
     table.y = None if table.y is None else table.y[positions]
     table.ids = table.store.ids = None      # training needs the IDs no more
     return table, job_id, folder, n_done, table.aligned(positions)
@@ -103,6 +103,7 @@ def open_training(comm, cfg):
 
 def party_train(comm, cfg):
     """Party side of training."""
+    return_large_frees()
     rank = comm.rank
     t0 = time.perf_counter()
     cfg.check_train()
@@ -443,7 +444,7 @@ def party_predict(comm, cfg):
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table_ids), "n_unseen": table.n_unseen})
-    positions = party_align(comm, rank, table_ids, cfg.n_parties)
+    positions = party_align(comm, rank, table_ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
     # the aligned rows only, built column by column (the stored columns freed as they are taken)
     X = table.aligned(positions if rows is None else rows[positions]).dense()
     ids = table_ids.take(positions).to_numpy()
@@ -497,6 +498,7 @@ def party_predict(comm, cfg):
 
 def _own_split(trees, tree, node):
     """``(trees[tree], node)`` when ``node`` is a split this party owns in that tree."""
+    return_large_frees()
     i = int_value(tree, "'tree'", 0, len(trees) - 1)
     t = trees[i]
     node = int_value(node, "'node'", 0, t["feature"].shape[0] - 1)

@@ -20,12 +20,12 @@ def test_id_hashes_are_hmac_sha256_of_the_ids_text():
 
 
 def _old_hash_ids(ids, key):
-    """The implementation before the compiled kernel (one hmac.digest per ID)."""
+    """One hmac.digest per ID."""
     joined = b"".join([hmac.digest(bytes(key), str(v).encode("utf-8"), "sha256") for v in ids])
     return np.frombuffer(joined, dtype=np.uint8).reshape(len(ids), DIGEST_BYTES)
 
 
-def test_compiled_hashes_equal_the_previous_implementation_on_every_length():
+def test_hashes_equal_hmac_digest_on_every_length():
     """Texts of 0..200 bytes (one, two and four blocks, the padding edges at
     55/56 and 63/64 bytes), non-ASCII texts and keys of 16, 32 and 100 bytes
     (a key longer than a block is hashed first)."""
@@ -47,3 +47,21 @@ def test_id_texts_from_arrow_take_and_join():
     assert list(ids.take(np.array([3, 0, 2])).to_numpy()) == ["007", "", "é"]
     assert ids.joined(0, 4) == "\x00".join(texts[1:]).encode()
     assert np.array_equal(hash_ids(ids, b"k"), _old_hash_ids(texts[1:], b"k"))
+
+
+def test_worker_processes_give_the_same_hashes(monkeypatch):
+    from fedforest.crypto import ids as ids_module
+    monkeypatch.setattr(ids_module, "MIN_IDS_PER_WORKER", 100)
+    monkeypatch.setattr(ids_module, "CHUNK_IDS", 37)
+    texts = [f"user-{i}" + "y" * (i % 70) for i in range(1000)]
+    key = bytes(range(40))
+    assert np.array_equal(hash_ids(texts, key, workers=3), _old_hash_ids(texts, key))
+
+
+def test_bad_key_or_workers_are_refused():
+    import pytest
+    with pytest.raises(TypeError, match="must be bytes"):
+        hash_ids(["a"], "text key")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="workers"):
+            hash_ids(["a"], b"k", workers=bad)
