@@ -39,6 +39,7 @@ bench: $(VENV)/.test-installed
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
+	$(PY) experiments/bench_memory.py
 
 experiments: $(VENV)/.test-installed
 	$(PY) experiments/lossless_vs_sklearn.py

@@ -37,8 +37,10 @@ def master_align(comm, cfg, n_rows_by_party):
     for r in others:
         comm.send(r, {"op": GROUP_MEMBER, "lead": first,
                       "sealed": sealed[f"sealed{r}"]})
-    digests = {r: m["digests"] for r, m in comm.exchange({r: {"op": HASH_IDS} for r in parties}).items()}
-    positions = shared_positions({r: _digest_keys(digests[r], r) for r in parties}, first)
+    replies = comm.exchange({r: {"op": HASH_IDS} for r in parties})
+    keys = {r: _digest_keys(replies.pop(r).get("digests"), r) for r in parties}
+    positions = shared_positions(keys, first)
+    del keys
     n_shared = positions[first].size
     if not n_shared:
         raise InputError("ID alignment", "no ID is shared by all parties")
@@ -71,10 +73,12 @@ def shared_positions(keys, first):
         if r == first:
             continue
         by_key = np.argsort(k, kind="stable")
-        at = np.minimum(np.searchsorted(k[by_key], keys[first]), max(k.size - 1, 0))
-        hit = k[by_key][at] == keys[first] if k.size else np.zeros(keys[first].size, dtype=bool)
-        shared &= hit
+        k_sorted = k[by_key]                  # one sorted copy, freed after this party
+        at = np.minimum(np.searchsorted(k_sorted, keys[first]), max(k.size - 1, 0))
+        shared &= k_sorted[at] == keys[first] if k.size else np.zeros(keys[first].size, dtype=bool)
+        del k_sorted
         found[r] = by_key[at] if k.size else at
+        del by_key, at
     rows = np.flatnonzero(shared).astype(np.int64)
     return {r: rows if r == first else found[r][rows].astype(np.int64) for r in keys}
 
@@ -110,9 +114,10 @@ def check_positions(positions, n_rows):
     return positions.astype(np.int64)
 
 
-def party_align(comm, rank, ids, n_parties=None):
+def party_align(comm, rank, ids, n_parties=None, workers=1):
     """A party's side: the positions of its shared rows in the common order
-    (``n_parties``: the job's, which the lead's peers must be; None: not checked)."""
+    (``n_parties``: the job's, which the lead's peers must be; None: not checked;
+    ``workers``: processes hashing the IDs)."""
     kp = KeyPair()
     expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
@@ -142,5 +147,5 @@ def party_align(comm, rank, ids, n_parties=None):
             raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
                                            "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
-    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
+    comm.send(MASTER, {"digests": hash_ids(ids, secret, workers)})
     return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))

@@ -56,14 +56,15 @@ def read_npy(path):
         return np.load(path, allow_pickle=False)
 
 def read_table(path, id_column, what, require_id=True, na_values=None, categorical_columns=None,
-               label_column=None, check_types=True):
+               label_column=None, check_types=True, usecols=None):
     """One table as a DataFrame.  The ``id_column`` (if any) is read as text, so
     ``007`` stays ``007``; it must exist unless ``require_id`` is False.
 
     ``na_values``: texts that mean "missing" (the job setting of that name);
     ``categorical_columns``: columns read as text whatever they hold;
     ``label_column``: not a feature.  With ``check_types`` a feature column
-    of numbers with a few stray tokens is refused (:func:`check_mistyped_columns`)."""
+    of numbers with a few stray tokens is refused (:func:`check_mistyped_columns`).
+    ``usecols``: the positions of the columns to read (CSV files only)."""
     na_values = list(na_values or ())
     categorical_columns = list(categorical_columns or ())
     if not path:
@@ -75,7 +76,8 @@ def read_table(path, id_column, what, require_id=True, na_values=None, categoric
         if ext in (".csv", ".txt", ".tsv"):
             sep = "\t" if ext == ".tsv" else ","
             df = pd.read_csv(path, sep=sep, dtype={id_column: str} if id_column else None,
-                             na_values=list(NA_TEXTS) + na_values, keep_default_na=False)
+                             na_values=list(NA_TEXTS) + na_values, keep_default_na=False,
+                             usecols=usecols)
             _check_separator(df, path, what, sep)
         elif ext in (".parquet", ".pq"):
             try:
@@ -242,9 +244,42 @@ def _number_text(v):
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def _is_text(col):
+def _all_booleans(col):
+    """Every non-missing value a boolean (at least one), as a column of
+    booleans with gaps holds; the first value decides most columns."""
     values = col.dropna()
-    return all(isinstance(v, str) for v in values)
+    if values.empty or not isinstance(values.iloc[0], (bool, np.bool_)):
+        return False
+    return bool(values.map(lambda v: isinstance(v, (bool, np.bool_))).all())
+
+
+def _text_array(col):
+    """A text column as a pyarrow string array (missing: null), or None when a
+    value is not a text.  No Python object per cell is made."""
+    import pyarrow as pa
+    try:
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            col = col.astype(object)
+        return pa.array(col, type=pa.string(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return None
+
+
+def encode_categories(texts):
+    """The categories of a text column (pyarrow strings): its distinct
+    texts, sorted as Python sorts them (by code point)."""
+    import pyarrow.compute as pc
+    return sorted(pc.unique(texts).drop_null().to_pylist())
+
+
+def encode_texts(texts, categories):
+    """Ordinal codes (float64) of a text column in ``categories`` (missing and
+    unseen texts: NaN) and the number of unseen texts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    codes = pc.index_in(texts, value_set=pa.array(list(categories), type=pa.string()))
+    values = codes.to_numpy(zero_copy_only=False).astype(np.float64)   # nulls: NaN
+    return values, int(codes.null_count - texts.null_count)
 
 
 def encode_features(df, columns, what, categories=None):
@@ -264,8 +299,7 @@ def encode_features(df, columns, what, categories=None):
             # a text column of training whose new values all look like numbers
             col = col.map(_number_text, na_action="ignore").astype(object)
             kind = "O"
-        if kind == "O" and col.dropna().map(lambda v: isinstance(v, (bool, np.bool_))).all() \
-                and col.notna().any():
+        if kind == "O" and _all_booleans(col):
             col = col.map(float, na_action="ignore").astype(np.float64)  # booleans with gaps
             kind = "f"
         if kind in "iuf":
@@ -278,20 +312,17 @@ def encode_features(df, columns, what, categories=None):
         elif kind == "b":
             values = col.to_numpy(dtype=np.float64)
         elif kind in "OUST" or isinstance(col.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(col):
-            col = col.astype(object).where(col.notna(), None)
-            if not _is_text(col):
+            texts = _text_array(col)
+            if texts is None:
+                col = col.astype(object).where(col.notna(), None)
                 kinds = sorted({type(v).__name__ for v in col.dropna()})
                 raise InputError(what, f"column {name!r} cannot be encoded: it mixes value types {kinds}")
             if fit:
-                categories[name] = sorted(set(col.dropna()))
+                categories[name] = encode_categories(texts)
             elif name not in categories:
                 raise InputError(what, f"column {name!r} was numeric in training and is text now")
-            lookup = {c: float(i) for i, c in enumerate(categories[name])}
-            mapped = col.map(lambda v: np.nan if v is None else lookup.get(v, -1.0))
-            values = mapped.to_numpy(dtype=np.float64, copy=True)
-            unseen = values == -1.0
-            n_unseen += int(unseen.sum())
-            values[unseen] = np.nan
+            values, unseen = encode_texts(texts, categories[name])
+            n_unseen += unseen
         else:
             raise InputError(what, f"column {name!r} cannot be encoded (dtype {col.dtype})")
         X[:, j] = values

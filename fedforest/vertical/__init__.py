@@ -51,6 +51,9 @@ PARAMS = tuple(
           "often (the first from an estimate of the time per tree, later ones from the measured time)"),
     Param("batch_memory_mb", 4096, (Interval(int, 1, 1 << 20),),
           "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
+    Param("memory_mb", None, (None, Interval(int, 1, 1 << 30)),
+          "memory this rank may use, in MiB (None: the memory available when the job starts); a "
+          "rank whose estimate for its table exceeds it refuses the job before reading it"),
     Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),
           "threads per rank for split search, partitions and prediction (-1: the cores given to "
           "the rank, from OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the CPU affinity, shared equally "
@@ -69,7 +72,7 @@ PARAMS = tuple(
 
 
 # the boosting mode: XGBoost-named settings, then the job settings it shares with the forest
-_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "master_full_model",
+_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "master_full_model", "memory_mb",
            "n_jobs", "resume", "result_party", "predict_method", "explain_row",
            "explain_trees")
 BOOST_PARAMS = tuple(

@@ -417,6 +417,8 @@ def client_train(comm, cfg):
     cfg.check_train()
     params = boost_params(cfg)
     table, job_id, folder, n_done, X = party_open_training(comm, cfg)
+    # boosting routes every aligned row through each round's trees: the values stay (float64)
+    X = X.dense() if hasattr(X, "dense") else X
     n_rows = X.shape[0]
     msg = comm.recv(MASTER)
     held = None

@@ -6,7 +6,8 @@ import json
 import numpy as np
 from tqdm import tqdm
 
-from ..data.io import check_ids, encode_features, pd, read_table
+from ..data.columns import AlignedColumns, read_columns
+from ..data.io import pd
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..federation.files import write_summary
@@ -64,6 +65,17 @@ def peak_rss_mb():
     return kb / (1024.0 * 1024.0) if sys.platform == "darwin" else kb / 1024.0
 
 
+def current_rss_mb():
+    """Resident memory of this process now, in MiB (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    import resource
+    return pages * resource.getpagesize() / (1024.0 * 1024.0)
+
+
 def party_what(rank):
     return f"party {rank}"
 
@@ -72,46 +84,30 @@ def party_what(rank):
 # Party data
 # ---------------------------------------------------------------------------
 class PartyTable:
-    """One party's rows: IDs, encoded features and (for the label party) labels."""
+    """One party's rows: IDs (:class:`~fedforest.crypto.ids.IdTexts`), encoded
+    feature columns held column by column (:class:`~fedforest.data.columns.ColumnTable`:
+    the file is read in blocks, no float64 matrix of the whole table is made)
+    and, for the label party, labels.  :meth:`aligned` hands out the rows of
+    the job's order, freeing each stored column as it is taken."""
 
     def __init__(self, cfg, rank, source, columns=None, categories=None, label_column=None):
         what = party_what(rank)
-        df = source if not isinstance(source, str) else read_table(
-            source, cfg.id_column, what, na_values=cfg.na_values, categorical_columns=cfg.categorical_columns,
-            label_column=label_column or cfg.label_column)
-        if source is not df:
-            df = df.copy()
-        df.columns = [str(c) for c in df.columns]
-        if cfg.id_column not in df.columns:
-            raise InputError(what, f"the data has no ID column {cfg.id_column!r}")
-        if df.shape[0] == 0:
-            raise InputError(what, "the data has no rows")
-        self.ids = check_ids(df[cfg.id_column], what)
-        label = label_column if label_column in df.columns else None
-        self.has_label = label is not None
-        self.y = df[label].to_numpy() if label else None
-        present = [c for c in df.columns if c not in (cfg.id_column, label)]
-        if columns is None:
-            self.columns = [str(c) for c in present]
-        else:
-            missing = [c for c in columns if c not in df.columns]
-            extra = [c for c in present if c not in columns]
-            if missing or extra:
-                raise InputError(what, f"column set differs from the model's: missing {missing}, "
-                                       f"unexpected {extra}")
-            self.columns = list(columns)
-        if columns is None and not self.columns and not self.has_label:
-            raise InputError(what, "holds neither feature columns nor the label: nothing to contribute")
-        self.X, self.categories, self.n_unseen = encode_features(df, self.columns, what, categories)
+        self.store = read_columns(source, cfg.id_column, what, label_column=label_column or cfg.label_column,
+                                  na_values=cfg.na_values, categorical_columns=cfg.categorical_columns,
+                                  columns=columns, categories=categories)
+        self.ids = self.store.ids
+        self.y = self.store.y
+        self.has_label = self.y is not None
+        self.columns = self.store.columns
+        self.categories, self.n_unseen = self.store.categories, self.store.n_unseen
 
     def fingerprint(self):
-        h = hashlib.sha256()
-        h.update(json.dumps(self.columns).encode())
-        h.update(np.ascontiguousarray(self.X).tobytes())
-        h.update("\x00".join(self.ids).encode())
-        if self.y is not None:
-            h.update(np.asarray(self.y).astype(str).tobytes())
-        return h.hexdigest()
+        return self.store.fingerprint()
+
+    def aligned(self, positions):
+        """The feature columns of the aligned rows (:class:`AlignedColumns`);
+        the IDs are dropped (training needs them no more)."""
+        return AlignedColumns(self.store, positions)
 
 
 def label_array(y, task, what):

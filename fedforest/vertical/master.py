@@ -27,8 +27,13 @@ from . import encrypted_labels as encrypted
 from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
+from ..data.columns import FIXED_BYTES, check_memory, return_large_frees
 from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
                      peak_rss_mb, restart_note, plural_rounds, progress_bar, bar_round, report_training)
+
+
+MASTER_ALIGN_BYTES = 48      # a received digest (32 bytes) and its share of the matching
+MASTER_ROW_BYTES = 64        # labels, their codes and one tree's row state
 
 
 class Opening:
@@ -56,6 +61,12 @@ def open_training(comm, cfg, params):
         where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
         raise InputError("label_column", f"{cfg.label_column!r} must be held by exactly one party, "
                                          f"found on {where}")
+    # the master's memory: every party's ID digests while aligning, then the labels and a tree's rows
+    rows = [infos[r]["n_rows"] for r in comm.clients]
+    check_memory("master", sum(rows) * MASTER_ALIGN_BYTES + max(rows) * MASTER_ROW_BYTES + FIXED_BYTES,
+                 cfg.values.get("memory_mb"),
+                 f"{sum(rows):,} ID digests of {MASTER_ALIGN_BYTES} bytes while aligning + {max(rows):,} rows "
+                 f"x {MASTER_ROW_BYTES} bytes + {FIXED_BYTES >> 20} MiB")
     feature_counts = [infos[r]["n_features"] for r in comm.clients]
     if sum(feature_counts) == 0:
         raise InputError("data", "no party holds any feature column")
@@ -108,6 +119,7 @@ def check_load_reply(info, r):
 
 def master_train(comm, cfg):
     """Master side of training; returns a summary dict."""
+    return_large_frees()
     t_start = time.perf_counter()
     cfg.check_train()
     params = validate(forest_params(cfg), cfg.task)
@@ -312,6 +324,7 @@ def relay_bins(comm, label_party):
 # ---------------------------------------------------------------------------
 def master_predict(comm, cfg):
     """Master side of prediction; returns a summary with the predictions."""
+    return_large_frees()
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
     folder, manifest, trees = load_role_model(cfg, 0)

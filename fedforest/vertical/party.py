@@ -15,6 +15,7 @@ import numpy as np
 
 from ..crypto import paillier
 from ..data.alignment import party_align
+from ..data.columns import check_table_memory, return_large_frees
 from ..data.io import pd
 from ..data.validation import CLASSIFICATION, encode_labels
 from ..errors import InputError
@@ -34,7 +35,7 @@ from .paillier.holder import HeldLabels, KeyHolder, check_leaves
 from ..tree.growth import ForestTrees
 from . import boosting, explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
-from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
+from .common import MASTER, PartyTable, current_rss_mb, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")   # job and run ids: 32 hex digits
 MAX_CLASSES = 1 << 16
@@ -56,7 +57,9 @@ def open_training(comm, cfg):
     """A party's side of the steps every vertical training job starts with
     (:func:`fedforest.vertical.master.open_training`): read and describe its
     table, check its model folder for this job, align its rows by ID.
-    Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``."""
+    Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``,
+    X an :class:`~fedforest.data.columns.AlignedColumns` (the splitter takes
+    its columns one by one, freeing each stored column)."""
     rank = comm.rank
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
@@ -72,6 +75,8 @@ def open_training(comm, cfg):
         raise InputError("label_column", f"the master names label column "
                                          f"{str(msg.get('label_column'))[:80]!r}; party {rank}'s "
                                          f"configuration names {cfg.label_column!r}")
+    # a table that cannot fit this rank's memory is refused before it is read
+    check_table_memory(cfg.data[rank - 1], f"party {rank}", cfg.values.get("memory_mb"))
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=cfg.label_column)
     # the bounds of this party's memory are its own: the master sizes batches within them
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
@@ -90,14 +95,17 @@ def open_training(comm, cfg):
     n_done = check_model_dir(folder, job_id, cfg.resume, cfg.overwrite,
                               f"party {rank} model_dir")
     comm.send(MASTER, {"n_trees": n_done})
-    positions = party_align(comm, rank, table.ids, cfg.n_parties)
+    positions = party_align(comm, rank, table.ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
     table.y = None if table.y is None else table.y[positions]
-    return table, job_id, folder, n_done, table.X[positions]
+    table.ids = table.store.ids = None      # training needs the IDs no more
+    return table, job_id, folder, n_done, table.aligned(positions)
 
 
 def party_train(comm, cfg):
     """Party side of training."""
+    return_large_frees()
     rank = comm.rank
+    t0 = time.perf_counter()
     cfg.check_train()
     params = validate(forest_params(cfg), cfg.task)
     table, job_id, folder, n_done, X = open_training(comm, cfg)
@@ -149,6 +157,9 @@ def party_train(comm, cfg):
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_estimators,
         "label_privacy": cfg.label_privacy,
+        # this party's set-up (read, align, bin) and the memory it holds when growth starts
+        "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
+        "rss_training_mb": current_rss_mb(),
     }
     if cfg.label_privacy == "paillier" and held is not None:
         # the label holder writes the predictions: the class names stay with it
@@ -423,18 +434,21 @@ def party_predict(comm, cfg):
     expect(comm.recv(MASTER), protocol.LOAD)
     table = PartyTable(cfg, rank, cfg.data[rank - 1], columns=manifest["columns"],
                        categories=manifest["categories"], label_column=manifest.get("label_column"))
-    table_ids, table_X = table.ids, table.X
+    table_ids, rows = table.ids, None
     if cfg.explain_row is not None:
-        found = np.flatnonzero(table_ids == cfg.explain_row)
+        found = table_ids.find(cfg.explain_row)
         if not found.size:
             raise InputError("explain_row", f"ID {cfg.explain_row!r} is not in party {rank}'s data")
-        table_ids, table_X = table_ids[found[:1]], table_X[found[:1]]
+        rows = found[:1]
+        table_ids = table_ids.take(rows)
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table_ids), "n_unseen": table.n_unseen})
-    positions = party_align(comm, rank, table_ids, cfg.n_parties)
-    X = table_X[positions]
-    ids = table_ids[positions]
+    positions = party_align(comm, rank, table_ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
+    # the aligned rows only, built column by column (the stored columns freed as they are taken)
+    X = table.aligned(positions if rows is None else rows[positions]).dense()
+    ids = table_ids.take(positions).to_numpy()
+    table = table_ids = None
     method = manifest["split_method"]
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
@@ -499,6 +513,7 @@ def _route(msg, trees, Xp):
 
 def _own_split(trees, tree, node):
     """``(trees[tree], node)`` when ``node`` is a split this party owns in that tree."""
+    return_large_frees()
     i = int_value(tree, "'tree'", 0, len(trees) - 1)
     t = trees[i]
     node = int_value(node, "'node'", 0, t["feature"].shape[0] - 1)

@@ -28,10 +28,33 @@ from ..tree import criterion, partitioner
 from ..tree import splitter as split_kernels
 from ..tree import threads as numba_threads
 from ..tree.format import LEAF, NOT_OWNED
-from ..tree.binning import MISSING_BIN, fit_bins, transform_bins
+from ..tree.binning import MAX_BINS, MISSING_BIN, fit_bins, transform_bins
 from ..tree.growth import Nodes, PARTY_COLUMNS, gain_scale, min_leaf_weight, pack_bits, unpack_bits
 from .messages import (APPLY, COMMIT, COUNT_DTYPES, GROW, MASK_DTYPES, bad_message, join_replies, node_list, shown,
                        sorted_subset, unpack_batch)
+
+
+def bin_columns(columns, max_bins, sample_weight=None):
+    """Bin edges, bin counts and bin codes (uint8, column-major) of aligned
+    columns (:class:`~fedforest.data.columns.AlignedColumns`), taken a few
+    at a time (as many as the kernel threads) and freed once binned: the
+    float64 values of one group of columns exist at a time.  The same edges
+    and codes as :func:`fit_bins` and :func:`transform_bins` of the whole matrix."""
+    n_rows, n_features = columns.shape
+    edges = np.full((n_features, MAX_BINS), np.inf)
+    n_bins = np.ones(n_features, dtype=np.int32)
+    codes = np.empty((n_rows, n_features), dtype=np.uint8, order="F")
+    group = max(1, numba_threads.threads())
+    for lo in range(0, n_features, group):
+        hi = min(lo + group, n_features)
+        X = np.empty((n_rows, hi - lo), dtype=np.float64, order="F")
+        for j in range(lo, hi):
+            X[:, j - lo] = columns.take_column(j)
+        e, nb = fit_bins(X if sample_weight is None else X[sample_weight > 0], max_bins)
+        edges[lo:hi], n_bins[lo:hi] = e, nb
+        codes[:, lo:hi] = transform_bins(X, e, nb)
+        del X
+    return edges, n_bins, codes
 
 
 class PartySplitter:
@@ -56,7 +79,9 @@ class PartySplitter:
         self.op_keys = self.channel.op_keys
         self.begin_keys = PartySplitter.begin_keys + tuple(getattr(labels, "begin_keys", ()))
         self._keys_of_op = {}
-        X = np.asarray(X, dtype=np.float64)
+        columns = X if hasattr(X, "take_column") else None     # a party's aligned columns
+        if columns is None:
+            X = np.asarray(X, dtype=np.float64)
         self.n_rows, self.n_features = X.shape
         # what a job's party also checks (None: not checked): the in-bag draws every
         # tree's counts sum to, the largest count of one row, whether class weights apply
@@ -67,8 +92,11 @@ class PartySplitter:
             # one byte per value: the bin codes are all the growth needs
             # rows of weight zero take no part, not even in the bin edges
             sw = getattr(labels, "sample_weight", None)
-            self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
-            self.Xb = transform_bins(X, self.edges, self.n_bins)
+            if columns is None:
+                self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
+                self.Xb = transform_bins(X, self.edges, self.n_bins)
+            else:
+                self.edges, self.n_bins, self.Xb = bin_columns(columns, settings.max_bins, sw)
             self.X = None
             # kept histograms are compact (a feature's bins and its missing bin), so with
             # at most b bins per feature a node keeps them from b / (MISSING_BIN + 1) of
@@ -78,7 +106,10 @@ class PartySplitter:
         else:
             self.edges = self.n_bins = self.Xb = None
             # scikit-learn compares float32 feature values against float64 thresholds
-            self.X = np.asfortranarray(X, dtype=np.float32)
+            if columns is None:
+                self.X = np.asfortranarray(X, dtype=np.float32)
+            else:
+                self.X = columns.dense(np.float32, order="F")
         self.trees = []
         self.tree_ids = []
         self._current = threading.local()
