@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
@@ -252,7 +253,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(RESULTS, "bench_memory"))
     ap.add_argument("--code", default=ROOT, help="the fedforest checkout the jobs run (default: this one)")
     ap.add_argument("--no-xgboost", action="store_true")
+    provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    prov = provenance.record(args)
     CODE[0] = os.path.abspath(args.code)
     NO_XGB[0] = args.no_xgboost
     small = run(1000, args.features, args.parties, None)
@@ -265,10 +268,8 @@ def main(argv=None):
         log(json.dumps(row, indent=1))
         doc = {"machine": {"cpus": os.cpu_count(), "available_mb_at_end": available_mb()},
                "trees": TREES, "depth": DEPTH, "baseline_1000_rows": small, "rows": rows,
-               "note": "timings noisy on a shared machine: see load_average_1min per row"}
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out + ".json", "w") as fh:
-            json.dump(doc, fh, indent=1)
+               "note": "timings noisy on a shared machine: see load_average_1min per row", "provenance": prov}
+        provenance.write_result(args.out + ".json", doc)
         plot(rows, args.out + ".png")
     return rows
 
