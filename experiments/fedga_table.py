@@ -72,7 +72,6 @@ from sklearn.model_selection import train_test_split
 
 import provenance
 from fedforest import run_horizontal
-from fedforest.horizontal.fedga.compare import against_local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -152,6 +151,7 @@ def compare(fed, local, task):
     (mean fed - mean local over all clients), ``mean_change_percent`` (the same
     as a share of the local mean) and ``disagree`` (Delta and the mean change
     of opposite signs)."""
+    from fedforest.horizontal.fedga.compare import against_local
     c = against_local(fed, local, task == "classification")
     return {"delta": c["delta_percent"], "improved": c["improved_percent"],
             "client_delta": list(c["client_delta_percent"].values()), "no_delta": c["clients_without_delta"],
