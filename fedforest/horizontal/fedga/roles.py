@@ -578,12 +578,8 @@ def explain(doc, X=None, raw=None, row=None):
     edges = doc.get("bin_edges")
     Xb = ga.apply_bins(X, edges) if (X is not None and edges) else X
     clf = enc.task != "regression"
-    if not edges:
-        notes = []
-        if enc.categories and any(c is not None for c in enc.categories):
-            notes.append("text columns are category codes in the order of encoding.categories")
-        if clf:
-            return "\n".join([tree_explain(doc, Xb, raw, row)] + notes)
+    if not edges and clf:
+        return tree_explain(doc, Xb, raw, row)
     rules = leaf_rules(doc["tree"], NUMERIC)
     order = sorted(rules)
 
@@ -591,8 +587,7 @@ def explain(doc, X=None, raw=None, row=None):
         return enc.classes[int(np.argmax(rule.dist))] if clf else f"{float(rule.dist[0]):g}"
 
     def text(rule):
-        return (rule_conditions(rule, enc, edges) if edges else
-                rule.text(names=enc.columns, joiner=" AND ", empty="always"))
+        return rule_conditions(rule, enc, edges)
 
     lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):" if clf else
              f"{doc['mode']} model (regression, {len(rules)} rules):"]
@@ -611,6 +606,4 @@ def explain(doc, X=None, raw=None, row=None):
         lines.append(f"numeric columns are binned ({len([e for e in edges if e is not None])} columns, bins fitted "
                      "on this client's training rows): a condition '>= a' or '< b' is a bin edge in the column's "
                      "units (a value equal to an edge falls in the bin above it); the edges are in model.json")
-    elif enc.categories and any(c is not None for c in enc.categories):
-        lines.append("text columns are category codes in the order of encoding.categories")
     return "\n".join(lines)
