@@ -12,7 +12,10 @@ streamed in ``rounds`` chunks.  Every run is the product's horizontal protocol i
 (``fedforest.run_horizontal(mode="efdt")``: server and 4 client threads over
 the in-process transport) with the paper's tree settings: river's EFDT
 defaults (grace period 200, delta 1e-7, tau 0.05, re-evaluation every 20
-rows, information gain, nba leaves) and ``binary_split`` true.
+rows, information gain, nba leaves) and ``binary_split`` true, and this
+package's ``new_leaf_seen`` default ("zero": a new leaf's bound counts the
+rows it has learnt; river counts its inherited weight too, "inherited").
+Each record names the ``new_leaf_seen`` it was made with.
 
 Accuracy at round r: prequential (test-then-train) accuracy over rounds 1..r,
 pooled over the clients: each client predicts its next chunk with its current
@@ -162,9 +165,11 @@ def record_path(name, order="shuffled"):
 
 def save_record(name, runs, rounds, seeds, argv, seconds, holdout=0.3, order="shuffled"):
     """One data set's runs and their provenance (``efdt_<name>.json``)."""
+    from fedforest.horizontal.efdt import PARAMS
     commit, dirty, dirty_elsewhere = git_state()
     rec = {"rounds": rounds, "seeds": seeds, "runs": runs, "seconds": seconds, "date": str(datetime.date.today()),
            "holdout": holdout, "order": order,
+           "new_leaf_seen": next(p.default for p in PARAMS if p.name == "new_leaf_seen"),
            "command": ("`.venv/bin/python experiments/efdt_table.py " + argv).rstrip() + "`",
            "commit": commit, "dirty": dirty, "dirty_elsewhere": dirty_elsewhere}
     with open(record_path(name, order), "w") as fh:
@@ -176,7 +181,7 @@ def provenance_text(rec):
             + ("; other modules of fedforest/ had uncommitted changes)" if rec["dirty_elsewhere"] else ")"))
     return (f"{rec['seeds']} seed(s), {rec['seconds'] / 60:.1f} minutes on {platform.node()} "
             f"({os.cpu_count()} shared cores), {rec['date']}; code at commit {rec['commit']}{code}; "
-            f"command: {rec['command']}.")
+            f"`new_leaf_seen = \"{rec.get('new_leaf_seen', 'inherited')}\"`; command: {rec['command']}.")
 
 
 def write():
@@ -190,7 +195,8 @@ def write():
              "random, its 7 rows cannot cover 19 classes) is the server's proxy set; the rest is split in 4 "
              "stratified equal shares, each client's share shuffled or kept in file order (each section says "
              "which) and streamed in `rounds` chunks. Trees: river's EFDT defaults with "
-             "`binary_split` true. Syn/Sem/Ind merge the statistics gathered since the last broadcast "
+             "`binary_split` true, except `new_leaf_seen` (this package's default \"zero\"; river's rule is "
+             "\"inherited\"; each section names the one its record used). Syn/Sem/Ind merge the statistics gathered since the last broadcast "
              "(`merge = \"delta\"`); the *total* columns merge the totals (the paper's literal aggregation). "
              "Every run is the product's protocol in one process (server and 4 client threads, encrypted "
              "channels).", ""]

@@ -26,7 +26,13 @@ their local tree, decision nodes per tree, and the normalized edit distance
 between each client's final structure and its initial local structure.  A
 client whose local score is 0 (local F1 = 0) has no Delta: it is counted and
 listed, and left out of the mean (the share of clients improved still counts
-it).  Binary, multiclass and regression sets are reported and averaged
+it).  Beside Delta, a mean of per-client ratios, every table gives the
+change of the mean score (mean FedGA - mean local over all clients, in F1 or
+MSE) and flags the seeds where Delta and that change have opposite signs
+(clients with a tiny local F1 can carry Delta up while the mean F1 falls);
+the figures are those of the fedga summary's ``vs_local``
+(:mod:`fedforest.horizontal.fedga.compare`).  The local trees are the ones
+fedga reports beside its own (the trees of mode ``fedga_local``, tested).  Binary, multiclass and regression sets are reported and averaged
 separately, and each group's mean is broken down (per data set, median and
 spread of the clients' Delta, the mean without the most extreme clients) to
 show what drives it.
@@ -130,26 +136,27 @@ def run(mode, paths, tests, target, task, folder, seed, **opts):
                           model_dir=os.path.join(folder, mode), random_state=seed, overwrite=True, **opts)
 
 
-def per_client(summary, task):
+def per_client(summary, task, part="test_metrics"):
     key = "f1" if task == "classification" else "mse"
-    return np.array([summary["test_metrics"][r][key] for r in sorted(summary["test_metrics"], key=int)])
+    return np.array([summary[part][r][key] for r in sorted(summary[part], key=int)])
 
 
 def compare(fed, local, task):
-    """Eq. 3 per client and its summary: ``delta`` (mean over the clients whose
-    local score is positive; None when there is none), ``improved`` (% of all
-    clients whose federated score is better), ``client_delta`` (per client, None
-    where the local score is 0) and ``no_delta`` (1-based clients whose local
-    score is 0: Delta is undefined for them)."""
-    fed, local = np.asarray(fed, dtype=float), np.asarray(local, dtype=float)
-    defined = local > 0
-    d = np.full(local.shape, np.nan)
-    d[defined] = (fed[defined] / local[defined] - 1.0) * 100.0
-    better = fed > local if task == "classification" else fed < local
-    return {"delta": float(d[defined].mean()) if defined.any() else None,
-            "improved": float(better.mean() * 100.0),
-            "client_delta": [None if np.isnan(v) else float(v) for v in d],
-            "no_delta": [int(k) + 1 for k in np.flatnonzero(~defined)]}
+    """Eq. 3 per client and its summary (the figures of the fedga summary's
+    ``vs_local``): ``delta`` (mean over the clients whose local score is
+    positive; None when there is none), ``improved`` (% of all clients whose
+    federated score is better), ``client_delta`` (per client, None where the
+    local score is 0), ``no_delta`` (1-based clients whose local score is 0:
+    Delta is undefined for them), ``mean_local``, ``mean_fed``, ``mean_change``
+    (mean fed - mean local over all clients), ``mean_change_percent`` (the same
+    as a share of the local mean) and ``disagree`` (Delta and the mean change
+    of opposite signs)."""
+    from fedforest.horizontal.fedga.compare import against_local
+    c = against_local(fed, local, task == "classification")
+    return {"delta": c["delta_percent"], "improved": c["improved_percent"],
+            "client_delta": list(c["client_delta_percent"].values()), "no_delta": c["clients_without_delta"],
+            "mean_local": c["mean_local"], "mean_fed": c["mean_fedga"], "mean_change": c["mean_change"],
+            "mean_change_percent": c["mean_change_percent"], "disagree": c["delta_and_mean_disagree"]}
 
 
 def one(name, seed, n_clients, participation=1.0, binning=True, generations=100, baselines=True,
@@ -164,19 +171,23 @@ def one(name, seed, n_clients, participation=1.0, binning=True, generations=100,
         fed = run("fedga", paths, tests, target, task, folder, seed, participation=participation,
                   generations=generations, **bin_opt, **depths)
         t_fed = time.perf_counter() - t0
-        local = run("fedga_local", paths, tests, target, task, folder, seed, **bin_opt, **depths)
-        fed_s, local_s = per_client(fed, task), per_client(local, task)
+        # each client's local tree (mode fedga_local's), scored by the fedga job beside its own
+        fed_s, local_s = per_client(fed, task), per_client(fed, task, "local_test_metrics")
         c = compare(fed_s, local_s, task)
+        v = fed["vs_local"]
+        assert np.isclose(v["mean_change"], c["mean_change"]) and v["delta_and_mean_disagree"] == c["disagree"]
         out = {"dataset": name, "kind": kind, "seed": seed, "clients": n_clients, "participation": participation,
                "binning": binning if clf else None, "task": task, "rows": len(df),
                "rows_per_client": len(df) * 0.9 / n_clients, "positive_class": fed.get("positive_class"),
                "depth": fed["depth"], "fedga_seconds": t_fed,
                "fed_scores": fed_s.tolist(), "local_scores": local_s.tolist(),
                "fed_nodes": float(np.mean(list(fed["decision_nodes"].values()))),
-               "local_nodes": float(np.mean(list(local["decision_nodes"].values()))),
+               "local_nodes": float(np.mean(list(fed["local_decision_nodes"].values()))),
                "edit_distance": float(np.mean(list(fed["edit_distance"].values()))),
                "delta": c["delta"], "improved": c["improved"], "client_delta": c["client_delta"],
-               "no_delta": c["no_delta"]}
+               "no_delta": c["no_delta"], "mean_local": c["mean_local"], "mean_fed": c["mean_fed"],
+               "mean_change": c["mean_change"], "mean_change_percent": c["mean_change_percent"],
+               "disagree": c["disagree"]}
         if baselines:
             cen = run("fedga_central", paths, tests, target, task, folder, seed, **bin_opt, **depths)
             out["central_delta"] = compare(per_client(cen, task), local_s, task)["delta"]
@@ -190,10 +201,19 @@ def one(name, seed, n_clients, participation=1.0, binning=True, generations=100,
             if baselines:
                 out["ibm_nodes"] = float(np.mean(list(ibm["decision_nodes"].values())))
     shown = "—" if out["delta"] is None else f"{out['delta']:+.2f}%"
-    log(f"{name} seed {seed} N={n_clients} c={participation:.0%} binning={binning}: Delta {shown} "
+    log(f"{name} seed {seed} N={n_clients} c={participation:.0%} binning={binning}: Delta {shown}, mean change "
+        f"{out['mean_change']:+.4g}{' (signs disagree)' if out['disagree'] else ''} "
         f"({out['improved']:.0f}% improved), depth {out['depth']}, fedga {t_fed:.1f}s"
         + (f"; {len(out['no_delta'])} client(s) with local F1 = 0: {out['no_delta']}" if out["no_delta"] else ""))
     return out
+
+
+def rescored(row):
+    """A row of an earlier run's JSON with the figures derived from its
+    per-client scores recomputed (``--from-json``)."""
+    c = compare(row["fed_scores"], row["local_scores"], row["task"])
+    return dict(row, **{k: c[k] for k in ("delta", "improved", "client_delta", "no_delta", "mean_local",
+                                          "mean_fed", "mean_change", "mean_change_percent", "disagree")})
 
 
 def mean_sd(values):
@@ -248,6 +268,13 @@ def drivers(rows, names, what):
             text += (f"; without the {k} client run{'s' if k > 1 else ''} of largest |Delta| ({TRIM:.0%}) "
                      f"the pooled mean is {trimmed.mean():+.2f} %")
         lines.append(text + ".")
+    dis = [r for r in rows if r.get("disagree")]
+    if dis:
+        lines.append("Delta and the change of the mean disagree in sign on "
+                     + "; ".join(f"{r['dataset']} seed {r['seed']} (Delta {r['delta']:+.2f} %, mean "
+                                 f"{_score(r['mean_local'], r['task'] == 'classification')} → "
+                                 f"{_score(r['mean_fed'], r['task'] == 'classification')})" for r in dis)
+                     + ": there Delta is carried by a few clients' large ratios, and the mean says otherwise.")
     n0 = sum(len(r["no_delta"]) for r in rows)
     if n0:
         lines.append(f"{n0} client run(s) had a local F1 of 0 and no Delta (listed in the table); they are "
@@ -256,10 +283,23 @@ def drivers(rows, names, what):
 
 
 def boxplot(rows, names, path, title, ylabel, ibm=False):
+    """Left: Delta per data set over seeds (FedGA, and the IBM tree); right:
+    FedGA's change of the mean score (F1 for classification; for regression,
+    % of the local mean MSE, the sets' MSE having different scales)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(2.6 * len(names) + 4, 4),
+                                  gridspec_kw={"width_ratios": [1.6, 1]})
+    clf = rows[0]["task"] == "classification"
+    key = "mean_change" if clf else "mean_change_percent"
+    ax2.boxplot([[r[key] for r in rows if r["dataset"] == n and r.get(key) is not None] for n in names],
+                positions=range(len(names)))
+    ax2.set_xticks(range(len(names)))
+    ax2.set_xticklabels(names)
+    ax2.axhline(0, color="grey", lw=0.8, ls="--")
+    ax2.set_ylabel("mean F1, FedGA - local" if clf else "mean MSE, FedGA vs local (%)")
+    ax2.set_title("change of the clients' mean F1" if clf else "change of the clients' mean MSE")
     data = [[r["delta"] for r in rows if r["dataset"] == n and r["delta"] is not None] for n in names]
     pos = np.arange(len(names)) * (3 if ibm else 1)
     b = ax.boxplot(data, positions=pos, widths=0.8, patch_artist=True)
@@ -321,13 +361,45 @@ def sweep_plot(rows, path):
     plt.close(fig)
 
 
-HEADER = ("| data set | N | rows | rows/client | positive class | depth | FedGA Delta % | improved % "
-          "| clients without Delta (local F1 = 0) | IBM Delta % | IBM improved % | central Delta % | nodes FedGA "
-          "| nodes local | nodes IBM | edit distance |")
+HEADER = ("| data set | N | rows | rows/client | positive class | depth | FedGA Delta % (Eq. 3) "
+          "| mean {m} local → FedGA | mean {m} change (% of local mean) | improved % | Delta and mean change "
+          "disagree | clients without Delta (local score 0) | IBM Delta % | IBM improved % | central Delta % "
+          "| nodes FedGA | nodes local | nodes IBM | edit distance |")
+
+
+def _score(v, clf):
+    return f"{v:.4f}" if clf else f"{v:.4g}"
+
+
+def means_text(rows):
+    """Mean over seeds of the clients' mean local and FedGA scores: ``"0.8123 → 0.8246"``."""
+    clf = rows[0]["task"] == "classification"
+    return (f"{_score(np.mean([r['mean_local'] for r in rows]), clf)} → "
+            f"{_score(np.mean([r['mean_fed'] for r in rows]), clf)}")
+
+
+def change_text(rows):
+    """The change of the mean score (FedGA - local), mean ± sd over seeds, and
+    in brackets the mean over seeds of the change as a share of the local mean."""
+    clf = rows[0]["task"] == "classification"
+    v = np.array([r["mean_change"] for r in rows], dtype=float)
+    text = f"{v.mean():+.4f}" if clf else f"{v.mean():+.4g}"
+    if v.size > 1:
+        text += f" ± {v.std():.4f}" if clf else f" ± {v.std():.3g}"
+    pct = [r["mean_change_percent"] for r in rows if r.get("mean_change_percent") is not None]
+    return text + (f" ({np.mean(pct):+.1f} %)" if pct else "")
+
+
+def disagree_text(rows):
+    """The seeds whose Delta and mean change have opposite signs: ``"seed 0, 3 (2 of 5)"`` or ``"none"``."""
+    seeds = [str(r["seed"]) for r in rows if r.get("disagree")]
+    return f"seed {', '.join(seeds)} ({len(seeds)} of {len(rows)})" if seeds else "none"
 
 
 def table_rows(rows, names):
-    out = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    clf = bool(rows) and rows[0]["task"] == "classification"
+    header = HEADER.format(m="F1" if clf else "MSE")
+    out = [header, "|" + "---|" * (header.count("|") - 1)]
     for n in names:
         rs = [r for r in rows if r["dataset"] == n]
         if not rs:
@@ -335,7 +407,8 @@ def table_rows(rows, names):
         pos = sorted({str(r["positive_class"]) for r in rs if r.get("positive_class") is not None})
         out.append(f"| {n} | {rs[0]['clients']} | {rs[0]['rows']} | {rs[0]['rows_per_client']:.0f} | "
                    f"{', '.join(pos) or '—'} | {plain([r['depth'] for r in rs])} | "
-                   f"{mean_sd([r['delta'] for r in rs])} | {plain([r['improved'] for r in rs], '{:.0f}')} | "
+                   f"{mean_sd([r['delta'] for r in rs])} | {means_text(rs)} | {change_text(rs)} | "
+                   f"{plain([r['improved'] for r in rs], '{:.0f}')} | {disagree_text(rs)} | "
                    f"{no_delta_text(rs)} | {mean_sd([r.get('ibm_delta') for r in rs])} | "
                    f"{plain([r.get('ibm_improved') for r in rs], '{:.0f}')} | "
                    f"{mean_sd([r.get('central_delta') for r in rs])} | {plain([r['fed_nodes'] for r in rs])} | "
@@ -348,8 +421,14 @@ def group_line(rows, what, paper=None):
     """One line of a group's averages (data sets and seeds pooled)."""
     if not rows:
         return []
-    text = (f"{what}, averaged over data sets and seeds: FedGA Delta {mean_sd_pooled([r['delta'] for r in rows])} "
-            f"with {np.mean([r['improved'] for r in rows]):.0f} % of clients improved")
+    clf = rows[0]["task"] == "classification"
+    pct = [r["mean_change_percent"] for r in rows if r.get("mean_change_percent") is not None]
+    change = (f"mean F1 change {np.mean([r['mean_change'] for r in rows]):+.4f} ({np.mean(pct):+.1f} % of the "
+              "local mean)" if clf else f"mean MSE change {np.mean(pct):+.1f} % of the local mean")
+    n_dis = sum(bool(r.get("disagree")) for r in rows)
+    text = (f"{what}, averaged over data sets and seeds: FedGA Delta {mean_sd_pooled([r['delta'] for r in rows])}, "
+            f"{change}, {np.mean([r['improved'] for r in rows]):.0f} % of clients improved; Delta and the mean "
+            f"change disagree in sign on {n_dis} of {len(rows)} runs")
     if any(r.get("ibm_delta") is not None for r in rows):
         text += (f"; IBM tree Delta {mean_sd_pooled([r.get('ibm_delta') for r in rows])} with "
                  f"{plain([r.get('ibm_improved') for r in rows], '{:.0f}')} % improved")
@@ -373,6 +452,10 @@ def main(argv=None):
                          "results in a temporary folder (or --out)")
     ap.add_argument("--out", default=None, help=f"folder of the results (default {os.path.relpath(OUT, ROOT)}; "
                                                 "--smoke: a new temporary folder)")
+    ap.add_argument("--from-json", default=None, metavar="PATH",
+                    help="no training: re-render the tables and plots from the per-client scores (fed_scores, "
+                         "local_scores) of an earlier run's fedga_table.json; every figure derived from them "
+                         "(Delta, mean change, improved, disagreement) is recomputed, the rest is kept")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
     sets = {"binary": BINARY, "multiclass": MULTICLASS, "regression": REGRESSION,
@@ -394,11 +477,20 @@ def main(argv=None):
     commit, dirty = prov["git_commit"], prov["fedforest_uncommitted_changes"]
     G = args.generations
     common = dict(generations=G, depths=depths, subsample=subsample, ibm_depth=ibm_depth)
-    main_rows = [one(n, s, clients_of.get(n, n_main), **common)
-                 for n in clf_sets + reg_sets for s in range(args.seeds)]
-    sweeps = []
+    source = None
+    if args.from_json:
+        with open(args.from_json) as fh:
+            source = json.load(fh)
+        src = source["meta"]
+        args.seeds, args.sweep_seeds, args.binning_seeds = src["seeds"], src["sweep_seeds"], src["binning_seeds"]
+        G, n_main = src["generations"], src["clients"]
+    main_rows = ([rescored(r) for r in source["main"]] if source else
+                 [one(n, s, clients_of.get(n, n_main), **common) for n in clf_sets + reg_sets
+                  for s in range(args.seeds)])
+    sweeps = [rescored(r) for r in source["sweeps"] if r["participation"] < 1 or r["clients"] != n_main] \
+        if source else []
     sweep_set = "satellite" if "satellite" in clf_sets else None
-    for s in range(args.sweep_seeds if sweep_set else 0):
+    for s in range(args.sweep_seeds if sweep_set and not source else 0):
         for n in sweep_n:
             sweeps.append(dict(one(sweep_set, s, n, baselines=False, **common), sweep="clients"))
         for c in sweep_c:
@@ -408,16 +500,29 @@ def main(argv=None):
         if r["dataset"] == sweep_set and r["seed"] < args.sweep_seeds:
             sweeps.append(dict(r, sweep="clients"))
             sweeps.append(dict(r, sweep="participation"))
-    unbinned = [one(n, s, n_main, binning=False, baselines=False, **common)
-                for n in clf_sets for s in range(args.binning_seeds) if n != "mushroom"]
+    unbinned = ([rescored(r) for r in source["unbinned"]] if source else
+                [one(n, s, n_main, binning=False, baselines=False, **common)
+                 for n in clf_sets for s in range(args.binning_seeds) if n != "mushroom"])
     seconds = time.perf_counter() - t0
 
     os.makedirs(out_dir, exist_ok=True)
-    command = "python experiments/fedga_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ("python experiments/fedga_table.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     meta = {"git_commit": commit, "fedforest_uncommitted_changes": dirty, "seconds": seconds,
             "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "binning_seeds": args.binning_seeds,
             "generations": G, "clients": n_main, "smoke": bool(args.smoke), "python": platform.python_version(),
-            "command": command.strip(), "provenance": prov}
+            "command": command, "provenance": prov}
+    produced = (f"Produced by `{meta['command']}` at commit `{commit}`"
+                f"{' (uncommitted changes in fedforest/ or experiments/)' if dirty else ''} in {seconds / 60:.1f} min "
+                f"on {platform.node() or 'this machine'} (2 shared cores).")
+    if source:
+        src = source["meta"].get("scores_from") or source["meta"]
+        meta.update(seconds=src["seconds"], scores_from={k: src[k] for k in (
+            "git_commit", "fedforest_uncommitted_changes", "seconds", "command", "python") if k in src})
+        produced = (f"Scores (every training run) produced by `{src['command']}` at commit `{src['git_commit']}` in "
+                    f"{src['seconds'] / 60:.1f} min on 2 shared cores; tables and plots re-rendered from its "
+                    f"per-client scores by `{command}` at commit `{commit}`"
+                    f"{' (uncommitted changes)' if dirty else ''} (no training: the figures beside Delta are "
+                    "computed from the same per-client F1 / MSE).")
     with open(os.path.join(out_dir, "fedga_table.json"), "w") as fh:
         json.dump({"meta": meta, "main": main_rows, "sweeps": sweeps, "unbinned": unbinned}, fh, indent=1)
 
@@ -428,10 +533,7 @@ def main(argv=None):
     span = depths or {"min_depth": 2, "max_depth": 15, "cv_folds": 5}
     seeds_text = f"{args.seeds} seed{'s' if args.seeds != 1 else ''}"
     L = ["# FedGA-Tree against local, centralized and IBM trees", "",
-         f"Produced by `{meta['command']}` at commit `{commit}`"
-         f"{' (uncommitted changes in fedforest/ or experiments/)' if dirty else ''} in {seconds / 60:.1f} min on "
-         f"{platform.node() or 'this machine'} (2 shared cores)."
-         + (" **Smoke run: tiny settings, not results.**" if args.smoke else ""), "",
+         produced + (" **Smoke run: tiny settings, not results.**" if args.smoke else ""), "",
          "Protocol: 90/10 split per seed (stratified), a shared test set, training rows divided equally among "
          "N clients; one FedGA run per split (the paper averages 10 runs per split); paper settings "
          f"(P = 20 / 40, G = {G}, depths {span['min_depth']}..{span['max_depth']}, K = {span['cv_folds']}, "
@@ -449,6 +551,12 @@ def main(argv=None):
          "class, the minority class of the pooled training labels (column 'positive class'); multiclass F1 is "
          "macro-F1. Improved = share of all clients whose FedGA tree beats their local tree. Mean ± sd over "
          "seeds.", "",
+         "Delta is a mean of per-client ratios: every client weighs alike, so a client whose local F1 is tiny "
+         "moves it most (0.02 → 0.08 is +300 %). On an imbalanced set Delta can rise while the mean F1 falls. "
+         "The tables therefore give beside Delta the clients' mean score, local → FedGA (mean over seeds), the "
+         "change of the mean (FedGA - local, over all clients; mean ± sd over seeds, and in brackets as a share "
+         "of the local mean) and the seeds where Delta and the mean change have opposite signs; where they "
+         "do, read the mean change and the share improved.", "",
          "Clients without Delta: a client whose local tree scores an F1 of 0 on the test rows has no ratio; "
          "it is counted and listed per seed (client numbers) and left out of every Delta mean (FedGA, IBM, "
          "central), but counted in 'improved' (any F1 above 0 beats it).", "",
@@ -474,14 +582,16 @@ def main(argv=None):
             L += [" ".join(lines), ""]
     if sweeps:
         L += [f"## Sweeps on {sweep_set} (Fig. 6-7, 10)", "",
-              "| sweep | N | participation | seeds | FedGA Delta % | improved % | clients without Delta "
-              "| IBM Delta % |", "|---|---|---|---|---|---|---|---|"]
+              "| sweep | N | participation | seeds | FedGA Delta % | mean F1 local → FedGA | mean F1 change "
+              "(% of local mean) | improved % | Delta and mean change disagree | clients without Delta "
+              "| IBM Delta % |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for kind, keyf in (("clients", "clients"), ("participation", "participation")):
             rs = [r for r in sweeps if r["sweep"] == kind]
             for v in sorted({r[keyf] for r in rs}, reverse=(kind == "participation")):
                 g = [r for r in rs if r[keyf] == v]
                 L.append(f"| {kind} | {g[0]['clients']} | {g[0]['participation']:.0%} | {len(g)} | "
-                         f"{mean_sd([r['delta'] for r in g])} | {plain([r['improved'] for r in g], '{:.0f}')} | "
+                         f"{mean_sd([r['delta'] for r in g])} | {means_text(g)} | {change_text(g)} | "
+                         f"{plain([r['improved'] for r in g], '{:.0f}')} | {disagree_text(g)} | "
                          f"{no_delta_text(g)} | {mean_sd([r.get('ibm_delta') for r in g])} |")
         L.append("")
     if unbinned:
@@ -499,7 +609,8 @@ def main(argv=None):
                      f"{plain([np.mean(r['fed_scores']) for r in u], '{:.4f}')} |")
         L.append("")
     L += ["Plots: `fedga_delta_classification.png`, `fedga_delta_regression.png` (box plots of Delta per "
-          "data set over seeds, as the paper's Fig. 3 and Fig. 8), `fedga_sweeps.png` (Fig. 6-7)."]
+          "data set over seeds, as the paper's Fig. 3 and Fig. 8, and beside them the change of the clients' "
+          "mean F1, or of their mean MSE in % of the local mean), `fedga_sweeps.png` (Fig. 6-7)."]
     with open(os.path.join(out_dir, "fedga_table.md"), "w") as fh:
         fh.write("\n".join(L) + "\n")
     clf_rows = binary + multi

@@ -14,8 +14,9 @@ its feature).  Every node, inner nodes included, keeps
   created with code ``j`` of feature ``i`` and class ``k``;
 * ``dcounts``/``dnijk``: the same, gathered since the last :meth:`EFDT.reset_deltas`
   (what a federated client sends so that the server merges new rows only);
-* ``seen``: the n of its Hoeffding bound, the rows it has learnt plus (with
-  ``new_leaf_seen="inherited"``, the default) the weight it inherited.
+* ``seen``: the n of its Hoeffding bound, the rows it has learnt (with
+  ``new_leaf_seen="inherited"``, river's rule, plus the weight it inherited;
+  the default ``"zero"`` counts only the rows learnt).
 
 A node splits in one of three ways: ``MULTI`` (one child per code of a
 categorical feature), ``EQ`` (code == value left, any other code right) or
@@ -613,14 +614,18 @@ class EFDT:
     tree as a dict of compact arrays (nodes in breadth-first order);
     ``export()`` gives the :mod:`~fedforest.tree.format` tree.
 
-    The settings beyond the paper's (defaults: river's semantics):
+    The settings beyond the paper's (defaults: river's semantics, except
+    ``new_leaf_seen``):
 
     * ``multiway_only``: with ``binary_split`` False, a categorical feature
       offers only its one-branch-per-code split (default: that split and every
       code-vs-rest split, the best wins);
     * ``new_leaf_seen``: a new leaf's row count ``seen`` (the n of its bound)
-      starts at the weight it inherits from its parent ("inherited") or at 0
-      ("zero");
+      starts at 0 ("zero", the default: the bound rests on the rows the leaf
+      has learnt, from which its merits are computed) or at the weight it
+      inherits from its parent ("inherited", river and MOA: a leaf created
+      late inherits an n that makes its bound fall below ``tau`` within a
+      grace period or two, so it splits on the best of its noise columns);
     * ``merit_range``: R of the bound counts the classes present at the node
       ("node") or every class of the job ("job");
     * ``max_share_to_split``: a leaf where one class holds more than this
@@ -631,7 +636,7 @@ class EFDT:
 
     def __init__(self, schema, n_classes, grace_period=200, delta=1e-7, tau=0.05,
                  min_samples_reevaluate=20, criterion="info_gain", leaf_prediction="nba",
-                 binary_split=False, max_depth=None, multiway_only=False, new_leaf_seen="inherited",
+                 binary_split=False, max_depth=None, multiway_only=False, new_leaf_seen="zero",
                  merit_range="node", max_share_to_split=0.99, resplit_same_column=False, capacity=64):
         self.schema, self.n_classes = schema, int(n_classes)
         if not 0.0 < float(max_share_to_split) <= 1.0:

@@ -64,6 +64,7 @@ def test_strategies(tmp_path, strategy):
     paths, tests, _ = _clients(tmp_path)
     s = _run(paths, tmp_path, tests, strategy=strategy, binary_split=True)
     assert len(s["round_accuracy"]) == 20 and s["prequential_accuracy"] == s["round_accuracy"][-1]
+    assert s["settings"]["new_leaf_seen"] == "zero"         # the default (river: "inherited")
     # the majority class is ~0.6; a client alone (~480 rows) learns less than the federation
     assert s["test_accuracy"] > (0.65 if strategy == "local" else 0.8), s["test_accuracy"]
     for r in range(1, 5):
@@ -130,7 +131,7 @@ def test_tree_settings_reach_every_tree(tmp_path):
     """The settings beyond the paper's travel with the job: the centralized tree
     equals one tree learning the pooled stream with the same settings."""
     paths, tests, _ = _clients(tmp_path, numeric=False, n=1200)
-    opts = dict(new_leaf_seen="zero", merit_range="job", max_share_to_split=1.0, multiway_only=True,
+    opts = dict(new_leaf_seen="inherited", merit_range="job", max_share_to_split=1.0, multiway_only=True,
                 resplit_same_column=True)
     s = _run(paths, tmp_path, strategy="centralized", rounds=10, **opts)
     assert {k: s["settings"][k] for k in opts} == opts

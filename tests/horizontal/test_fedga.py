@@ -4,6 +4,7 @@ the (mu+lambda) update, votes and helpers, runs over the in-process transport
 (full and partial participation), model files, bad inputs, and an mpiexec run."""
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -396,7 +397,7 @@ def test_fedga_classification_run_models_predict_explain(tmp_path, capsys):
     capsys.readouterr()
     assert main(["explain", "--model-dir", s["model_dirs"][2]]) == 0
     text = capsys.readouterr().out
-    assert "fedga model" in text and "bin codes" in text
+    assert "fedga model" in text and "bin edge in the column's units" in text and "bin codes" not in text
 
 
 def test_fedga_regression_votes_predict_explain(tmp_path, capsys):
@@ -532,3 +533,87 @@ def test_missing_values_are_refused_without_a_hint_fedga_cannot_follow(tmp_path)
         _run(paths, tests, tmp_path)
     message = getattr(err.value, "remote_message", str(err.value))
     assert message.endswith("this mode's trees need complete numeric columns (impute them first)"), message
+
+
+def _loans(folder, n=900, n_clients=3, seed=0):
+    """A lending-like table: rates and incomes in their own units (2 decimals),
+    a text column; default is likelier at high rates and low incomes."""
+    rng = np.random.default_rng(seed)
+    rate = np.round(rng.uniform(5, 30, n), 2)
+    income = np.round(rng.lognormal(11, 0.5, n) / 1000, 2)
+    purpose = rng.choice(["car", "debt", "home"], n)
+    p = 1 / (1 + np.exp(-(0.25 * (rate - 20) - 0.02 * (income - 60) + 0.5 * (purpose == "debt"))))
+    df = pd.DataFrame({"int_rate": rate, "annual_inc": income, "purpose": purpose,
+                       "y": np.where(rng.random(n) < p, "default", "paid")})
+    paths, tests = [], []
+    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
+        part = df.iloc[rows]
+        cut = int(len(part) * 0.75)
+        paths.append(str(folder / f"c{k}.csv"))
+        tests.append(str(folder / f"t{k}.csv"))
+        part.iloc[:cut].to_csv(paths[-1], index=False)
+        part.iloc[cut:].to_csv(tests[-1], index=False)
+    return paths, tests
+
+
+_CONDITION = re.compile(r"(\w+) (>=|<|>|<=|in) (\{[^}]*\}|[-+0-9.e]+)")
+
+
+def _holds(condition, row):
+    name, op, value = condition
+    if op == "in":
+        return str(row[name]) in [v.strip() for v in value.strip("{}").split(",")]
+    x, v = float(row[name]), float(value)
+    return {">=": x >= v, "<": x < v, ">": x > v, "<=": x <= v}[op]
+
+
+@pytest.mark.parametrize("mode", ["fedga", "ibm_tree"])
+def test_explain_of_a_binned_model_gives_thresholds_in_the_columns_units(tmp_path, capsys, mode):
+    paths, tests = _loans(tmp_path)
+    opts = dict(binning=True, n_bins=8) if mode == "fedga" else dict(n_bins=8, max_depth=3)
+    s = _run(paths, tests, tmp_path, mode=mode, **opts)
+    folder = s["model_dirs"][2]
+    doc = json.load(open(os.path.join(folder, "model.json")))
+    edges = {c: e for c, e in zip(doc["encoding"]["columns"], doc["bin_edges"]) if e is not None}
+    assert set(edges) == {"int_rate", "annual_inc"}
+    capsys.readouterr()
+    assert main(["explain", "--model-dir", folder]) == 0
+    text = capsys.readouterr().out
+    rules = [line.split(": ", 1)[1] for line in text.splitlines() if line.strip().startswith("rule ")]
+    assert len(rules) == s["decision_nodes"][2] + 1 and "bin codes" not in text
+    parsed = []
+    for rule in rules:
+        conds = _CONDITION.findall(rule.split(" THEN ")[0])
+        for name, op, value in conds:
+            if name in edges:      # a bin edge of this client, in the column's units (never a code)
+                assert op in (">=", "<") and min(abs(float(value) - e) for e in edges[name]) < 1e-3, rule
+            else:
+                assert name == "purpose" and op == "in", rule
+        parsed.append((conds, rule.split(" THEN ")[1]))
+    # read in the columns' units, the rules decide every test row as predict does: one rule holds, its class
+    out = str(tmp_path / "p.csv")
+    assert main(["predict", "--mode", mode, "--model-dir", folder, "--data", tests[1], "--output", out]) == 0
+    pred = pd.read_csv(out)["prediction"].astype(str).to_numpy()
+    rows = pd.read_csv(tests[1])
+    assert rows["int_rate"].between(5, 30).all()
+    for i, row in rows.iterrows():
+        holding = [then for conds, then in parsed if all(_holds(c, row) for c in conds)]
+        assert holding == [pred[i]], (i, dict(row), holding)
+    # the deciding rule of one row, with the row's own values
+    capsys.readouterr()
+    assert main(["explain", "--model-dir", folder, "--data", tests[1], "--row", "4"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("row 4 ")][0]
+    conds = _CONDITION.findall(line.split(" is decided by ")[1].split(" THEN ")[0])
+    assert all(_holds(c, rows.iloc[4]) for c in conds) and line.endswith(f"THEN {pred[4]}")
+
+
+def test_binned_condition_reads_codes_as_edges():
+    from fedforest.horizontal.fedga.roles import binned_condition
+    e = [10.0, 12.5, 16.29, 20.0]               # codes 0..4: x < 10, [10, 12.5), ..., x >= 20
+    assert binned_condition("r", -np.inf, 2.5, e) == ["r < 16.29"]             # code <= 2
+    assert binned_condition("r", 2.5, np.inf, e) == ["r >= 16.29"]             # code >= 3
+    assert binned_condition("r", 0.5, 3.5, e) == ["r >= 10", "r < 20"]         # codes 1..3
+    assert binned_condition("r", 1.0, 2.0, e) == ["r >= 12.5", "r < 16.29"]    # integer thresholds (ibm_tree)
+    assert binned_condition("r", -np.inf, np.inf, e) == []
+    got = ga.apply_bins(np.array([[9.99], [10.0], [16.28], [16.29], [20.0]]), [e])[:, 0]
+    np.testing.assert_array_equal(got, [0, 1, 2, 3, 4])                        # an edge value: the bin above

@@ -191,3 +191,86 @@ def test_client_refuses_another_positive_class_setting(tmp_path):
     from test_hostile_server import at, put, refused
     refused(tmp_path, at("setup", put("positive_class", "no")), "positive_class", error="InputError",
             mode="fedga_local", cv_folds=2, max_depth=3, positive_class="yes")
+
+
+# ---------------------------------------------------------------------------
+# Delta (Eq. 3) beside the change of the mean F1 and the share of clients improved
+# ---------------------------------------------------------------------------
+def _figures(fed, local, higher_is_better=True):
+    """The three figures from per-client scores, by their definitions."""
+    ratios = [(f / lo - 1) * 100 for f, lo in zip(fed, local) if lo > 0]
+    delta = sum(ratios) / len(ratios) if ratios else None
+    change = sum(fed) / len(fed) - sum(local) / len(local)
+    better = [(f > lo) if higher_is_better else (f < lo) for f, lo in zip(fed, local)]
+    return delta, change, 100 * sum(better) / len(better)
+
+
+def test_delta_can_rise_while_the_mean_falls_and_is_flagged():
+    from fedforest.horizontal.fedga.compare import against_local, describe
+    # the pattern of a 5 %-positive set: two clients with a tiny local F1 gain a
+    # few hundred percent, the eight others lose a third of theirs
+    local = [0.02, 0.03] + [0.10] * 8
+    fed = [0.08, 0.10] + [0.066] * 8
+    c = against_local(fed, local)
+    delta, change, improved = _figures(fed, local)
+    assert c["delta_percent"] == pytest.approx(delta) and delta > 0
+    assert c["mean_change"] == pytest.approx(change) and change < 0
+    assert c["mean_local"] == pytest.approx(np.mean(local)) and c["mean_fedga"] == pytest.approx(np.mean(fed))
+    assert c["mean_change_percent"] == pytest.approx(change / np.mean(local) * 100)
+    assert c["improved_percent"] == improved == 20 and c["worse_percent"] == 80
+    assert c["delta_and_mean_disagree"] is True
+    text = "\n".join(describe(c, "f1"))
+    assert "disagree in sign" in text and "client 1 +300 %" in text and "the mean f1 fell" in text
+    # the same direction: no flag; a local F1 of 0 has no ratio and is listed
+    c = against_local([0.2, 0.3, 0.1], [0.1, 0.3, 0.0])
+    assert c["delta_percent"] == pytest.approx(50.0) and c["clients_without_delta"] == [3]
+    assert c["client_delta_percent"] == {1: pytest.approx(100.0), 2: pytest.approx(0.0), 3: None}
+    assert c["delta_and_mean_disagree"] is False and c["improved_percent"] == pytest.approx(200 / 3)
+    # regression (MSE, lower is better): both figures negative when it improves
+    c = against_local([9.0, 1.0], [10.0, 4.0], higher_is_better=False)
+    assert c["delta_percent"] == pytest.approx(-42.5) and c["mean_change"] == pytest.approx(-2.0)
+    assert c["improved_percent"] == 100 and not c["delta_and_mean_disagree"]
+    with pytest.raises(ValueError):
+        against_local([0.1], [0.1, 0.2])
+
+
+def test_imbalanced_set_reports_the_three_figures_consistently(tmp_path, monkeypatch):
+    """A lending_club-like table (5 % positives, 10 clients of ~150 training
+    rows): the summary and the log give Delta, the change of the mean F1 and
+    the share of clients improved; the test recomputes them from each
+    client's F1, scored independently (predict, then evaluate's metrics) on the
+    fedga models and on the models of mode fedga_local."""
+    from fedforest.horizontal.fedga import roles
+    lines = []
+    monkeypatch.setattr(roles, "log", lambda cfg, text: lines.append(text))
+    paths, tests = _imbalanced(tmp_path, n=2000, n_clients=10, weights=(0.95,))
+    truth = pd.concat(pd.read_csv(p) for p in paths)["y"]
+    assert truth.value_counts(normalize=True)["a"] < 0.08                 # "a": the rare positive class
+    opts = dict(binning=True, max_depth=5)
+    s = _run(paths, tests, tmp_path, **opts)
+    local_run = _run(paths, tests, tmp_path, mode="fedga_local", **opts)
+    assert s["positive_class"] == local_run["positive_class"] == "a"
+    ranks = range(1, 11)
+    fed = [_client_f1(s, tests, r, tmp_path, "a") for r in ranks]
+    local = [_client_f1(local_run, tests, r, tmp_path, "a") for r in ranks]
+    # fedga's local trees are mode fedga_local's trees: the same scores
+    assert [s["local_test_metrics"][r]["f1"] for r in ranks] == pytest.approx(local)
+    assert [s["test_metrics"][r]["f1"] for r in ranks] == pytest.approx(fed)
+    assert s["local_depths"] == local_run["depths"]
+    assert s["local_decision_nodes"] == local_run["decision_nodes"]
+    v = s["vs_local"]
+    assert v["scored_on"] == "test" and v["metric"] == "f1"
+    delta, change, improved = _figures(fed, local)
+    if delta is None:
+        assert v["delta_percent"] is None
+    else:
+        assert v["delta_percent"] == pytest.approx(delta)
+    assert v["mean_change"] == pytest.approx(change)
+    assert v["mean_fedga"] == pytest.approx(s["test_f1"]) and v["mean_local"] == pytest.approx(np.mean(local))
+    assert v["improved_percent"] == pytest.approx(improved)
+    assert v["clients_without_delta"] == [r for r, lo in zip(ranks, local) if lo == 0]
+    assert v["delta_and_mean_disagree"] == (delta is not None and delta * change < 0)
+    text = "\n".join(lines)
+    assert f"change {change:+.4g}" in text and f"({improved:.0f} %)" in text
+    assert ("undefined" if delta is None else f"{delta:+.2f} %") in text
+    assert ("disagree in sign" in text) == v["delta_and_mean_disagree"]

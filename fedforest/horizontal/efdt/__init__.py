@@ -60,9 +60,10 @@ PARAMS = (
     Param("multiway_only", False, (bool,),
           "with binary_split false, a categorical column offers only its one-branch-per-value split (default: "
           "that split and every 'value vs the rest' split, the best wins, as river)"),
-    Param("new_leaf_seen", "inherited", (Options("inherited", "zero"),),
-          "row count a new leaf starts with, the n of its Hoeffding bound: the weight it inherits from its "
-          "parent ('inherited', as river and MOA) or 0 ('zero': leaves split later after every split)",
+    Param("new_leaf_seen", "zero", (Options("zero", "inherited"),),
+          "row count a new leaf starts with, the n of its Hoeffding bound: 0 ('zero', the bound rests on the "
+          "rows the leaf has learnt) or the weight it inherits from its parent ('inherited', as river and MOA: "
+          "a leaf made late splits on noise soon after, its bound shrunk by rows it never scored)",
           text=True),
     Param("merit_range", "node", (Options("node", "job"),),
           "classes counted in the range R of the information-gain bound, log2(classes): those present at the "

@@ -11,6 +11,7 @@ its fit rows and returns their fitness on its validation rows.  Last round:
 the final population goes to every client, which keeps the structure that
 scores best on its own rows, refits it on all its training rows and saves it.
 """
+import math
 import time
 
 import numpy as np
@@ -23,11 +24,11 @@ from ...federation.files import replaced_folder, write_summary
 from ...federation.rounds import SERVER, Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
-from ...tree.rules import NUMERIC, leaf_rules
+from ...tree.rules import NUMERIC, Rule, leaf_rules
 from ..common import (MIXED, bad_message, client_dir, client_setup, client_what, explain as tree_explain, field_of,
-                      job_seed, job_seed_of, log, number_array, same_settings, save_model, server_setup,
+                      job_seed, job_seed_of, log, number_array, same_settings, save_model, server_setup, text_of,
                       true_or_false, whole_number)
-from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, ga, n_active
+from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, compare, ga, n_active
 
 PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size
 STRUCTURE = "structure"      # server -> client: the global depth; send your CART structure (and votes)
@@ -139,13 +140,21 @@ class ClientRows:
                            s["cv_folds"], self.seed, self.positive)
         return depths, scores
 
+    def evaluate(self, tree):
+        """``tree``'s metrics on the training (and test) rows and its decision nodes."""
+        enc = self.enc
+        out = {"train": metrics(self.y, predictions(tree, self.X, enc), enc, self.positive),
+               "decision_nodes": structure.decision_nodes(tree)}
+        if self.test is not None:
+            out["test"] = metrics(self.test[1], predictions(tree, self.test[0], enc), enc, self.positive)
+        return out
+
     def finish(self, tree, extra=None):
         """Evaluate ``tree`` on the training (and test) rows, save it; the final reply."""
         enc = self.enc
-        reply = {"train": metrics(self.y, predictions(tree, self.X, enc), enc, self.positive),
-                 "train_rows": int(self.X.shape[0]), "decision_nodes": structure.decision_nodes(tree)}
+        reply = self.evaluate(tree)
+        reply["train_rows"] = int(self.X.shape[0])
         if self.test is not None:
-            reply["test"] = metrics(self.test[1], predictions(tree, self.test[0], enc), enc, self.positive)
             reply["test_rows"] = int(self.test[0].shape[0])
         reply.update(extra or {})
         folder = client_dir(self.cfg.model_dir, self.rank)
@@ -269,12 +278,26 @@ def finish_server(comm, cfg, summary, final, t0, rounds0, bytes0):
         if per:
             summary[f"{part}_metrics"] = per
             summary.update({f"{part}_{m}": v for m, v in client_metrics(per).items()})
-    summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
-    summary["seconds"] = time.perf_counter() - t0
     which = "test" if "test_metrics" in summary else "train"
     metric = "f1" if summary["task"] == "classification" else "mse"
+    if all("local" in final[r] for r in clients):    # fedga: each client's local tree beside its own
+        summary["local_depths"] = {r: final[r]["local"]["depth"] for r in clients}
+        summary["local_decision_nodes"] = {r: final[r]["local"]["decision_nodes"] for r in clients}
+        for part in ("train", "test"):
+            per = {r: final[r]["local"][part] for r in clients if final[r]["local"].get(part)}
+            if per:
+                summary[f"local_{part}_metrics"] = per
+        fed = [summary[f"{which}_metrics"][r][metric] for r in clients]
+        local = [summary[f"local_{which}_metrics"][r][metric] for r in clients]
+        summary["vs_local"] = dict(compare.against_local(fed, local, metric != "mse", names=clients),
+                                   scored_on=which, metric=metric)
+    summary["model_dirs"] = {r: final[r]["model_dir"] for r in clients}
+    summary["seconds"] = time.perf_counter() - t0
     log(cfg, f"{summary['mode']}: mean client {which} {metric} {summary[f'{which}_{metric}']:.4f} "
              f"({summary['rounds']} rounds, {summary['seconds']:.2f}s)")
+    if "vs_local" in summary:
+        for line in compare.describe(summary["vs_local"], metric, which):
+            log(cfg, line)
     write_summary(cfg.summary_json, summary)
     return summary
 
@@ -451,9 +474,13 @@ def client_train(comm, cfg):
             state["own_depth"] = depth
         return state["own"]
 
+    def cross_validated():
+        if "cv" not in state:
+            state["cv"] = c.cv()
+        return state["cv"]
+
     def propose(msg):
-        depths, scores = c.cv()
-        state["cv"] = (depths, scores)
+        depths, scores = cross_validated()
         return {"depth": best_depth(scores, depths), "size": ga.noisy_size(rng, c.X.shape[0], s["epsilon"])}
 
     def send_structure(msg):
@@ -490,8 +517,13 @@ def client_train(comm, cfg):
         batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
         tree = structure.batch_tree(batch, 0)
         dist = structure.preorder_distance(pop[best], own_structure(depth))
+        # the local baseline (mode fedga_local's tree: CART of this client's cross-validated
+        # depth), scored beside the federated tree; not saved
+        depths, cv = cross_validated()
+        local_depth = best_depth(cv, depths)
+        local = dict(c.evaluate(cart(c.X, c.y, enc, local_depth, c.seed)), depth=local_depth)
         return c.finish(tree, {"chosen": best, "population_fitness": scores.tolist(),
-                               "structure": pop[best].tolist(), "edit_distance": dist,
+                               "structure": pop[best].tolist(), "edit_distance": dist, "local": local,
                                "eval_bytes": comm.bytes_sent - state.get("eval_start", comm.bytes_sent)})
 
     return serve(comm, {PROPOSE: propose, STRUCTURE: send_structure, EVALUATE: evaluate,
@@ -509,26 +541,69 @@ def predict_proba(doc, X):
     return values[:, 0] if doc["encoding"].task == "regression" else values
 
 
+def binned_condition(name, lo, hi, edges):
+    """The condition ``lo < code <= hi`` on a column binned over the inner
+    edges ``edges`` (code k: ``edges[k-1] <= x < edges[k]``, as
+    :func:`.ga.apply_bins`), in the column's own units: a list of
+    ``"name >= a"`` / ``"name < b"`` (empty: every value)."""
+    m = len(edges)
+    first = math.floor(lo) + 1 if lo > -math.inf else 0     # the lowest code with code > lo
+    last = math.floor(hi) if hi < math.inf else m           # the highest code with code <= hi
+    parts = []
+    if first >= 1:
+        parts.append(f"{name} >= {float(edges[min(first, m) - 1]):.6g}")
+    if last < m:
+        parts.append(f"{name} < {float(edges[max(last, 0)]):.6g}")
+    return parts
+
+
+def rule_conditions(rule, enc, edges):
+    """A rule's conditions as text: binned columns in their own units (bin
+    edges, :func:`binned_condition`), text columns as sets of categories."""
+    parts = []
+    for f in sorted(rule.conditions):
+        if edges and edges[f] is not None:
+            parts += binned_condition(enc.columns[f], *rule.conditions[f], edges[f])
+        else:
+            one = Rule({f: rule.conditions[f]}, rule.dist, kind=NUMERIC)
+            parts.append(one.text(names=enc.columns, categories=enc.categories, joiner=" AND ", empty=""))
+    return " AND ".join(p for p in parts if p) or "always"
+
+
 def explain(doc, X=None, raw=None, row=None):
-    """The saved tree as rules (thresholds of binned columns are bin codes,
-    of text columns category codes); with a row, the rule that decided it."""
+    """The saved tree as rules; with a row, the rule that decided it.  A
+    binned model's conditions are in the columns' own units (its bin edges);
+    text columns are sets of categories."""
     enc = doc["encoding"]
     edges = doc.get("bin_edges")
     Xb = ga.apply_bins(X, edges) if (X is not None and edges) else X
-    notes = []
-    if edges:
-        notes.append("numeric columns are binned: thresholds are bin codes (bin edges in model.json)")
-    if enc.categories and any(c is not None for c in enc.categories):
-        notes.append("text columns are category codes in the order of encoding.categories")
-    if enc.task != "regression":
-        return "\n".join([tree_explain(doc, Xb, raw, row)] + notes)
+    clf = enc.task != "regression"
+    if not edges and clf:
+        return tree_explain(doc, Xb, raw, row)
     rules = leaf_rules(doc["tree"], NUMERIC)
     order = sorted(rules)
-    lines = [f"{doc['mode']} model (regression, {len(rules)} rules):"]
+
+    def outcome(rule):
+        return enc.classes[int(np.argmax(rule.dist))] if clf else f"{float(rule.dist[0]):g}"
+
+    def text(rule):
+        return rule_conditions(rule, enc, edges)
+
+    lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}):" if clf else
+             f"{doc['mode']} model (regression, {len(rules)} rules):"]
     for k, n in enumerate(order, start=1):
-        text = rules[n].text(names=enc.columns, joiner=" AND ", empty="always")
-        lines.append(f"  rule {k}: IF {text} THEN {float(rules[n].dist[0]):g}")
+        lines.append(f"  rule {k}: IF {text(rules[n])} THEN {outcome(rules[n])}")
     if Xb is not None:
         leaf = int(tree_format.apply(doc["tree"], np.asarray(Xb, dtype=np.float64))[0])
-        lines.append(f"row {row} is decided by rule {order.index(leaf) + 1}")
-    return "\n".join(lines + notes)
+        if raw is not None and clf:
+            shown = ", ".join(f"{enc.columns[f]}={text_of(raw[enc.columns[f]])}"
+                              for f in sorted(rules[leaf].conditions))
+            lines.append(f"row {row} ({shown or 'no conditions'}) is decided by rule {order.index(leaf) + 1}: "
+                         f"IF {text(rules[leaf])} THEN {outcome(rules[leaf])}")
+        else:
+            lines.append(f"row {row} is decided by rule {order.index(leaf) + 1}")
+    if edges:
+        lines.append(f"numeric columns are binned ({len([e for e in edges if e is not None])} columns, bins fitted "
+                     "on this client's training rows): a condition '>= a' or '< b' is a bin edge in the column's "
+                     "units (a value equal to an edge falls in the bin above it); the edges are in model.json")
+    return "\n".join(lines)
