@@ -341,7 +341,7 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
         imp_node = impurity.impurity(stats, w_node, crit, lam)
         w_total = 2.0 if crit == impurity.NEWTON else w_node * 1.5
         got = splitter._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
-                                  lam, msl, mwl, *scratch, MISSING, prox)
+                                  lam, msl, mwl, *scratch, prox)
         ref = scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf,
                                     crit, lam, msl, mwl)
         assert got[0] == ref[0] and tuple(got[1:]) == tuple(ref[1:]), (trial, got, ref)

@@ -33,13 +33,12 @@ BELOW_FLOAT32_MIDPOINT = 1   # right: x < float32(midpoint) goes left (XGBoost's
 
 @njit(cache=True)
 def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-               min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox):
+               min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox):
     """Best candidate of one feature's histogram (``hist[b]`` statistics and
-    ``cnt[b]`` rows of bin ``b``, the missing bin at ``miss``) in a node
+    ``cnt[b]`` rows of bin ``b``, the missing bin at ``MISSING_BIN``) in a node
     of ``n_node`` rows.  Returns ``gain, bin, missing_left`` (gain -inf if none).
     ``tot``, ``left``, ``right``, ``lm``, ``rm`` are scratch vectors of length
-    S, ``prox`` one of length at least ``2 * nb``; the missing bin is row
-    ``miss`` (``MISSING_BIN`` in a full histogram, ``nb`` in a compact one).
+    S, ``prox`` one of length at least ``2 * nb``.
 
     Candidates, in scan order: each non-empty bin ``b`` as the last bin on the
     left, with missing values (if any) first on the right, then on the left.
@@ -49,7 +48,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     strictly larger gain winning.  Every other candidate's gain is below the
     best by far more than rounding, so the result is the one exact gains
     everywhere give, at a fraction of the divisions."""
-    n_miss = cnt[miss]
+    n_miss = cnt[MISSING_BIN]
     tot[:] = 0.0
     for b in range(nb):
         if cnt[b] > 0:
@@ -76,7 +75,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             top = max(top, p)
         else:
             for k in range(S):
-                rm[k] = right[k] + hist[miss, k]
+                rm[k] = right[k] + hist[MISSING_BIN, k]
             p = proxy_score(left, rm, cl, cr + n_miss, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b] = p
@@ -84,7 +83,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
             if cr == 0:
                 break
             for k in range(S):
-                lm[k] = left[k] + hist[miss, k]
+                lm[k] = left[k] + hist[MISSING_BIN, k]
             p = proxy_score(lm, right, cl + n_miss, cr, S, is_clf, crit, lam, min_samples_leaf,
                        min_weight_leaf)
             prox[2 * b + 1] = p
@@ -94,7 +93,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     # proxies and gains carry rounding errors far below 1e-9 of these magnitudes
     scale = abs(top) + w_node
     if not is_clf:
-        scale += abs(tot[2]) + abs(hist[miss, 2])
+        scale += abs(tot[2]) + abs(hist[MISSING_BIN, 2])
     floor = top - 1e-9 * scale
     best = -np.inf
     best_b = 0
@@ -123,7 +122,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         if prox[2 * b] >= floor:
             # missing values go right
             for k in range(S):
-                rm[k] = right[k] + hist[miss, k]
+                rm[k] = right[k] + hist[MISSING_BIN, k]
             g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf,
                       crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
@@ -133,7 +132,7 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
         if prox[2 * b + 1] >= floor:
             # missing values go left
             for k in range(S):
-                lm[k] = left[k] + hist[miss, k]
+                lm[k] = left[k] + hist[MISSING_BIN, k]
             g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf,
                       crit, lam, min_samples_leaf, min_weight_leaf)
             if g > best:
@@ -145,24 +144,24 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
 
 @njit(cache=True)
 def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                    min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox):
+                    min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox):
     """:func:`_scan_hist` with the common (task, statistics, criterion)
     combinations passed as constants, so the compiler specialises the scan
     for them (about three times faster than the generic loop); same results."""
     if is_clf and S == 2 and crit == GINI:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, GINI, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
     if is_clf and S == 2 and crit == ENTROPY:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, ENTROPY, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
     if not is_clf and S == 3 and crit == NEWTON:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, NEWTON, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
     if not is_clf and S == 3:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, SQUARED_ERROR, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
+                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
     return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                      min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, miss, prox)
+                      min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
 
 
 @njit(cache=True)
@@ -303,13 +302,10 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
             f = pair_feat[i]
             nb = n_bins[f]
             # only the feature's bins and the missing bin are used
-            for b in range(nb):
-                cnt[b] = 0
-                for k in range(S):
-                    hist[b, k] = 0.0
+            hist[:nb] = 0.0
+            cnt[:nb] = 0
+            hist[MISSING_BIN] = 0.0
             cnt[MISSING_BIN] = 0
-            for k in range(S):
-                hist[MISSING_BIN, k] = 0.0
             col = Xb[:, f]
             src = -1
             if parent_slot[j] >= 0:
@@ -336,7 +332,7 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
                     kept_hist[slot + nb, k] = hist[MISSING_BIN, k]
             g, b, ml = _scan_hist_fast(hist, cnt, nb, ends[j] - starts[j], w_node[j], imp_node[j],
                                        w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
-                                       tot, left, right, lm, rm, MISSING_BIN, prox)
+                                       tot, left, right, lm, rm, prox)
             gain[i] = g
             where[i] = b
             mls[i] = ml
@@ -391,7 +387,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
         imp_node = impurity(node_stats[j], w_node, crit, lam)
         g, b, ml = _scan_hist_fast(hists[i], cnts[i], pair_nb[i], n_node, w_node, imp_node, w_total,
                                    is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, tot, left, right,
-                                   lm, rm, MISSING_BIN, prox)
+                                   lm, rm, prox)
         if g > best_gain[j]:
             best_gain[j] = g
             best_feat[j] = pair_feat[i]
