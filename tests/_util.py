@@ -128,3 +128,23 @@ def write_job(folder, frames, task, n_estimators=4, fmt="csv", extra="", forest=
                  f'model_dir = "model"\nprogress = false\n{extra}\n'
                  f'[forest]\nn_estimators = {n_estimators}\nrandom_state = 7\n{forest}'.replace("'", '"'))
     return toml
+
+
+def client_files(df, folder, n_clients, order=None, test_name="t{k}.csv", keep=None):
+    """Deal the rows of ``df`` (in ``order``, default file order) to
+    ``n_clients`` horizontal clients in contiguous shares; ``keep(k, part)``
+    may drop some of client ``k``'s rows.  Each client's first 75 % go to
+    ``c<k>.csv`` in ``folder``, the rest to its test file (``test_name``).
+    Returns the training and test paths."""
+    paths, tests = [], []
+    rows_of = np.arange(len(df)) if order is None else order
+    for k, rows in enumerate(np.array_split(rows_of, n_clients), start=1):
+        part = df.iloc[rows]
+        if keep is not None:
+            part = keep(k, part)
+        cut = int(len(part) * 0.75)
+        paths.append(str(folder / f"c{k}.csv"))
+        tests.append(str(folder / test_name.format(k=k)))
+        part.iloc[:cut].to_csv(paths[-1], index=False)
+        part.iloc[cut:].to_csv(tests[-1], index=False)
+    return paths, tests

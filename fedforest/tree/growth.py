@@ -19,7 +19,10 @@ from .params import CRITERION_CODE, resolve_count, resolve_max_features
 EPSILON = np.finfo(np.float64).eps
 
 
-HIST_CACHE_BYTES_PER_ROW = 4
+HIST_CACHE_BYTES_PER_ROW = 2
+# boosting grows one tree at a time where a forest grows a batch of them, so its kept
+# histograms may take this many times the bytes per row
+BOOST_HIST_CACHE_FACTOR = 2
 
 
 def gain_scale(settings, total_w):
@@ -73,7 +76,9 @@ class SplitSettings:
         # per row with MISSING_BIN + 1 bins per feature (a party with fewer bins keeps
         # from fewer rows on: PartySplitter.hist_cache_rows)
         n_stats = self.n_classes if self.is_classification else 3
-        self.hist_cache_rows = cache_rows(params.max_features, n_features, n_stats)
+        factor = BOOST_HIST_CACHE_FACTOR if self.crit == NEWTON else 1
+        self.hist_cache_rows = cache_rows(params.max_features, n_features, n_stats,
+                                          factor * HIST_CACHE_BYTES_PER_ROW)
 
     def to_dict(self):
         """Plain values, as the settings travel in a message."""
@@ -81,11 +86,11 @@ class SplitSettings:
 
 
 
-def cache_rows(max_features, n_features, n_stats):
+def cache_rows(max_features, n_features, n_stats, bytes_per_row):
     """The rows from which a node keeps its histograms (see :class:`SplitSettings`)."""
     k = resolve_max_features(max_features, max(int(n_features), 1))
     per_node = k * (MISSING_BIN + 1) * (8 * n_stats + 4)
-    return -(-per_node // HIST_CACHE_BYTES_PER_ROW)
+    return -(-per_node // bytes_per_row)
 
 
 def pack_bits(bits):

@@ -393,7 +393,8 @@ class PartySplitter:
         known = criterion.stats_weight_impurity(msg["stats"], s.is_classification, s.crit, s.reg_lambda) \
             if "stats" in msg else split_kernels.NO_NODE_STATS
         c = tree.col
-        numba_threads.for_work(int((ends - starts).sum()) * max(1, int(msg["fmask"].sum(axis=1).max())))
+        widest = int(msg["fmask"].sum(axis=1).max(initial=0))
+        numba_threads.for_work(int((ends - starts).sum()) * max(1, widest))
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
             gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(self.Xb, self.n_bins,

@@ -12,7 +12,7 @@ import pytest
 from sklearn.datasets import make_classification, make_regression
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from _util import mpirun
+from _util import client_files, mpirun
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
 from fedforest.horizontal.fedga import ga
@@ -354,15 +354,7 @@ def _clients(folder, task="classification", n=600, n_clients=3, seed=0):
     df = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)])
     df["colour"] = np.where(X[:, 0] > 0.3, "red", np.where(X[:, 0] > -0.3, "green", "blue"))
     df["y"] = y
-    paths, tests = [], []
-    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
-        part = df.iloc[rows]
-        cut = int(len(part) * 0.75)
-        paths.append(str(folder / f"c{k}.csv"))
-        tests.append(str(folder / f"t{k}.csv"))
-        part.iloc[:cut].to_csv(paths[-1], index=False)
-        part.iloc[cut:].to_csv(tests[-1], index=False)
-    return paths, tests
+    return client_files(df, folder, n_clients)
 
 
 def _run(paths, tests, folder, mode="fedga", task="classification", **opts):
@@ -545,15 +537,7 @@ def _loans(folder, n=900, n_clients=3, seed=0):
     p = 1 / (1 + np.exp(-(0.25 * (rate - 20) - 0.02 * (income - 60) + 0.5 * (purpose == "debt"))))
     df = pd.DataFrame({"int_rate": rate, "annual_inc": income, "purpose": purpose,
                        "y": np.where(rng.random(n) < p, "default", "paid")})
-    paths, tests = [], []
-    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
-        part = df.iloc[rows]
-        cut = int(len(part) * 0.75)
-        paths.append(str(folder / f"c{k}.csv"))
-        tests.append(str(folder / f"t{k}.csv"))
-        part.iloc[:cut].to_csv(paths[-1], index=False)
-        part.iloc[cut:].to_csv(tests[-1], index=False)
-    return paths, tests
+    return client_files(df, folder, n_clients)
 
 
 _CONDITION = re.compile(r"(\w+) (>=|<|>|<=|in) (\{[^}]*\}|[-+0-9.e]+)")

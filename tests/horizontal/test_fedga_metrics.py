@@ -8,6 +8,7 @@ import pytest
 from sklearn.datasets import make_classification
 from sklearn.metrics import f1_score
 
+from _util import client_files
 from fedforest.cli import main
 from fedforest.data.validation import positive_class_index
 from fedforest.errors import InputError
@@ -50,15 +51,7 @@ def _imbalanced(folder, n=900, n_clients=3, names=("b", "a"), classes=2, weights
                                random_state=1)
     df = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)])
     df["y"] = np.array(names)[y]
-    paths, tests = [], []
-    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
-        part = df.iloc[rows]
-        cut = int(len(part) * 0.75)
-        paths.append(str(folder / f"c{k}.csv"))
-        tests.append(str(folder / f"t{k}.csv"))
-        part.iloc[:cut].to_csv(paths[-1], index=False)
-        part.iloc[cut:].to_csv(tests[-1], index=False)
-    return paths, tests
+    return client_files(df, folder, n_clients)
 
 
 def _run(paths, tests, folder, mode="fedga", **opts):

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import make_classification, make_regression
 
+from _util import client_files
 from fedforest.horizontal.fedxgbllr import roles as fedxgbllr
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
@@ -25,17 +26,8 @@ def _clients(folder, task="binary", n=600, n_clients=3, seed=0, drop_class_on=No
         y = np.array(["a", "b", "c"])[y]
     df = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
     df["y"] = y
-    paths, tests = [], []
-    for k, rows in enumerate(np.array_split(np.arange(n), n_clients), start=1):
-        part = df.iloc[rows]
-        if drop_class_on == k:
-            part = part[part["y"] != "c"]
-        cut = int(len(part) * 0.75)
-        paths.append(str(folder / f"c{k}.csv"))
-        tests.append(str(folder / f"c{k}-test.csv"))
-        part.iloc[:cut].to_csv(paths[-1], index=False)
-        part.iloc[cut:].to_csv(tests[-1], index=False)
-    return paths, tests
+    return client_files(df, folder, n_clients, test_name="c{k}-test.csv",
+                        keep=lambda k, part: part[part["y"] != "c"] if drop_class_on == k else part)
 
 
 def _run(paths, tests, folder, task="classification", **opts):

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import make_classification
 
+from _util import client_files
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
 from fedforest.horizontal.common import load_model
@@ -28,17 +29,8 @@ def _categorical_clients(folder, n_clients=3, n=240, seed=0, drop_class_on=None)
     df = pd.DataFrame({f"v{j}": [VOTES[v] for v in X[:, j]] for j in range(6)})
     df.insert(0, "id", [f"r{i}" for i in range(n)])
     df["party"] = y
-    paths, tests = [], []
-    for k, rows in enumerate(np.array_split(rng.permutation(n), n_clients), start=1):
-        part = df.iloc[rows]
-        if drop_class_on == k:
-            part = part[part["party"] != "rep"]
-        cut = int(len(part) * 0.75)
-        paths.append(str(folder / f"c{k}.csv"))
-        tests.append(str(folder / f"c{k}-test.csv"))
-        part.iloc[:cut].to_csv(paths[-1], index=False)
-        part.iloc[cut:].to_csv(tests[-1], index=False)
-    return paths, tests
+    return client_files(df, folder, n_clients, order=rng.permutation(n), test_name="c{k}-test.csv",
+                        keep=lambda k, part: part[part["party"] != "rep"] if drop_class_on == k else part)
 
 
 def _numeric_clients(folder, n_clients=3, n=600, seed=0):

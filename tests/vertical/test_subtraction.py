@@ -121,5 +121,5 @@ def test_kept_histograms_stay_within_their_bound(monkeypatch):
 def test_default_bound():
     params = validate(ForestParams(), "classification")
     s = growth.SplitSettings(params, 10 ** 5, True, 2, 20)
-    # sqrt(20) = 4 features * 256 bins * (2 * 8 + 4) bytes, at most 4 bytes per row
-    assert s.hist_cache_rows == 4 * 256 * 20 // 4
+    # sqrt(20) = 4 features * 256 bins * (2 * 8 + 4) bytes, at most 2 bytes per row
+    assert s.hist_cache_rows == 4 * 256 * 20 // 2
