@@ -23,7 +23,8 @@ Ciphertexts cross the transport as fixed-size big-endian byte blocks.
 import hashlib
 import os
 import secrets
-from concurrent.futures import ProcessPoolExecutor
+from bisect import bisect_right
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
 
 import gmpy2
@@ -207,6 +208,72 @@ def worker_pool(workers):
     threads, which a fork would copy half-made); each dies with this process."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                initializer=_worker_start, initargs=(os.getpid(),))
+
+
+#: big-integer products modulo ``n²`` that pay for one more thread of
+#: :func:`group_products` (one costs microseconds; waking a thread, tens)
+PRODUCTS_PER_THREAD = 512
+
+
+def _release_gil():
+    gmpy2.get_context().allow_release_gil = True
+
+
+def gil_free_threads(workers):
+    """Threads whose gmpy2 arithmetic on big numbers releases the GIL (a
+    context setting of each thread), so that products and powers modulo
+    ``n²`` run on ``workers`` cores at once within one process."""
+    return ThreadPoolExecutor(max_workers=workers, initializer=_release_gil)
+
+
+def parallel_map(fn, items, workers=1):
+    """``[fn(x) for x in items]``, in ``workers`` :func:`gil_free_threads`
+    when there are at least two items per thread (order kept)."""
+    items = list(items)
+    workers = max(1, min(int(workers), len(items) // 2))
+    if workers == 1:
+        return [fn(x) for x in items]
+    size = -(-len(items) // workers)
+    with gil_free_threads(workers) as pool:
+        parts = pool.map(lambda i: [fn(x) for x in items[i:i + size]], range(0, len(items), size))
+        return [y for part in parts for y in part]
+
+
+def _products(items, index, starts, a, b, modulus):
+    """The products modulo ``modulus`` of the groups of ``index[a:b]``
+    (:func:`group_products`): the first group's number and the products."""
+    g = first = bisect_right(starts, a) - 1
+    out = []
+    while a < b:
+        end = min(starts[g + 1], b)
+        acc = items[index[a]]
+        for r in index[a + 1:end]:
+            acc = acc * items[r] % modulus
+        out.append(acc)
+        a, g = end, g + 1
+    return first, out
+
+
+def group_products(items, index, starts, modulus, workers=1):
+    """Per group ``g``, the product modulo ``modulus`` of ``items[r]`` for the
+    ``r`` in ``index[starts[g]:starts[g + 1]]`` (every group non-empty;
+    ``starts`` ends with ``len(index)``): the homomorphic sums of ciphertexts.
+    With ``workers`` > 1 the positions are cut into equal runs, one per
+    :func:`gil_free_threads` thread (a group cut in two is multiplied back
+    together); the products are the same numbers for any ``workers``."""
+    index, starts = list(index), [int(s) for s in starts]
+    n_groups, total = len(starts) - 1, len(index)
+    workers = max(1, min(int(workers), total // PRODUCTS_PER_THREAD))
+    if workers == 1:
+        return _products(items, index, starts, 0, total, modulus)[1] if n_groups else []
+    cuts = [total * i // workers for i in range(workers + 1)]
+    out = [None] * n_groups
+    with gil_free_threads(workers) as pool:
+        for first, part in pool.map(lambda i: _products(items, index, starts, cuts[i], cuts[i + 1], modulus),
+                                    range(workers)):
+            for g, v in enumerate(part, start=first):
+                out[g] = v if out[g] is None else out[g] * v % modulus
+    return out
 
 
 class RandomnessMaker:

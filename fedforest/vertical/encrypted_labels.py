@@ -367,7 +367,7 @@ class CipherSums(OwnSplits):
     ``labels`` give a tree's row ciphertexts (:class:`EncryptedLabels`, or a
     boosting round's from the tree's first message)."""
 
-    tree_threads = False  # the homomorphic sums hold the GIL: threads would not help
+    tree_threads = False  # the homomorphic sums use the party's threads themselves (P.group_products)
     child_stats = False   # no plain labels here
     # a partition may also hold the level's other splits with the label holder's
     # bits and the masks of every child: the party then applies the level itself
@@ -517,12 +517,15 @@ class CipherSums(OwnSplits):
 
     def sums(self, sp, pair_node, pair_feat):
         """Encrypted per-bin sums of the (node, feature) pairs, the left-out bin
-        aside, packed; with each bin's row count and bootstrap weight."""
+        aside, packed; with each bin's row count and bootstrap weight.  The
+        products and the packing run on the party's threads (``n_jobs``; the
+        same ciphertexts for any number)."""
         tree = sp._tree["nodes"]
         counts = sp._tree["counts"]
         wc = sp._tree["wc"]
         nsq = self.key.nsq
-        values, cnt_parts, wcnt_parts = [], [], []
+        cnt_parts, wcnt_parts, runs, group_starts = [], [], [], []
+        at = 0
         for node, f in zip(pair_node.tolist(), pair_feat.tolist()):
             s, e = tree.bounds(np.array([node]))
             rows = tree.rows[int(s[0]):int(e[0])]
@@ -533,20 +536,19 @@ class CipherSums(OwnSplits):
             cnt_parts.append(np.append(cnt[:nb], cnt[MISSING_BIN]))
             wcnt_parts.append(np.append(wcnt[:nb], wcnt[MISSING_BIN]))
             sel = b != sp.skip[f]
-            rs = rows[sel]
             order = np.argsort(b[sel], kind="stable")
-            rs = rs[order]
-            cuts = np.flatnonzero(np.diff(b[sel][order])) + 1
-            for group in np.split(rs, cuts) if rs.size else ():
-                it = iter(group.tolist())
-                acc = wc[next(it)]
-                for r in it:
-                    acc = acc * wc[r] % nsq
-                values.append(acc)
+            if order.size:
+                runs.append(rows[sel][order])
+                group_starts.append(at + np.flatnonzero(np.diff(b[sel][order], prepend=-1)))
+                at += order.size
+        index = np.concatenate(runs) if runs else np.empty(0, np.int64)
+        starts = np.append(np.concatenate(group_starts), at) if runs else np.zeros(1, np.int64)
+        workers = sp.crypto_threads()
+        values = P.group_products(wc, index.tolist(), starts.tolist(), nsq, workers)
         bits = self.spec.value_bits
         per = self.spec.per_ciphertext
-        packed = [self.key.pack(values[i:i + per], bits) for i in range(0, len(values), per)]
+        packed = P.parallel_map(lambda i: self.key.pack(values[i:i + per], bits), range(0, len(values), per),
+                                workers)
         return {"hist": self.key.serialize(packed),
                 "cnt": np.concatenate(cnt_parts).astype(np.uint32) if cnt_parts else np.empty(0, np.uint32),
                 "wcnt": np.concatenate(wcnt_parts).astype(np.uint32) if wcnt_parts else np.empty(0, np.uint32)}
-

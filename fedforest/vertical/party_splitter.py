@@ -502,6 +502,11 @@ class PartySplitter:
     def _finished(self):
         return self._current.finished
 
+    @staticmethod
+    def crypto_threads():
+        """Threads of this rank's homomorphic arithmetic (its ``n_jobs``)."""
+        return numba_threads.threads()
+
     def timed(self, stage, seconds):
         """Add ``seconds`` to the time of ``stage`` (see :attr:`seconds`)."""
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds

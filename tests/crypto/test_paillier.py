@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from phe import paillier as phe_paillier
 
+from fedforest.crypto import paillier
 from fedforest.crypto.paillier import (PublicKey, Slots, fixed_point, generate_keypair,
                                        one_hot_plaintexts)
 from fedforest.errors import InputError
@@ -111,3 +112,40 @@ def test_a_2048_bit_key_round_trip():
     assert pub.key_length == 2048 and pub.ciphertext_bytes == 512
     c = pub.add(pub.encrypt(41), pub.encrypt(1))
     assert priv.decrypt(pub.deserialize(pub.serialize([c]))[0]) == 42
+
+
+def _serial_group_products(items, index, starts, modulus):
+    out = []
+    for g in range(len(starts) - 1):
+        acc = 1
+        for r in index[starts[g]:starts[g + 1]]:
+            acc = acc * int(items[r]) % modulus
+        out.append(acc)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 7])
+def test_group_products_are_the_same_numbers_for_any_thread_count(keys, workers, monkeypatch):
+    pub, _ = keys
+    rng = np.random.default_rng(workers)
+    plain = rng.integers(0, 1000, 300).tolist()
+    items = pub.encrypt_many(plain)
+    index = rng.integers(0, 300, 4_000).tolist()
+    # groups of 1 to 400 positions, one spanning several threads' runs
+    sizes = [1, 400, 3, 1, 250] + rng.integers(1, 60, 60).tolist()
+    sizes.append(len(index) - sum(sizes))
+    assert sizes[-1] > 0
+    starts = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    monkeypatch.setattr(paillier, "PRODUCTS_PER_THREAD", 1)   # let small work use the threads
+    got = paillier.group_products(items, index, starts, pub.nsq, workers)
+    assert [int(v) for v in got] == _serial_group_products(items, index, starts, int(pub.nsq))
+    # the sums they encrypt
+    _, priv = keys
+    want = [sum(plain[r] for r in index[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    assert [int(priv.decrypt(v)) for v in got] == want
+
+
+def test_parallel_map_keeps_order(keys):
+    pub, priv = keys
+    cts = pub.encrypt_many(range(40))
+    assert [int(v) for v in paillier.parallel_map(priv.decrypt, cts, 4)] == list(range(40))

@@ -25,12 +25,13 @@ import time
 
 import numpy as np
 
+from ...crypto import paillier as P
 from ...errors import InputError
 from ...tree import criterion, splitter
 from ...tree.binning import MISSING_BIN
 from ...tree.growth import PARTY_COLUMNS, gain_scale, min_leaf_weight
 from ..messages import bad_message, int_array, int_value, node_list, shown
-from ..party_splitter import OwnSplits
+from ..party_splitter import OwnSplits, PartySplitter
 from ...tree.importance import node_shares
 from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own, hist_layout, node_int_stats
 
@@ -89,7 +90,7 @@ class KeyHolder(OwnSplits):
     ``feature_counts`` every party's column count (party order).  The
     splitter's labels are :class:`HeldLabels` or :class:`GradientRounds`."""
 
-    tree_threads = False   # the decryptions hold the GIL
+    tree_threads = False   # the decryptions use the party's threads themselves (P.parallel_map)
     child_stats = False    # nothing label-derived goes to the master
     extra_ops = frozenset((DECIDE,))
     op_keys = dict(OwnSplits.op_keys, decide=DECIDE_KEYS)
@@ -380,7 +381,8 @@ class KeyHolder(OwnSplits):
         self.decrypted += len(cts)
         t0 = time.perf_counter()
         try:
-            return self.spec.unpack_values([self.key.decrypt(x) for x in cts], n_values)
+            plain = P.parallel_map(self.key.decrypt, cts, PartySplitter.crypto_threads())
+            return self.spec.unpack_values(plain, n_values)
         except InputError:
             raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
                                          "ciphertexts were altered or made under another key") from None
