@@ -35,9 +35,8 @@ from .client_tree import ClientTree, TreeJob, grow_and_save, serve_client_tree, 
 from .encoding import (MAX_CATEGORIES, MISSING, ClientTable, Encoding, agree, category_codes, client_what,
                        table_settings, text_of)
 from .message_checks import bad_message, check_categories, field_of, message_encoding, number_array, same_setting
-from .model_files import (check_model_folder, covered, explain as tree_explain, predict_proba as tree_predict_proba,
-                          server_dir, tree_proba)
-from .setup import SERVER, check_clients, check_world, client_load, job_seed, log
+from .model_files import covered, explain as tree_explain, predict_proba as tree_predict_proba, tree_proba
+from .setup import SERVER, client_load, job_seed, log, server_load
 
 ROW_TYPE = "xgboost"     # the row encoding of a saved binned model: numbers as numbers, missing values kept
 
@@ -159,14 +158,7 @@ def model_doc(cfg, enc, edges, tree, **extra):
 def run_server(comm, cfg, build):
     t0 = time.perf_counter()
     clients = comm.clients
-    cfg.check_train()
-    check_clients(cfg)
-    check_world(comm, cfg)
-    check_model_folder(server_dir(cfg.model_dir), cfg, "model_dir")
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
-    infos = comm.exchange({r: {"op": protocol.LOAD, "tree_type": "id3", "task": "classification",
-                               "numeric_bins": cfg.numeric_bins} for r in clients})
+    infos = server_load(comm, cfg, "id3", "classification", numeric_bins=cfg.numeric_bins)
     enc, edges = agree_binned(infos, cfg.numeric_bins)
     max_depth = tree_depth(cfg, enc)
     seed = job_seed(cfg)

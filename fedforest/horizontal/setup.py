@@ -8,7 +8,8 @@ clients report their column names and kinds, classes and (for categorical
 trees) category values; the server checks that the column sets agree and
 sends back the common encoding (:class:`fedforest.horizontal.encoding.Encoding`:
 class list, per-column categories), so every client codes its rows the same
-way.
+way.  A mode with a set-up of its own builds it from :func:`server_load` /
+:func:`client_load` (the checks, the handshake and the ``load`` message).
 
 See docs/horizontal.md.
 """
@@ -53,17 +54,25 @@ def job_seed(cfg):
     return int(np.random.SeedSequence().entropy % (2 ** 31))
 
 
-def server_setup(comm, cfg, tree_type, task="classification"):
-    """Server start-up shared by every horizontal mode: world size, handshake,
-    the clients' descriptions and the job-wide encoding.  Returns (infos, Encoding)."""
+def server_load(comm, cfg, tree_type, task="classification", **fields):
+    """The server's checks of its settings and world, the handshake and the
+    ``load`` message: ``tree_type`` and ``task`` (which :func:`client_load`
+    checks) and a mode's further ``fields`` (its client checks them).  Returns
+    the clients' descriptions of their tables ({rank: description})."""
     cfg.check_train()
     check_clients(cfg)
     check_world(comm, cfg)
     check_model_folder(server_dir(cfg.model_dir), cfg, "model_dir")
     comm.reply_timeout = cfg.reply_timeout
     comm.handshake()
-    infos = comm.exchange({r: {"op": protocol.LOAD, "tree_type": tree_type, "task": task}
-                           for r in comm.clients})
+    return comm.exchange({r: {"op": protocol.LOAD, "tree_type": tree_type, "task": task, **fields}
+                          for r in comm.clients})
+
+
+def server_setup(comm, cfg, tree_type, task="classification"):
+    """Server start-up shared by every horizontal mode: world size, handshake,
+    the clients' descriptions and the job-wide encoding.  Returns (infos, Encoding)."""
+    infos = server_load(comm, cfg, tree_type, task)
     return infos, agree(infos, tree_type, task)
 
 
