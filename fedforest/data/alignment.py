@@ -1,7 +1,7 @@
 """ID alignment of vertical parties without revealing IDs to the master.
 
 The parties agree on a secret the master cannot read (relayed by the master,
-sealed for each party), send keyed hashes (HMAC-SHA256) of their IDs; the
+sealed for each party), send keyed hashes (AES-CMAC) of their IDs; the
 master intersects them and sends each party the positions of the shared rows
 in a common order.
 """
@@ -114,10 +114,9 @@ def check_positions(positions, n_rows):
     return positions.astype(np.int64)
 
 
-def party_align(comm, rank, ids, n_parties=None, workers=1):
+def party_align(comm, rank, ids, n_parties=None):
     """A party's side: the positions of its shared rows in the common order
-    (``n_parties``: the job's, which the lead's peers must be; None: not checked;
-    ``workers``: processes hashing the IDs)."""
+    (``n_parties``: the job's, which the lead's peers must be; None: not checked)."""
     kp = KeyPair()
     expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
@@ -147,5 +146,5 @@ def party_align(comm, rank, ids, n_parties=None, workers=1):
             raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
                                            "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
-    comm.send(MASTER, {"digests": hash_ids(ids, secret, workers)})
+    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
     return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))

@@ -100,7 +100,8 @@ def test_the_master_intersects_hashes_in_the_first_partys_order():
     parties with partly shared rows in shuffled orders."""
     from fedforest.transport.base import ProtocolError
     rng = np.random.default_rng(7)
-    universe = rng.integers(0, 256, (80, 32), dtype=np.uint8)
+    from fedforest.crypto.ids import DIGEST_BYTES
+    universe = rng.integers(0, 256, (80, DIGEST_BYTES), dtype=np.uint8)
     for _ in range(60):
         rows = {r: rng.permutation(80)[:rng.integers(0, 80)] for r in range(1, rng.integers(2, 6))}
         got = alignment.shared_positions({r: alignment._digest_keys(universe[i], r) for r, i in rows.items()}, 1)
@@ -111,5 +112,5 @@ def test_the_master_intersects_hashes_in_the_first_partys_order():
             assert got[r].tolist() == [where[r][k] for k in order]
     with pytest.raises(ProtocolError, match="party 2 sent the same ID hash twice"):
         alignment._digest_keys(universe[[0, 1, 0]], 2)
-    with pytest.raises(ProtocolError, match="party 3 sent 'digests' that are not rows of 32 bytes"):
-        alignment._digest_keys(universe[:, :16], 3)
+    with pytest.raises(ProtocolError, match=f"party 3 sent 'digests' that are not rows of {DIGEST_BYTES} bytes"):
+        alignment._digest_keys(universe[:, :DIGEST_BYTES // 2], 3)
