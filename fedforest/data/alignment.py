@@ -66,21 +66,30 @@ def _digest_keys(digests, rank):
 def shared_positions(keys, first):
     """The rows of every party (``keys``: rank -> distinct hashes) whose hash
     all parties hold, in the order of party ``first``'s rows: rank -> row
-    numbers (int64), one common order."""
-    shared = np.ones(keys[first].size, dtype=bool)
+    numbers (int32 below 2^31 rows, else int64), one common order.  Takes the
+    other parties' hashes out of ``keys`` as it goes, so that each is freed
+    once matched."""
+    first_keys = keys[first]
+    n = first_keys.size
+    index = np.int32 if max(k.size for k in keys.values()) < 2 ** 31 else np.int64
+    shared = np.ones(n, dtype=bool)
     found = {}
-    for r, k in keys.items():
-        if r == first:
+    for r in [r for r in keys if r != first]:
+        k = keys.pop(r)
+        if not k.size:
+            shared[:] = False
+            found[r] = np.zeros(n, dtype=index)
             continue
-        by_key = np.argsort(k, kind="stable")
+        by_key = np.argsort(k, kind="stable").astype(index)
         k_sorted = k[by_key]                  # one sorted copy, freed after this party
-        at = np.minimum(np.searchsorted(k_sorted, keys[first]), max(k.size - 1, 0))
-        shared &= k_sorted[at] == keys[first] if k.size else np.zeros(keys[first].size, dtype=bool)
+        del k
+        at = np.minimum(np.searchsorted(k_sorted, first_keys), k_sorted.size - 1)
+        shared &= k_sorted[at] == first_keys
         del k_sorted
-        found[r] = by_key[at] if k.size else at
+        found[r] = by_key[at]
         del by_key, at
-    rows = np.flatnonzero(shared).astype(np.int64)
-    return {r: rows if r == first else found[r][rows].astype(np.int64) for r in keys}
+    rows = np.flatnonzero(shared).astype(index)
+    return {r: rows if r == first else found.pop(r)[rows] for r in sorted([first, *found])}
 
 
 def _group_info(lead, member):
