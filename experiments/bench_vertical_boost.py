@@ -60,6 +60,12 @@ that stage per round (with every core of the machine).
 tree_method="hist", n_jobs=<cores>)`` on the pooled training data in this
 process (timed around ``fit``; fedforest's 255 bins for values plus its
 missing-value bin match XGBoost's ``max_bin=256``).
+``fixed_cost_per_level``: seconds per level of a boosting tree on a
+400-row a9a-shaped table (20 rounds, depth 6), where the kernels cost
+nearly nothing: the per-level fixed cost of the Python steps, messages and
+exchanges, federated (3 ranks, the master's ``train_seconds``) and in the
+single-process ``BoostClassifier`` (fit seconds), each over the levels the
+trees grew (the depth of their deepest leaf).
 ``identical_trees_plain_vs_paillier``: every array of every saved tree file
 of every Paillier run equals, byte for byte, the plain reference's array of
 the same name (the importance shares aside: with Paillier only the label
@@ -340,6 +346,54 @@ def fit_scored(model, train, test):
 
 
 # ---------------------------------------------------------------------------
+# The fixed cost of a level
+# ---------------------------------------------------------------------------
+FIXED_ROWS, FIXED_ROUNDS = 400, 20
+
+
+def levels_of(model_dir):
+    """Levels grown per tree (mean over the master's tree files): the depth of
+    each tree's deepest leaf (a split search on every level above it)."""
+    arrays = tree_arrays(os.path.join(model_dir, "master"))
+    depths = []
+    for t in arrays.values():
+        left, right = t["children_left"], t["children_right"]
+        depth = np.zeros(left.size, dtype=np.int64)
+        for node in range(left.size):           # parents come before their children
+            if left[node] >= 0:
+                depth[left[node]] = depth[right[node]] = depth[node] + 1
+        depths.append(int(depth.max()))
+    return float(np.mean(depths)) if depths else 0.0
+
+
+def fixed_cost(args):
+    """Seconds per level on a table so small that the kernels cost nothing:
+    the per-level fixed cost of a boosting tree (the master's and the
+    parties' Python steps, message building, exchanges), federated (3 ranks)
+    and in the single-process estimator, median of the turns."""
+    folder = os.path.join(args.workdir, "fixed")
+    shutil.rmtree(folder, ignore_errors=True)
+    X, y, names = a9a_like(FIXED_ROWS, seed=SEED + 2)
+    cut = sum(CARDINALITIES[:SPLIT_ATTRIBUTE])
+    write_parties(folder, (X, y), (X[:10], y[:10]), names, [names[:cut], names[cut:]])
+    fed, single = [], []
+    for i in range(args.train_repeats):
+        s = train(folder, "fixed", FIXED_ROUNDS)
+        fed.append(seconds_per_tree(s))
+        single.append(fit_scored(boost_single_process(FIXED_ROUNDS), (X, y), (X[:10], y[:10]))["fit_seconds"]
+                      / FIXED_ROUNDS)
+    levels = levels_of(os.path.join(folder, "model-fixed"))
+    out = {"rows": FIXED_ROWS, "rounds": FIXED_ROUNDS, "levels_per_tree": levels,
+           "federated_seconds_per_level": float(np.median(fed)) / max(levels, 1),
+           "single_process_seconds_per_level": float(np.median(single)) / max(levels, 1),
+           "federated_seconds_per_tree_runs": fed, "single_process_seconds_per_tree_runs": single}
+    BV.log(f"fixed cost per level ({FIXED_ROWS} rows, {levels:.1f} levels per tree): federated "
+           f"{out['federated_seconds_per_level'] * 1e3:.2f} ms, single process "
+           f"{out['single_process_seconds_per_level'] * 1e3:.2f} ms")
+    return out
+
+
+# ---------------------------------------------------------------------------
 # One data set
 # ---------------------------------------------------------------------------
 def run_dataset(name, args, n_train, n_test):
@@ -542,6 +596,7 @@ def main(argv=None):
     xgboost_hist(2, 3).fit(X, y)
     boost_single_process(2, 3).fit(X, y)
 
+    fixed = fixed_cost(args)
     results = {}
     for name in args.datasets:
         results[name] = run_dataset(name, args, *sizes[name])
@@ -560,7 +615,8 @@ def main(argv=None):
                 f"{k} {v:.0%}" for k, v in res["cpu_busy_by_others"].items()) + "): timings are not clean")
 
     doc = {k: v for k, v in results[headline].items() if k not in ("summaries", "setup")}
-    doc.update({"headline_dataset": headline, **results, "published_peers": PUBLISHED_PEERS,
+    doc.update({"headline_dataset": headline, **results, "fixed_cost_per_level": fixed,
+                "published_peers": PUBLISHED_PEERS,
                 "smoke": bool(args.smoke), "provenance": prov, "machine": BV.machine_info(),
                 "bench_seconds": time.perf_counter() - t_all})
     doc["machine"]["loadavg_end"] = list(os.getloadavg())

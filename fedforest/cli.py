@@ -163,7 +163,7 @@ def model_mode(model_dir):
         from .vertical.model_files import read_manifest
         mode = read_manifest(os.path.join(model_dir, "master"), "master model").get("mode", "vertical")
         return mode if isinstance(mode, str) else "vertical"
-    from .horizontal.common import client_folders, load_model
+    from .horizontal.model_files import client_folders, load_model
     if not (os.path.isfile(os.path.join(model_dir, "server", "model.json"))
             or os.path.isfile(os.path.join(model_dir, "model.json")) or client_folders(model_dir)):
         return None
@@ -213,7 +213,7 @@ def cmd_predict(args):
     cfg = resolve(args.config, _flags(args))
     if cfg.spec.has("server_predict"):
         return _mpi_command(args, "server_predict", "client_predict")
-    from .horizontal.common import predict_file
+    from .horizontal.model_files import predict_file
     if not isinstance(cfg.data, list) or len(cfg.data) != 1:
         raise InputError("data", "horizontal prediction reads one rows file (--data FILE)")
     out = predict_file(cfg.model_dir, cfg.data[0], cfg.output, id_column=cfg.id_column, na_values=cfg.na_values)
@@ -234,7 +234,7 @@ def cmd_explain(args):
     if args.importance_type is not None:
         raise InputError("importance_type", "applies to vertical_boost models; no vertical model is at "
                                             f"{args.model_dir!r}")
-    from .horizontal.common import explain_model
+    from .horizontal.model_files import explain_model
     print(explain_model(args.model_dir, args.data, args.row, args.id_column))
     return 0
 

@@ -62,8 +62,13 @@ class Stopped(BaseException):
             return exc
         return cls("SIGINT (Ctrl-C)") if isinstance(exc, KeyboardInterrupt) else None
 
+    kept = None   # the master's training: what its last complete checkpoint holds ("750 of 1000 trees in ...")
+
     def line(self, rank):
         """The one line a stopped rank prints."""
+        if self.kept:
+            return (f"rank {rank}: stopped by {self.name}. The last complete checkpoint holds {self.kept}: "
+                    "run the job again with --resume to continue from it.")
         return (f"rank {rank}: stopped by {self.name}. A training job's model folder keeps its last complete "
                 "checkpoint: run it again with --resume to continue.")
 

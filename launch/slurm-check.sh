@@ -165,6 +165,17 @@ cat "$TMP/demo/nopmi.out"
 [[ $code -eq 2 ]] || fail "srun without --mpi: exit code $code, expected 2"
 grep -q "PMI is not connected" "$TMP/demo/nopmi.out" || fail "srun without --mpi: no PMI message"
 
+# refused input (a label column no party holds): one line, every task exits 2 by itself (no MPI_Abort)
+sed 's/^label_column = .*/label_column = "no_such_column"/' "$JOB" > "$TMP/demo/bad.toml"
+submit launch/fedforest.sbatch train "$TMP/demo/bad.toml" --overwrite
+code=$?
+bad_out=$(ls -t "$TMP"/demo/slurm-*.out | head -1)
+echo "--- $(basename "$bad_out")"
+cat "$bad_out"
+[[ $code -eq 2 ]] || fail "refused input: exit code $code, expected 2"
+grep -q "error: label_column: 'no_such_column'" "$bad_out" || fail "refused input: no one-line error"
+grep -q "Killed\|MPI_Abort" "$bad_out" && fail "refused input: the tasks were killed, not ended with exit code 2"
+
 # a party killed with kill -9 in the middle of training: named at once, its task exits with 3
 echo "+ sbatch launch/fedforest.sbatch train $JOB --overwrite --n-estimators 3000 --batch-memory-mb 1; kill -9 party 2"
 (cd "$ROOT" && timeout 600 sbatch --wait --output="$TMP/demo/killed.out" launch/fedforest.sbatch train "$JOB" \

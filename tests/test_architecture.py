@@ -10,12 +10,16 @@ third-party packages):
   ``fedforest.logs``.  Imports: core.
 * federation: ``fedforest.federation`` (mode contract, registry, config, model files,
   metrics, rounds/aggregation).  Imports: core, federation.
-* horizontal common: ``fedforest.horizontal`` (its ``__init__``),
-  ``fedforest.horizontal.common``, ``fedforest.horizontal.declare`` (the declarations
-  the horizontal modes share) and ``fedforest.horizontal.binned_id3`` (the ID3 job on
-  binned numeric columns both ID3 modes run).  Imports: core, federation, horizontal common.
+* horizontal common: ``fedforest.horizontal`` (its ``__init__``), the shared modules
+  ``fedforest.horizontal.setup`` (the start-up every horizontal mode shares),
+  ``.encoding`` (clients' tables, the job-wide row encoding), ``.message_checks`` (a
+  client's checks of the server's messages), ``.client_tree`` (the client-tree job of the
+  tree modes), ``.model_files`` (model files, local prediction and explanation),
+  ``.declare`` (the declarations the horizontal modes share) and ``.binned_id3`` (the ID3
+  job on binned numeric columns both ID3 modes run).  Imports: core, federation,
+  horizontal common.
 * algorithms: ``fedforest.vertical`` and every module or package directly under
-  ``fedforest/horizontal/`` other than ``common``, ``declare``, ``binned_id3`` and ``__init__``.  Imports:
+  ``fedforest/horizontal/`` other than the shared modules and ``__init__``.  Imports:
   core, federation, horizontal common (horizontal algorithms only) and the algorithm's own
   modules.  An algorithm never imports another algorithm.
 * application: ``fedforest`` (``__init__``), ``fedforest.__main__``, ``fedforest.cli``,
@@ -60,8 +64,9 @@ APPLICATION = "application"
 CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs")
 APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
 HORIZONTAL = f"{PACKAGE}.horizontal"
-HORIZONTAL_COMMON_ROOTS = (HORIZONTAL, f"{HORIZONTAL}.common", f"{HORIZONTAL}.declare",
-                           f"{HORIZONTAL}.binned_id3")
+HORIZONTAL_COMMON_ROOTS = (HORIZONTAL,) + tuple(
+    f"{HORIZONTAL}.{m}" for m in ("setup", "encoding", "message_checks", "client_tree", "model_files",
+                                  "declare", "binned_id3"))
 MPI_MODULE = f"{PACKAGE}.transport.mpi"
 REGISTRY_MODULE = f"{PACKAGE}.federation.registry"
 COMMAND_LINE = (f"{PACKAGE}.__main__", f"{PACKAGE}.cli")
@@ -355,18 +360,18 @@ FAKE_BASE = {
     "fedforest/federation/__init__.py": "from .registry import REGISTRY\n",
     "fedforest/federation/registry.py": "from ..tree import kernels\nfrom ..data.io import read\n",
     "fedforest/federation/mode.py": "from dataclasses import dataclass\nfrom ..errors import InputError\n",
-    "fedforest/horizontal/__init__.py": "from .common import Client\n",
-    "fedforest/horizontal/common.py": (
+    "fedforest/horizontal/__init__.py": "from .setup import Client\n",
+    "fedforest/horizontal/setup.py": (
         "from ..federation import registry\nfrom ..tree import rules\nfrom .declare import tree_params\n"),
     "fedforest/horizontal/declare.py": "from ..constraints import Interval\nfrom ..federation.mode import Param\n",
     "fedforest/horizontal/baselines/__init__.py": (
         "from ..declare import tree_params\nfrom ...federation.mode import Mode\n"),
     "fedforest/horizontal/baselines/roles.py": (
-        "from .. import common\nfrom fedforest.horizontal import Client\n"
+        "from .. import setup\nfrom fedforest.horizontal import Client\n"
         "from ...federation.registry import REGISTRY\nfrom . import PARAMS\n"),
     "fedforest/horizontal/fedxgbllr/__init__.py": "from .roles import run\n",
     "fedforest/horizontal/fedxgbllr/roles.py": (
-        "from . import cnn\nfrom ..common import Client\nfrom ...tree.kernels import njit\n"),
+        "from . import cnn\nfrom ..setup import Client\nfrom ...tree.kernels import njit\n"),
     "fedforest/horizontal/fedxgbllr/cnn.py": "import numpy as np\n",
     "fedforest/vertical/__init__.py": "from .master import train\n",
     "fedforest/vertical/master.py": "from . import party\nfrom ..crypto import paillier\n",
@@ -393,10 +398,10 @@ def test_architecture_checker_reports_each_kind_of_violation():
         ({"fedforest/crypto/fake.py": "from .. import __version__\n"},
          ("fedforest/crypto/fake.py", 1, "layer")),
         # federation importing horizontal common; horizontal common importing an algorithm
-        ({"fedforest/federation/fake.py": "from ..horizontal.common import x\n"},
+        ({"fedforest/federation/fake.py": "from ..horizontal.setup import x\n"},
          ("fedforest/federation/fake.py", 1, "layer")),
-        ({"fedforest/horizontal/common.py": "def f():\n    from .baselines import run\n"},
-         ("fedforest/horizontal/common.py", 2, "layer")),
+        ({"fedforest/horizontal/setup.py": "def f():\n    from .baselines import run\n"},
+         ("fedforest/horizontal/setup.py", 2, "layer")),
         ({"fedforest/horizontal/declare.py": "from .baselines import roles\n"},
          ("fedforest/horizontal/declare.py", 1, "layer")),
         # an algorithm importing another algorithm: ``from pkg import submodule`` form,
@@ -409,7 +414,7 @@ def test_architecture_checker_reports_each_kind_of_violation():
          ("fedforest/horizontal/fedxgbllr/cnn.py", 1, "layer")),
         ({"fedforest/horizontal/fedxgbllr/roles.py": "from ..baselines import PARAMS\n"},
          ("fedforest/horizontal/fedxgbllr/roles.py", 1, "layer")),
-        ({"fedforest/vertical/party.py": "from ..horizontal import common\n"},
+        ({"fedforest/vertical/party.py": "from ..horizontal import setup\n"},
          ("fedforest/vertical/party.py", 1, "layer")),
         # private names and private submodules of another module
         ({"fedforest/tree/kernels.py": "from .rules import _entropy\n"},
@@ -446,8 +451,8 @@ def test_architecture_checker_resolves_imports():
         return [t for _, t, _ in imports_of(Module(name, "x.py", source, is_package), existing)]
 
     # ``from pkg import name``: the submodule if it exists, else the package
-    assert targets("fedforest.horizontal.baselines.roles", "from .. import common") == \
-        ["fedforest.horizontal.common"]
+    assert targets("fedforest.horizontal.baselines.roles", "from .. import setup") == \
+        ["fedforest.horizontal.setup"]
     assert targets("fedforest.horizontal.baselines.roles", "from fedforest.horizontal import Client") == \
         ["fedforest.horizontal"]
     assert targets("fedforest.horizontal.baselines.roles", "from . import PARAMS") == \
@@ -460,14 +465,15 @@ def test_architecture_checker_resolves_imports():
         ["fedforest.vertical.master"]
     assert targets("fedforest.horizontal.fedxgbllr.roles", "from ...tree.kernels import njit") == \
         ["fedforest.tree.kernels"]
-    assert targets("fedforest.horizontal.fedxgbllr.roles", "from .. import common") == \
-        ["fedforest.horizontal.common"]
+    assert targets("fedforest.horizontal.fedxgbllr.roles", "from .. import setup") == \
+        ["fedforest.horizontal.setup"]
     # layers
     assert layer_of("fedforest.horizontal.efdt") == Layer(ALGORITHM, "fedforest.horizontal.efdt")
     assert layer_of("fedforest.horizontal.fedxgbllr.cnn") == \
         Layer(ALGORITHM, "fedforest.horizontal.fedxgbllr")
     assert layer_of("fedforest.horizontal") == Layer(HORIZONTAL_COMMON)
     assert layer_of("fedforest.horizontal.declare") == Layer(HORIZONTAL_COMMON)
+    assert layer_of("fedforest.horizontal.model_files") == Layer(HORIZONTAL_COMMON)
     assert layer_of("fedforest.horizontal.baselines.roles") == \
         Layer(ALGORITHM, "fedforest.horizontal.baselines")
     assert layer_of("fedforest.helpers") is None

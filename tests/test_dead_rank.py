@@ -231,13 +231,35 @@ def test_a_signal_to_every_rank_ends_the_job_with_one_line_per_rank(demo, signum
     # one line per rank at most (the launcher may end a party before its output is passed on);
     # the master's line always
     stopped = [line for line in err.splitlines() if "stopped by" in line]
+    saved = _trees_saved(str(demo / "model"))
+    assert 0 < saved < 300
+    # the master says what its last complete checkpoint holds; a party what any folder keeps
     want = {r: f"rank {r}: stopped by {name}. A training job's model folder keeps its last complete "
-               "checkpoint: run it again with --resume to continue." for r in range(3)}
+               "checkpoint: run it again with --resume to continue." for r in range(1, 3)}
+    want[0] = (f"rank 0: stopped by {name}. The last complete checkpoint holds {saved} of 300 trees in "
+               f"{demo / 'model' / 'master'}: run the job again with --resume to continue from it.")
     assert want[0] in stopped and len(stopped) == len(set(stopped)) and set(stopped) <= set(want.values()), err
     assert proc.returncode != 0
     assert not list((demo / "model").rglob(".tmp-*")), "a file half-written at the signal stayed"
-    saved = _trees_saved(str(demo / "model"))
-    assert 0 < saved < 300
     done = mpirun(3, ["train", "--config", job, "--resume", *flags], timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _trees_saved(str(demo / "model")) == 300
+
+
+def test_bad_input_ends_every_rank_by_itself_with_exit_2(demo, tmp_path):
+    """No MPI_Abort for refused input: every rank exits 2 itself, which is what
+    srun reports as the job's exit code (an abort would show as tasks killed)."""
+    bad = demo / "bad.toml"
+    bad.write_text((demo / "job.toml").read_text().replace('label_column = "diagnosis"',
+                                                          'label_column = "nope"'))
+    codes = tmp_path / "codes"
+    codes.mkdir()
+    script = f'"$0" -m fedforest train --config {bad}; rc=$?; echo $rc > {codes}/rank$PMI_RANK; exit $rc'
+    run = subprocess.run([find_mpiexec(), "-n", "3", "sh", "-c", script, sys.executable], cwd=ROOT,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "MPI_Abort" not in run.stderr and "BAD TERMINATION" not in run.stdout + run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "error: label_column: 'nope' must be held by exactly one party, found on no party"], run.stderr
+    assert {p.name: p.read_text().strip() for p in codes.iterdir()} == {f"rank{r}": "2" for r in range(3)}

@@ -118,7 +118,7 @@ def saved_models(tmp_path_factory):
 @SETTINGS
 @given(cut=st.integers(0, 10**6), flip=st.integers(0, 10**6))
 def test_damaged_horizontal_model_files_are_refused_clearly(tmp_path, saved_models, cut, flip):
-    from fedforest.horizontal.common import load_model
+    from fedforest.horizontal.model_files import load_model
     data = (saved_models / "h" / "server" / "model.json").read_bytes()
     damaged = bytearray(data[: cut % len(data)])
     if damaged:

@@ -1,21 +1,24 @@
 """Keyed hashing of record IDs for private ID alignment.
 
-Every ID's digest is HMAC-SHA256(key, the ID's text as UTF-8) (RFC 2104):
-the SHA-256 states of the padded inner and outer keys are made once and
-copied for each ID, as Python's :mod:`hmac` does; the digests equal
-:func:`hmac.digest` of each ID (checked by ``tests/crypto/test_ids.py``).
-The IDs are held as their UTF-8 bytes laid end to end (:class:`IdTexts`,
-no Python object per ID); a large table is hashed in worker processes, one
-slice of IDs each."""
-import hashlib
-
+Every ID's digest is AES-CMAC(key, the ID's text as UTF-8) (NIST SP 800-38B,
+RFC 4493; AES-256 with the group's 32-byte secret): a pseudorandom function
+of the ID, 16 bytes, which only holders of the secret can compute.  The IDs
+are held as their UTF-8 bytes laid end to end (:class:`IdTexts`, no Python
+object per ID) and hashed all at once: CMAC's chain of block encryptions
+runs block by block over every ID of a slice together, each step one AES-ECB
+call of the ``cryptography`` package over the whole slice, so 10^7 IDs take
+seconds; IDs longer than :data:`VECTOR_BYTES` (rare) go through
+``cryptography``'s own CMAC one by one.  The digests equal that CMAC of each
+ID (checked by ``tests/crypto/test_ids.py``)."""
 import numpy as np
+from cryptography.hazmat.primitives import cmac
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-DIGEST_BYTES = 32
-BLOCK = 64                    # SHA-256 block bytes
-CHUNK_IDS = 1 << 16           # IDs hashed per slice (the Python offsets of one slice at a time)
-MIN_IDS_PER_WORKER = 1 << 18  # fewer IDs than this per worker: hashed in this process
-WORKER_TASK_IDS = 1 << 20     # IDs per task of a worker process
+DIGEST_BYTES = 16
+BLOCK = 16                    # AES block bytes
+KEY_BYTES = 32                # AES-256
+VECTOR_BYTES = 4 * BLOCK      # IDs up to this long are hashed together, block by block
+SLICE_IDS = 1 << 20           # IDs per slice (the slice's padded blocks: at most 64 MB)
 
 
 class IdTexts:
@@ -97,69 +100,84 @@ class IdTexts:
         return out
 
 
-def _keyed_states(key):
-    """SHA-256 states of the inner and outer padded keys of HMAC (RFC 2104)."""
-    key = bytes(key)
-    if len(key) > BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(BLOCK, b"\x00")
-    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
-            hashlib.sha256(bytes(b ^ 0x5C for b in key)))
+def _subkeys(encrypt):
+    """CMAC's subkeys K1 and K2 (NIST SP 800-38B, 6.1) from the block cipher."""
+    def double(block):
+        v = int.from_bytes(block, "big") << 1
+        if v >> 128:
+            v = (v ^ 0x87) & ((1 << 128) - 1)
+        return v.to_bytes(BLOCK, "big")
+    k1 = double(encrypt(bytes(BLOCK)))
+    return (np.frombuffer(k1, dtype=np.uint8), np.frombuffer(double(k1), dtype=np.uint8))
 
 
-def _hash_slice(key, data, offsets, out=None):
-    """Digests of the texts ``data[offsets[i]:offsets[i+1]]`` (``offsets``
-    relative to ``data``), written to ``out`` ((n, 32) uint8) or returned as bytes."""
-    inner, outer = _keyed_states(key)
-    n = len(offsets) - 1
-    whole = [] if out is None else None
-    for lo in range(0, n, CHUNK_IDS):
-        off = offsets[lo:lo + CHUNK_IDS + 1].tolist()
-        lead = off[0]
-        block = bytes(data[lead:off[-1]])
-        parts = []
-        new_inner, new_outer, add = inner.copy, outer.copy, parts.append
-        for a, b in zip(off, off[1:]):
-            h = new_inner()
-            h.update(block[a - lead:b - lead])
-            g = new_outer()
-            g.update(h.digest())
-            add(g.digest())
-        if out is None:
-            whole.append(b"".join(parts))
+def _cmac_slice(data, offsets, out, encrypt, k1, k2):
+    """CMAC of the texts ``data[offsets[i] - offsets[0]:...]`` (all at most
+    :data:`VECTOR_BYTES` long) into ``out`` ((n, 16) uint8), block by block:
+    each step XORs the chain with every live ID's next block and encrypts
+    them in one call."""
+    n = offsets.size - 1
+    lengths = np.diff(offsets)
+    starts = offsets[:-1] - offsets[0]
+    blocks = np.maximum(1, -(-lengths // BLOCK))
+    width = int(blocks.max()) * BLOCK
+    msg = np.zeros((n, width), dtype=np.uint8)
+    for k in range(int(lengths.max()) if n else 0):      # byte k of every ID that long
+        has = lengths > k
+        if has.all():
+            msg[:, k] = data[starts + k]
         else:
-            out[lo:lo + len(parts)].reshape(-1)[:] = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    return b"".join(whole) if out is None else None
+            rows = np.flatnonzero(has)
+            msg[rows, k] = data[starts[rows] + k]
+    # the last block: a complete one is XORed with K1, a short one padded 10...0 and XORed with K2
+    complete = (lengths > 0) & (lengths % BLOCK == 0)
+    short = np.flatnonzero(~complete)
+    msg[short, lengths[short]] = 0x80
+    subkey = np.where(complete[:, None], k1, k2)
+    state = np.zeros((n, BLOCK), dtype=np.uint8)
+    for j in range(width // BLOCK):
+        live = blocks > j
+        every = bool(live.all())
+        rows = slice(None) if every else np.flatnonzero(live)
+        x = state[rows] ^ msg[rows, j * BLOCK:(j + 1) * BLOCK]
+        ends = blocks[rows] == j + 1
+        if ends.all():
+            x ^= subkey[rows]
+        elif ends.any():
+            x[ends] ^= subkey[rows][ends]
+        state[rows] = np.frombuffer(encrypt(x.tobytes()), dtype=np.uint8).reshape(-1, BLOCK)
+    out[:] = state
 
 
-def hash_ids(ids, key, workers=1):
-    """HMAC-SHA256 of each ID's text form (``str(v)`` as UTF-8), as an (n, 32)
-    uint8 array.  ``ids``: an :class:`IdTexts` or a sequence of IDs;
-    ``workers``: processes to share the IDs between (a table of fewer than
-    :data:`MIN_IDS_PER_WORKER` IDs per worker uses fewer)."""
+def hash_ids(ids, key):
+    """AES-CMAC of each ID's text form (``str(v)`` as UTF-8) under the 32-byte
+    ``key``, as an (n, 16) uint8 array.  ``ids``: an :class:`IdTexts` or a
+    sequence of IDs."""
     if not isinstance(ids, IdTexts):
         ids = IdTexts.from_texts(ids)
     if not isinstance(key, (bytes, bytearray, memoryview)):
         raise TypeError(f"the ID key must be bytes, got {type(key).__name__}")
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     key = bytes(key)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the ID key must be {KEY_BYTES} bytes, got {len(key)}")
     n = len(ids)
-    workers = int(max(1, min(workers, n // MIN_IDS_PER_WORKER)))
     out = np.empty((n, DIGEST_BYTES), dtype=np.uint8)
-    if workers == 1:
-        _hash_slice(key, ids.data, ids.offsets, out)
-        return out
-    from .paillier import worker_pool
-    # tasks of a bounded size: the results waiting to be copied stay small
-    step = max(CHUNK_IDS, min(WORKER_TASK_IDS, -(-n // workers)))
-    bounds = list(range(0, n, step)) + [n]
-    with worker_pool(workers) as pool:
-        futures = []
-        for lo, hi in zip(bounds, bounds[1:]):
+    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    encrypt = encryptor.update
+    k1, k2 = _subkeys(encrypt)
+    lengths = np.diff(ids.offsets)
+    long_rows = np.flatnonzero(lengths > VECTOR_BYTES)
+    short_rows = np.flatnonzero(lengths <= VECTOR_BYTES) if long_rows.size else None
+    if short_rows is None:
+        for lo in range(0, n, SLICE_IDS):
+            hi = min(n, lo + SLICE_IDS)
             a, b = int(ids.offsets[lo]), int(ids.offsets[hi])
-            futures.append(pool.submit(_hash_slice, key, ids.data[a:b], ids.offsets[lo:hi + 1] - a))
-        for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            out[lo:hi].reshape(-1)[:] = np.frombuffer(futures[i].result(), dtype=np.uint8)
-            futures[i] = None
+            _cmac_slice(ids.data[a:b], ids.offsets[lo:hi + 1], out[lo:hi], encrypt, k1, k2)
+        return out
+    if short_rows.size:
+        out[short_rows] = hash_ids(ids.take(short_rows), key)
+    for r in long_rows.tolist():
+        c = cmac.CMAC(algorithms.AES(key))
+        c.update(ids.data[ids.offsets[r]:ids.offsets[r + 1]].tobytes())
+        out[r] = np.frombuffer(c.finalize(), dtype=np.uint8)
     return out

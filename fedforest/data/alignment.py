@@ -1,7 +1,7 @@
 """ID alignment of vertical parties without revealing IDs to the master.
 
 The parties agree on a secret the master cannot read (relayed by the master,
-sealed for each party), send keyed hashes (HMAC-SHA256) of their IDs; the
+sealed for each party), send keyed hashes (AES-CMAC) of their IDs; the
 master intersects them and sends each party the positions of the shared rows
 in a common order.
 """
@@ -66,21 +66,30 @@ def _digest_keys(digests, rank):
 def shared_positions(keys, first):
     """The rows of every party (``keys``: rank -> distinct hashes) whose hash
     all parties hold, in the order of party ``first``'s rows: rank -> row
-    numbers (int64), one common order."""
-    shared = np.ones(keys[first].size, dtype=bool)
+    numbers (int32 below 2^31 rows, else int64), one common order.  Takes the
+    other parties' hashes out of ``keys`` as it goes, so that each is freed
+    once matched."""
+    first_keys = keys[first]
+    n = first_keys.size
+    index = np.int32 if max(k.size for k in keys.values()) < 2 ** 31 else np.int64
+    shared = np.ones(n, dtype=bool)
     found = {}
-    for r, k in keys.items():
-        if r == first:
+    for r in [r for r in keys if r != first]:
+        k = keys.pop(r)
+        if not k.size:
+            shared[:] = False
+            found[r] = np.zeros(n, dtype=index)
             continue
-        by_key = np.argsort(k, kind="stable")
+        by_key = np.argsort(k, kind="stable").astype(index)
         k_sorted = k[by_key]                  # one sorted copy, freed after this party
-        at = np.minimum(np.searchsorted(k_sorted, keys[first]), max(k.size - 1, 0))
-        shared &= k_sorted[at] == keys[first] if k.size else np.zeros(keys[first].size, dtype=bool)
+        del k
+        at = np.minimum(np.searchsorted(k_sorted, first_keys), k_sorted.size - 1)
+        shared &= k_sorted[at] == first_keys
         del k_sorted
-        found[r] = by_key[at] if k.size else at
+        found[r] = by_key[at]
         del by_key, at
-    rows = np.flatnonzero(shared).astype(np.int64)
-    return {r: rows if r == first else found[r][rows].astype(np.int64) for r in keys}
+    rows = np.flatnonzero(shared).astype(index)
+    return {r: rows if r == first else found.pop(r)[rows] for r in sorted([first, *found])}
 
 
 def _group_info(lead, member):
@@ -114,10 +123,9 @@ def check_positions(positions, n_rows):
     return positions.astype(np.int64)
 
 
-def party_align(comm, rank, ids, n_parties=None, workers=1):
+def party_align(comm, rank, ids, n_parties=None):
     """A party's side: the positions of its shared rows in the common order
-    (``n_parties``: the job's, which the lead's peers must be; None: not checked;
-    ``workers``: processes hashing the IDs)."""
+    (``n_parties``: the job's, which the lead's peers must be; None: not checked)."""
     kp = KeyPair()
     expect(comm.recv(MASTER), GROUP_PUBLIC)
     comm.send(MASTER, {"public": np.frombuffer(kp.public, dtype=np.uint8)})
@@ -147,5 +155,5 @@ def party_align(comm, rank, ids, n_parties=None, workers=1):
             raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
                                            "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
-    comm.send(MASTER, {"digests": hash_ids(ids, secret, workers)})
+    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
     return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))

@@ -333,9 +333,21 @@ def _ids_from_arrow(arr, what):
         raise InputError(what, f"{arr.null_count} rows have no ID")
     ids = IdTexts.from_arrow(arr)
     del arr
-    if pc.count_distinct(ids.to_arrow()).as_py() != len(ids):
+    if _repeats(ids):
         io.check_ids(io.pd.Series(ids.to_numpy(), dtype=object), what)   # names the first repeat
     return ids
+
+
+def _repeats(ids):
+    """Whether an ID repeats: neighbours in sorted order compared (a sort
+    needs its indices and one sorted copy, far less than a hash set of every ID)."""
+    import pyarrow.compute as pc
+    n = len(ids)
+    if n < 2:
+        return False
+    texts = ids.to_arrow()
+    ordered = texts.take(pc.sort_indices(texts))
+    return bool(pc.any(pc.equal(ordered.slice(1), ordered.slice(0, n - 1))).as_py())
 
 
 class _CsvBlocks:

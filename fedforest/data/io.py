@@ -101,7 +101,8 @@ def read_table(path, id_column, what, require_id=True, na_values=None, categoric
         raise InputError(what, f"cannot read {path!r}: {exc}") from None
     if ext not in (".csv", ".txt", ".tsv") and na_values:
         df = _apply_na_values(df, na_values, id_column)
-    if id_column is not None and id_column in df.columns:
+    if id_column is not None and id_column in df.columns and ext not in (".csv", ".txt", ".tsv"):
+        # (a CSV's IDs are read as text already)
         df[id_column] = df[id_column].map(_id_text, na_action="ignore")
     if require_id and id_column is not None and id_column not in df.columns:
         raise InputError(what, f"{path!r} has no ID column {id_column!r}")

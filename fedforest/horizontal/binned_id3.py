@@ -2,7 +2,7 @@
 columns become categories, the bins of equal-frequency edges the server agrees
 from the clients' quantile sketches.
 
-The job runs as :func:`fedforest.horizontal.common.run_tree_server` /
+The job runs as :func:`fedforest.horizontal.client_tree.run_tree_server` /
 ``run_tree_client`` do, with a set-up of its own: each client describes its
 table as for ID3 (kinds, classes, the values of its text columns and of
 numeric columns with at most 64 values), plus a quantile sketch of every
@@ -31,12 +31,12 @@ from ..federation import protocol
 from ..tree import format as tree_format
 from ..tree.id3 import agree_bins, bin_codes, bin_labels, numeric_sketch
 from ..tree.rules import CATEGORICAL, leaf_rules
-from .common import (MAX_CATEGORIES, MISSING, SERVER, ClientTable, ClientTree, Encoding, TreeJob, agree, bad_message,
-                     category_codes, check_categories, check_clients, check_model_folder, check_world,
-                     client_load, client_what, field_of, grow_and_save, job_seed, log, message_encoding, number_array,
-                     same_setting, serve_client_tree, server_dir, table_settings, text_of, tree_depth, tree_proba)
-from .common import covered, explain as tree_explain
-from .common import predict_proba as tree_predict_proba
+from .client_tree import ClientTree, TreeJob, grow_and_save, serve_client_tree, tree_depth
+from .encoding import (MAX_CATEGORIES, MISSING, ClientTable, Encoding, agree, category_codes, client_what,
+                       table_settings, text_of)
+from .message_checks import bad_message, check_categories, field_of, message_encoding, number_array, same_setting
+from .model_files import covered, explain as tree_explain, predict_proba as tree_predict_proba, tree_proba
+from .setup import SERVER, client_load, job_seed, log, server_load
 
 ROW_TYPE = "xgboost"     # the row encoding of a saved binned model: numbers as numbers, missing values kept
 
@@ -158,14 +158,7 @@ def model_doc(cfg, enc, edges, tree, **extra):
 def run_server(comm, cfg, build):
     t0 = time.perf_counter()
     clients = comm.clients
-    cfg.check_train()
-    check_clients(cfg)
-    check_world(comm, cfg)
-    check_model_folder(server_dir(cfg.model_dir), cfg, "model_dir")
-    comm.reply_timeout = cfg.reply_timeout
-    comm.handshake()
-    infos = comm.exchange({r: {"op": protocol.LOAD, "tree_type": "id3", "task": "classification",
-                               "numeric_bins": cfg.numeric_bins} for r in clients})
+    infos = server_load(comm, cfg, "id3", "classification", numeric_bins=cfg.numeric_bins)
     enc, edges = agree_binned(infos, cfg.numeric_bins)
     max_depth = tree_depth(cfg, enc)
     seed = job_seed(cfg)
@@ -240,7 +233,7 @@ def predict_proba(doc, X):
 def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
     """The saved tree as rules (a binned column's condition as its range); with
     one encoded row, the rule that decided it (``rules``, ``rows``: see
-    :func:`fedforest.horizontal.common.explain`)."""
+    :func:`fedforest.horizontal.model_files.explain`)."""
     if "bins" not in doc:
         return tree_explain(doc, X, raw, row, rules=rules, rows=rows)
     enc = _id3_encoding(doc)

@@ -31,11 +31,22 @@ from ..errors import ChannelError, FedForestError, RemoteError
 TAG_DATA = 1
 TAG_ERROR = 2
 TAG_KEYS = 3
+TAG_STOP = 4
 MASTER = 0
+STOP_ACK_SECONDS = 5.0   # the master waits this long for every party to confirm a stop
 
 
 class JobAborted(FedForestError):
     """Raised on a rank whose job was stopped because another rank failed."""
+
+
+class JobStopped(JobAborted):
+    """Raised on a party that the master told to stop (:meth:`Comm.stop_parties`):
+    the rank ends with exit code ``code``, as the master does."""
+
+    def __init__(self, code):
+        super().__init__(f"job stopped with exit code {code}")
+        self.code = code
 
 
 class ProtocolError(RuntimeError):
@@ -53,6 +64,9 @@ class RawTransport(abc.ABC):
     """Byte transport between ranks (implemented over MPI and in-process)."""
     rank = 0
     size = 1
+    #: a failed job may end with every rank exiting by itself (:meth:`Comm.stop_parties`)
+    #: instead of :meth:`abort`: under a batch system the job then ends with the master's code
+    cooperative_stop = False
 
     @abc.abstractmethod
     def send_bytes(self, dest, data, tag, poll=None):
@@ -358,9 +372,10 @@ class Comm:
 
     def _waiting_poll(self, sources):
         """What a waiting rank checks now and then: the master, error reports
-        and its ``reply_timeout`` (naming the silent ranks)."""
+        and its ``reply_timeout`` (naming the silent ranks); a party, whether
+        the master told it to stop."""
         if not self.is_master:
-            return None
+            return self._poll_stop if self.raw.cooperative_stop else None
         if not self.reply_timeout:
             return self._poll_errors
         deadline = time.monotonic() + self.reply_timeout
@@ -459,14 +474,77 @@ class Comm:
         self.raw.send_bytes(MASTER, data, TAG_ERROR)
 
     def wait_for_stop(self, timeout=120.0):
-        """Party after reporting an error: wait for the master to stop the job."""
+        """Party after reporting an error: wait for the master to stop the job
+        (:class:`JobStopped` when it says so)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.raw.progress()  # the report itself may still be in flight
             time.sleep(0.01)
             if getattr(self.raw, "aborted", False):
                 return
+            if self.raw.cooperative_stop:
+                self._poll_stop()
         self.raw.abort(1)
+
+    # -- a stop every rank takes part in ---------------------------------------
+    def _poll_stop(self):
+        """Party: if the master sent a stop, drain what the master sent that was
+        not received, confirm, complete this rank's own sends and raise
+        :class:`JobStopped` with the master's exit code."""
+        if self.raw.probe(MASTER, TAG_STOP) is None:
+            return
+        data = bytes(self.raw.recv_bytes(MASTER, TAG_STOP))
+        code = struct.unpack("<i", data)[0] if len(data) == 4 else 1
+        self._drain([MASTER], (TAG_DATA,))
+        self.raw.send_bytes(MASTER, b"stop", TAG_STOP)
+        self._flush_for(STOP_ACK_SECONDS)
+        raise JobStopped(code if 1 <= code <= 255 else 1)
+
+    def _drain(self, sources, tags):
+        """Receive and drop every message from ``sources`` with ``tags`` that is waiting."""
+        for tag in tags:
+            for src in sources:
+                while self.raw.probe(src, tag) is not None:
+                    self.raw.recv_bytes(src, tag)
+
+    def _flush_for(self, seconds):
+        """Complete this rank's posted sends, giving up after ``seconds``."""
+        deadline = time.monotonic() + seconds
+
+        def give_up():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+        try:
+            self.raw.flush(poll=give_up)
+            return True
+        except TimeoutError:
+            return False
+
+    def stop_parties(self, code):
+        """Master: tell every party to end with exit code ``code`` and wait up
+        to :data:`STOP_ACK_SECONDS` for each to confirm, receiving (and
+        dropping) what the parties still send meanwhile.  True when every
+        party confirmed: the ranks then exit by themselves, so a batch system
+        sees the job's own exit code; False when a party did not answer (busy
+        in a kernel, or gone): the caller then aborts the job."""
+        parties = self.clients
+        for c in parties:
+            self.raw.send_bytes(c, struct.pack("<i", int(code)), TAG_STOP)
+        deadline = time.monotonic() + STOP_ACK_SECONDS
+        waiting = set(parties)
+        while waiting and time.monotonic() < deadline:
+            self.raw.progress()
+            self._drain(parties, (TAG_DATA, TAG_ERROR))
+            for c in sorted(waiting):
+                if self.raw.probe(c, TAG_STOP) is not None:
+                    self.raw.recv_bytes(c, TAG_STOP)
+                    waiting.discard(c)
+            if waiting:
+                time.sleep(0.002)
+        if waiting:
+            return False
+        self._drain(parties, (TAG_DATA, TAG_ERROR))
+        return self._flush_for(max(0.5, deadline - time.monotonic()))
 
 
 _REPORT_FIELDS = (("type", 200), ("message", 10_000), ("traceback", 100_000))  # characters kept

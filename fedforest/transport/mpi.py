@@ -63,6 +63,8 @@ def _wait(test, poll, pace=None):
 
 
 class MPITransport(RawTransport):
+    cooperative_stop = True   # a failed job ends with every rank's own exit (Comm.stop_parties)
+
     def __init__(self, comm=None):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()

@@ -4,7 +4,7 @@ import time
 import traceback
 
 from ..errors import InputError, RemoteError, Stopped
-from .base import JobAborted
+from .base import JobAborted, JobStopped
 
 
 def run_rank(comm, master_fn, party_fn, results=None):
@@ -15,6 +15,8 @@ def run_rank(comm, master_fn, party_fn, results=None):
         if results is not None:
             results[comm.rank] = out
         return out
+    except JobStopped as stop:
+        raise SystemExit(stop.code) from None
     except JobAborted:
         return None
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the master
@@ -32,9 +34,11 @@ def run_rank(comm, master_fn, party_fn, results=None):
             raise SystemExit(stopped.exit_code) from None
         try:
             comm.report_error(exc)
+            comm.wait_for_stop()
+        except JobStopped as stop:
+            raise SystemExit(stop.code) from None
         except JobAborted:
             return None
-        comm.wait_for_stop()
         return None
 
 
@@ -75,6 +79,10 @@ def run_master(comm, master_fn, verbose=lambda: False):
             print(f"error on rank {exc.rank}: {exc.remote_message}; the job stops", file=sys.stderr, flush=True)
         else:
             print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
+        if stopped is None and comm.raw.cooperative_stop and comm.stop_parties(code):
+            # every party confirmed and ends with the same code: no MPI_Abort, so a
+            # batch system (srun) reports the job's own exit code, not a kill
+            raise SystemExit(code)
         # MPI_Abort tears the job down at once: give the launcher a moment to
         # forward what was just printed before it kills the output channels
         time.sleep(ABORT_GRACE_SECONDS)

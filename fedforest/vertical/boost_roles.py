@@ -326,7 +326,8 @@ def _boost(comm, cfg, params, job, source, t_start):
     seeds = tree_seeds(seed, n_trees)
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     bar = progress_bar(cfg, total=params.n_estimators, initial=start // k_out, desc="boosting", unit="round")
-    with model_files.CheckpointWriter(my_dir) as writer:
+    with model_files.kept_on_stop(my_dir, params.n_estimators, "rounds", k_out), \
+            model_files.CheckpointWriter(my_dir) as writer:
         done, failed, stopped = start, False, False
         first = start // k_out
         carry, pending = None, None     # the commit messages not yet sent, and their round

@@ -175,7 +175,7 @@ def master_train(comm, cfg):
     if start:
         log(cfg, f"resuming from checkpoint: {start} of {params.n_estimators} trees already built")
     bar = progress_bar(cfg, total=params.n_estimators, initial=start, desc="training trees", unit="tree")
-    with model_files.CheckpointWriter(my_dir) as writer:
+    with model_files.kept_on_stop(my_dir, params.n_estimators), model_files.CheckpointWriter(my_dir) as writer:
         done = b0 = start
 
         def stored(ids, trees, acks):
@@ -183,9 +183,8 @@ def master_train(comm, cfg):
             nonlocal done
             # a tree counts as done once every party has stored its part
             n = min(a["n_trees"] for a in acks)
-            for t, tree in zip(ids, trees):
-                if t < n:
-                    writer.submit(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
+            writer.submit_batch([(t, tree, dict(manifest, n_trees=t + 1, complete=t + 1 == params.n_estimators))
+                                 for t, tree in zip(ids, trees) if t < n])
             bar.update(max(0, n - done))
             done = n
             return n >= ids[-1] + 1

@@ -11,6 +11,7 @@ Every file is written to a temporary name in the same folder and renamed into
 place, so a crash never leaves a half-written file.  The manifest is rewritten
 after each batch of trees (the checkpoint), so ``n_trees`` counts only complete trees.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..version import __version__
 from ..data.io import read_npz
-from ..errors import InputError
+from ..errors import InputError, Stopped
 from ..federation.files import atomic_write, atomic_write_many
 
 FORMAT = "fedforest-vertical"
@@ -173,10 +174,34 @@ def clear(folder):
             os.unlink(p)
 
 
+@contextlib.contextmanager
+def kept_on_stop(folder, total, unit="trees", per=1):
+    """Around a master's training loop: a signal that stops it (SIGTERM,
+    Ctrl-C) leaves as :class:`~fedforest.errors.Stopped` telling how much of
+    the model the last complete checkpoint in ``folder`` holds (its manifest's
+    trees, divided by ``per``, of ``total`` ``unit``), for the master's one line."""
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt) as exc:
+        stop = Stopped.of(exc)
+        try:
+            n = int((existing_model(folder) or {}).get("n_trees", 0)) // per
+        except (InputError, OSError, ValueError, TypeError):
+            n = None
+        if n is not None:
+            stop.kept = f"{n} of {total} {unit} in {folder}"
+        if stop is exc:
+            raise
+        raise stop from None
+
+
 class CheckpointWriter:
     """Writes finished trees and the manifest from a background thread, so disk
-    syncs overlap the growth of the next tree.  Writes stay in order; an error
-    in the writer is raised by the next :meth:`submit` or by :meth:`close`."""
+    syncs overlap the growth of the next tree.  The trees waiting when the
+    writer gets to them are written together (:func:`write_trees`: one
+    concurrent sync of their files, then the manifest once).  Writes stay in
+    order; an error in the writer is raised by the next :meth:`submit` or by
+    :meth:`close`."""
 
     def __init__(self, folder):
         import queue
@@ -188,16 +213,26 @@ class CheckpointWriter:
         self._thread.start()
 
     def _run(self):
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self._error is not None:
+        import queue
+        done = False
+        while not done:
+            items = [self._queue.get()]
+            # every tree submitted meanwhile goes in the same write: the files are
+            # synced together and the manifest once (as a party writes its batch)
+            while items[-1] is not None:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if items[-1] is None:
+                done = True
+                items.pop()
+            items = [tree for batch in items for tree in batch]
+            if self._error is not None or not items:
                 continue
-            index, arrays, manifest = item
             try:
-                write_tree(self.folder, index, arrays)
-                write_manifest(self.folder, manifest)
+                write_trees(self.folder, [(index, arrays) for index, arrays, _ in items])
+                write_manifest(self.folder, items[-1][2])
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 self._error = exc
 
@@ -206,8 +241,14 @@ class CheckpointWriter:
             raise self._error
 
     def submit(self, index, arrays, manifest):
+        self.submit_batch([(index, arrays, manifest)])
+
+    def submit_batch(self, trees):
+        """Several ``(index, arrays, manifest)`` trees, written together (the
+        last manifest is the one kept)."""
         self._raise()
-        self._queue.put((index, arrays, manifest))
+        if trees:
+            self._queue.put(list(trees))
 
     def close(self):
         """Wait for every pending write; raise the writer's error if any."""

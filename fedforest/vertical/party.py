@@ -95,7 +95,7 @@ def open_training(comm, cfg):
     n_done = check_model_dir(folder, job_id, cfg.resume, cfg.overwrite,
                               f"party {rank} model_dir")
     comm.send(MASTER, {"n_trees": n_done})
-    positions = party_align(comm, rank, table.ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
+    positions = party_align(comm, rank, table.ids, cfg.n_parties)
     table.y = None if table.y is None else table.y[positions]
     table.ids = table.store.ids = None      # training needs the IDs no more
     return table, job_id, folder, n_done, table.aligned(positions)
@@ -444,7 +444,7 @@ def party_predict(comm, cfg):
     comm.send(MASTER, {"job_id": manifest["job_id"], "run_id": manifest.get("run_id"),
                        "n_trees": manifest["n_trees"],
                        "n_rows": len(table_ids), "n_unseen": table.n_unseen})
-    positions = party_align(comm, rank, table_ids, cfg.n_parties, resolve_n_jobs(cfg.n_jobs))
+    positions = party_align(comm, rank, table_ids, cfg.n_parties)
     # the aligned rows only, built column by column (the stored columns freed as they are taken)
     X = table.aligned(positions if rows is None else rows[positions]).dense()
     ids = table_ids.take(positions).to_numpy()

@@ -68,6 +68,7 @@ def _run_two_parties(tamper=False):
         t.start()
     for t in threads:
         t.join(10)
+    _run_two_parties.seen = lead.sent + member.sent    # what the parties sent the master (relay)
     return results
 
 
@@ -100,16 +101,53 @@ def test_the_master_intersects_hashes_in_the_first_partys_order():
     parties with partly shared rows in shuffled orders."""
     from fedforest.transport.base import ProtocolError
     rng = np.random.default_rng(7)
-    universe = rng.integers(0, 256, (80, 32), dtype=np.uint8)
+    from fedforest.crypto.ids import DIGEST_BYTES
+    universe = rng.integers(0, 256, (80, DIGEST_BYTES), dtype=np.uint8)
     for _ in range(60):
         rows = {r: rng.permutation(80)[:rng.integers(0, 80)] for r in range(1, rng.integers(2, 6))}
         got = alignment.shared_positions({r: alignment._digest_keys(universe[i], r) for r, i in rows.items()}, 1)
         where = {r: {universe[i].tobytes(): p for p, i in enumerate(idx)} for r, idx in rows.items()}
         order = [universe[i].tobytes() for i in rows[1] if all(universe[i].tobytes() in where[r] for r in rows)]
         for r in rows:
-            assert got[r].dtype == np.int64
+            assert got[r].dtype == np.int32      # row numbers below 2^31
             assert got[r].tolist() == [where[r][k] for k in order]
     with pytest.raises(ProtocolError, match="party 2 sent the same ID hash twice"):
         alignment._digest_keys(universe[[0, 1, 0]], 2)
-    with pytest.raises(ProtocolError, match="party 3 sent 'digests' that are not rows of 32 bytes"):
-        alignment._digest_keys(universe[:, :16], 3)
+    with pytest.raises(ProtocolError, match=f"party 3 sent 'digests' that are not rows of {DIGEST_BYTES} bytes"):
+        alignment._digest_keys(universe[:, :DIGEST_BYTES // 2], 3)
+
+
+def _master_guesses(seen, ids):
+    """A curious master's attempts at the parties' ID digests from everything it
+    relayed (public keys, sealed boxes): every 32-byte window of those bytes,
+    their SHA-256, the zero key, and unkeyed hashes of the IDs.  Returns the
+    digests of ``ids`` it can compute."""
+    import hashlib
+    from fedforest.crypto.ids import DIGEST_BYTES, hash_ids
+    blobs = [bytes(np.asarray(v, dtype=np.uint8)) for msg in seen for k, v in msg.items()
+             if k != "digests" and isinstance(v, np.ndarray)]
+    keys = {bytes(32)} | {hashlib.sha256(b).digest() for b in blobs} | \
+        {b[i:i + 32] for b in blobs for i in range(0, max(len(b) - 31, 0))}
+    guesses = [hash_ids(ids, k) for k in keys]
+    for h in (hashlib.sha256, hashlib.md5, hashlib.blake2b):
+        guesses.append(np.frombuffer(b"".join(h(str(v).encode()).digest()[:DIGEST_BYTES] for v in ids),
+                                     dtype=np.uint8).reshape(len(ids), DIGEST_BYTES))
+    return guesses
+
+
+def test_a_curious_master_cannot_compute_the_id_digests_it_relays():
+    """The master sees both parties' public keys, the sealed ID secret and the
+    digests: no key it can form from them (nor an unkeyed hash) gives the digests,
+    so it cannot test guessed IDs against them."""
+    out = _run_two_parties()
+    ids = np.array(["a", "b", "c"])
+    assert all(not np.array_equal(g, out[1]) for g in _master_guesses(_run_two_parties.seen, ids))
+
+
+def test_the_curious_master_attack_reads_digests_made_with_a_key_it_can_form(monkeypatch):
+    """The attack above has teeth: with a secret the master can form (the zero
+    key) it computes the digests of guessed IDs."""
+    monkeypatch.setattr(alignment, "random_secret", lambda: bytes(32))
+    out = _run_two_parties()
+    ids = np.array(["a", "b", "c"])
+    assert any(np.array_equal(g, out[1]) for g in _master_guesses(_run_two_parties.seen, ids))

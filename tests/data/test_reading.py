@@ -187,7 +187,7 @@ def horizontal_opts(tmp_path, **kw):
 
 
 def test_horizontal_training_refuses_the_column_and_na_values_make_it_numeric(tmp_path):
-    from fedforest.horizontal.common import load_model
+    from fedforest.horizontal.model_files import load_model
     data = _clients(tmp_path)
     with pytest.raises((InputError, RemoteError)) as info:
         run_horizontal(data, **horizontal_opts(tmp_path))
@@ -202,7 +202,7 @@ def test_horizontal_training_refuses_the_column_and_na_values_make_it_numeric(tm
 
 
 def test_horizontal_categorical_columns_make_it_text(tmp_path):
-    from fedforest.horizontal.common import load_model
+    from fedforest.horizontal.model_files import load_model
     data = _clients(tmp_path)
     run_horizontal(data, **horizontal_opts(tmp_path, categorical_columns=["x"]))
     enc = load_model(str(tmp_path / "hmodel"))["encoding"]

@@ -11,7 +11,7 @@ import pytest
 from _util import mpirun
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
-from fedforest.horizontal.common import load_model
+from fedforest.horizontal.model_files import load_model
 from fedforest.horizontal.efdt.roles import chunks, encode_rows, load_state
 from fedforest.jobs import run_horizontal
 from fedforest.tree import hoeffding as ht

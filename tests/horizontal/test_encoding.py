@@ -3,7 +3,7 @@ row-by-row reference on awkward values."""
 import numpy as np
 import pandas as pd
 
-from fedforest.horizontal.common import MISSING, Encoding, category_codes, distinct_texts, text_of
+from fedforest.horizontal.encoding import MISSING, Encoding, category_codes, distinct_texts, text_of
 
 
 def _reference(col, index, unseen):

@@ -11,7 +11,7 @@ from _util import client_files
 from fedforest.horizontal.fedxgbllr import roles as fedxgbllr
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
-from fedforest.horizontal.common import Encoding
+from fedforest.horizontal.encoding import Encoding
 from fedforest.jobs import run_horizontal
 
 FAST = dict(xgb_trees=24, local_epochs=3, rounds=2, max_depth=3, random_state=0)

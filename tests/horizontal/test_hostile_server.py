@@ -18,7 +18,7 @@ import pytest
 
 from fedforest.errors import InputError, RemoteError
 from fedforest.federation.config import resolve
-from fedforest.horizontal.common import load_model
+from fedforest.horizontal.model_files import load_model
 from fedforest.transport.inprocess import run_inprocess
 from fedforest.tree import format as tree_format
 from fedforest.tree.rules import leaf_rules

@@ -11,7 +11,7 @@ from sklearn.datasets import make_classification
 from _util import client_files
 from fedforest.cli import main
 from fedforest.errors import InputError, RemoteError
-from fedforest.horizontal.common import load_model
+from fedforest.horizontal.model_files import load_model
 from fedforest.horizontal.icdta4fl.roles import filter_trees, split_rows
 from fedforest.jobs import run_horizontal
 from fedforest.tree.id3 import fit_id3

@@ -164,7 +164,7 @@ def test_federated_id3_sets_its_tree_type_and_refuses_another(clients, tmp_path)
 
 
 def test_text_columns_are_encoded_for_cart_and_xgboost(clients, tmp_path):
-    from fedforest.horizontal.common import load_model
+    from fedforest.horizontal.model_files import load_model
     from fedforest.jobs import run_horizontal
     data = [str(clients / "clients" / f"client{k}.csv") for k in (1, 2, 3)]
     run_horizontal(data, mode="centralized", task="classification", label_column="label",

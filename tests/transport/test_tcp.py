@@ -15,7 +15,7 @@ from fedforest.crypto.identity import (Certificate, client_context, keygen, norm
                                        server_context)
 from fedforest.errors import FedForestError, InputError
 from fedforest.federation.network import Policy, join, serve
-from fedforest.horizontal.common import load_model
+from fedforest.horizontal.model_files import load_model
 from fedforest.jobs import run_horizontal, run_vertical
 from fedforest.transport.base import Comm
 from fedforest.transport.tcp import DEFAULT_MAX_FRAME, Party, PeerLost, accept_parties, connect_master

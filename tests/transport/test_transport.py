@@ -1,11 +1,13 @@
 """Channels, message encoding and failure propagation (in-process transport)."""
+import time
+
 import numpy as np
 import pytest
 
 from fedforest.crypto.channel import SecureChannel
 from fedforest.crypto.keys import KeyPair, pair_keys
 from fedforest.errors import ChannelError, RemoteError
-from fedforest.transport.base import WireError, decode, encode
+from fedforest.transport.base import Comm, WireError, decode, encode
 from fedforest.transport.inprocess import run_inprocess
 
 
@@ -261,3 +263,91 @@ def test_master_reports_a_stuck_party_after_reply_timeout():
 
     with pytest.raises(FedForestError, match="rank 2 sent nothing for 0.5 s"):
         run_inprocess(2, master, party)
+
+
+# -- a stop every rank takes part in (what srun needs to report the job's own exit code) --
+def _cooperative_comms(n_parties):
+    from fedforest.transport.inprocess import InProcessNetwork, InProcessTransport
+    net = InProcessNetwork(n_parties + 1)
+    raws = [InProcessTransport(net, r) for r in range(n_parties + 1)]
+    for raw in raws:
+        raw.cooperative_stop = True
+    return net, [Comm(raw) for raw in raws]
+
+
+def _party_thread(comm, outcome, busy=None):
+    import threading
+
+    from fedforest.transport.runner import run_rank
+
+    def role(c):
+        c.handshake()
+        if busy is not None:
+            busy.wait(timeout=30)         # "in a kernel": receives nothing
+        c.recv(0)
+        return "returned"
+
+    def run():
+        try:
+            outcome[comm.rank] = run_rank(comm, None, role)
+        except SystemExit as exc:
+            outcome[comm.rank] = exc.code
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_master_stop_ends_every_waiting_party_with_its_exit_code():
+    net, comms = _cooperative_comms(3)
+    outcome = {}
+    threads = [_party_thread(c, outcome) for c in comms[1:]]
+    comms[0].handshake()
+    assert comms[0].stop_parties(2) is True
+    for t in threads:
+        t.join(timeout=10)
+    assert outcome == {1: 2, 2: 2, 3: 2}
+    assert not net.stopped.is_set()           # no abort: each rank ended by itself
+
+
+def test_a_party_that_does_not_answer_a_stop_is_left_to_the_abort(monkeypatch):
+    import threading
+    from fedforest.transport import base
+    monkeypatch.setattr(base, "STOP_ACK_SECONDS", 0.3)
+    net, comms = _cooperative_comms(2)
+    busy = threading.Event()
+    outcome = {}
+    threads = [_party_thread(comms[1], outcome), _party_thread(comms[2], outcome, busy)]
+    comms[0].handshake()
+    t0 = time.monotonic()
+    assert comms[0].stop_parties(2) is False
+    assert time.monotonic() - t0 < 3
+    busy.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert outcome[1] == 2
+
+
+def test_a_party_reporting_an_error_ends_with_the_masters_code():
+    from fedforest.errors import RemoteError
+    from fedforest.transport.runner import run_rank
+    import threading
+    net, comms = _cooperative_comms(1)
+    codes = {}
+
+    def party(comm):
+        comm.handshake()
+        raise ValueError("bad party file")
+
+    def run():
+        try:
+            run_rank(comms[1], None, party)
+        except SystemExit as exc:
+            codes[1] = exc.code
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    comms[0].handshake()
+    with pytest.raises(RemoteError):
+        comms[0].recv(1)
+    assert comms[0].stop_parties(2) is True
+    t.join(timeout=10)
+    assert codes == {1: 2}

@@ -1,6 +1,8 @@
 """Checkpoints and --resume (in-process; the mpiexec variant is in test_mpi.py)."""
 import logging
+import os
 
+import numpy as np
 import pytest
 from sklearn.datasets import make_regression
 
@@ -58,3 +60,24 @@ def test_resume_with_overwrite_and_changed_settings_says_it_restarts(tmp_path, c
     caplog.clear()
     s = run_job("train", frames, max_depth=4, resume=True, overwrite=True, **opts)
     assert s["trees_built"] == 0 and "restarts from tree 0" not in caplog.text
+
+
+def test_the_master_writes_a_batch_of_trees_with_one_manifest(tmp_path, monkeypatch):
+    """A checkpoint of many trees is one concurrent write of their files and one
+    manifest (the master is then no slower to checkpoint than a party)."""
+    from fedforest.vertical import model_files
+    manifests, tree_writes = [], []
+    write_manifest, write_trees = model_files.write_manifest, model_files.write_trees
+    monkeypatch.setattr(model_files, "write_manifest",
+                        lambda folder, m: (manifests.append(m["n_trees"]), write_manifest(folder, m)))
+    monkeypatch.setattr(model_files, "write_trees",
+                        lambda folder, trees: (tree_writes.append(len(trees)), write_trees(folder, trees)))
+    arrays = {"feature": np.arange(3, dtype=np.int32)}
+    with model_files.CheckpointWriter(str(tmp_path)) as writer:
+        writer.submit_batch([(t, arrays, {"n_trees": t + 1}) for t in range(40)])
+        writer.submit_batch([(t, arrays, {"n_trees": t + 1}) for t in range(40, 45)])
+    assert sum(tree_writes) == 45 and len(tree_writes) <= 2 and manifests[-1] == 45
+    assert len(manifests) == len(tree_writes)
+    assert sorted(os.listdir(tmp_path / "trees")) == sorted(os.path.basename(model_files._tree_path("", t))
+                                                          for t in range(45))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]

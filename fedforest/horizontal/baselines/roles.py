@@ -2,8 +2,8 @@
 import numpy as np
 
 from ...federation.rounds import ask
-from ..common import fit_client_tree, run_tree_client, run_tree_server
-from ..common import explain, predict_proba  # noqa: F401  (the modes' local roles)
+from ..client_tree import fit_client_tree, run_tree_client, run_tree_server
+from ..model_files import explain, predict_proba  # noqa: F401  (the modes' local roles)
 
 SEND_ROWS = "send_rows"      # server -> client (centralized): send your rows and labels
 

@@ -19,10 +19,11 @@ from ...federation.metrics import class_scores
 from ...federation.rounds import Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import hoeffding as ht
-from ..common import (MISSING, SERVER, ClientTable, Encoding, bad_message, check_categories, check_clients,
-                      check_model_folder, check_world, client_dir, client_what, field_of, job_seed, job_seed_of,
-                      log, message_encoding, number_array, same_setting, same_settings, save_model, server_dir,
-                      table_settings, text_of, whole_number)
+from ..encoding import MISSING, ClientTable, Encoding, client_what, table_settings, text_of
+from ..message_checks import (bad_message, check_categories, field_of, job_seed_of, message_encoding, number_array,
+                              same_setting, same_settings, whole_number)
+from ..model_files import check_model_folder, client_dir, save_model, server_dir
+from ..setup import SERVER, check_clients, check_world, job_seed, log
 
 LEARN = "learn_chunk"        # server -> client: (adopt this tree,) predict then learn your next chunk
 SEND_CHUNK = "send_chunk"    # server -> client (centralized): send your next chunk's rows

@@ -10,8 +10,8 @@ import numpy as np
 from ...federation.rounds import ask
 from ...tree.id3 import Builder
 from ...tree.impurity import entropy
-from ..common import (bad_message, field_of, global_tree, no_rules, run_tree_client, run_tree_server,
-                      whole_number)
+from ..client_tree import global_tree, no_rules, run_tree_client, run_tree_server
+from ..message_checks import bad_message, field_of, whole_number
 from .. import binned_id3 as binned
 from ..binned_id3 import explain, predict_proba  # noqa: F401  (the mode's local roles)
 

@@ -28,7 +28,8 @@ import numpy as np
 from ...federation import protocol
 from ...federation.rounds import ask, serve
 from ...tree import format as tree_format
-from ..common import bad_message, field_of, log, message_tree, number_array, same_settings
+from ..message_checks import bad_message, field_of, message_tree, number_array, same_settings
+from ..setup import log
 from . import ga, n_active
 from .roles import (bin_edges, cart, cv_scores, best_depth, explain, finish_server,  # noqa: F401
                     is_classification, n_classes, predict_proba, start_client, start_server)

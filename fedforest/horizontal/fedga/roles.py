@@ -26,9 +26,11 @@ from ...federation.rounds import SERVER, Done, ask, serve
 from ...tree import format as tree_format
 from ...tree import structure
 from ...tree.rules import NUMERIC, Rule, leaf_rules
-from ..common import (MIXED, bad_message, client_dir, client_setup, client_what, explain as tree_explain, field_of,
-                      job_seed, job_seed_of, log, number_array, same_settings, save_model, server_setup, text_of,
-                      true_or_false, whole_number)
+from ..encoding import MIXED, client_what, text_of
+from ..message_checks import (bad_message, field_of, job_seed_of, number_array, same_settings, true_or_false,
+                              whole_number)
+from ..model_files import client_dir, explain as tree_explain, save_model
+from ..setup import client_setup, job_seed, log, server_setup
 from . import CLASSIFICATION_POPULATION, REGRESSION_POPULATION, compare, ga, n_active
 
 PROPOSE = "propose_depth"    # server -> client: cross-validate depths, send yours and your noisy size

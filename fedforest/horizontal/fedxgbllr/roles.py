@@ -29,8 +29,10 @@ from ...federation.aggregate import client_metrics, fedavg, in_rank_order
 from ...federation.files import atomic_write, replaced_folder, write_summary
 from ...federation.metrics import class_scores
 from ...federation.rounds import Done, ask, serve
-from ..common import (Encoding, bad_message, client_dir, client_setup, field_of, job_seed, job_seed_of, log,
-                      number_array, same_settings, server_dir, server_setup, whole_number, write_model_doc)
+from ..encoding import Encoding
+from ..message_checks import bad_message, field_of, job_seed_of, number_array, same_settings, whole_number
+from ..model_files import client_dir, server_dir, write_model_doc
+from ..setup import client_setup, job_seed, log, server_setup
 from . import DEFAULT_DEPTH, cnn
 
 SERVER = 0

@@ -18,8 +18,10 @@ from ...federation.rounds import ask
 from ...tree.id3 import id3_from_rules
 from ...tree.rules import CATEGORICAL, NUMERIC, MergeStats, RuleArrays, aggregate, leaf_rules, tree_from_rules
 from . import cells as cover
-from ..common import (TRAIN_LOCAL, bad_message, field_of, log, number_array, run_tree_client, run_tree_server,
-                      tree_proba)
+from ..client_tree import TRAIN_LOCAL, run_tree_client, run_tree_server
+from ..message_checks import bad_message, field_of, number_array
+from ..model_files import tree_proba
+from ..setup import log
 from .. import binned_id3 as binned
 from ..binned_id3 import explain as binned_explain
 from ..binned_id3 import predict_proba  # noqa: F401  (the mode's local role)
