@@ -1,5 +1,6 @@
 """FedGA-Tree's scores: the positive class of binary F1 (fitness, depth
 cross-validation, reported metrics) and the noise scale of the IBM tree."""
+import json
 import os
 
 import numpy as np
@@ -144,6 +145,32 @@ def test_positive_class_needs_two_classes(tmp_path, positives):
                        model_dir=str(tmp_path / "m"))
     s = _run(paths, tests, tmp_path)                                # multiclass: macro-F1, no positive class
     assert "positive_class" not in s and positives == []
+
+
+# ---------------------------------------------------------------------------
+# refit: the last step keeps the tree it scored, or refits the structure on all rows
+# ---------------------------------------------------------------------------
+def _saved_trees(summary):
+    return {r: json.load(open(os.path.join(d, "model.json")))["tree"] for r, d in summary["model_dirs"].items()}
+
+
+def test_refit_false_keeps_the_tree_fitted_on_the_fit_rows(tmp_path):
+    paths, tests = _imbalanced(tmp_path)
+    kept = _run(paths, tests, tmp_path, refit=False)
+    kept_trees = _saved_trees(kept)
+    refit = _run(paths, tests, tmp_path, overwrite=True)            # the default: refit on all rows
+    refit_trees = _saved_trees(refit)
+    assert kept["refit"] is False and refit["refit"] is True
+    assert kept["population"] == refit["population"]                # the same search; only the last step differs
+    assert kept["chosen_structure"] == refit["chosen_structure"]
+    for r, path in enumerate(paths, start=1):
+        counts = pd.read_csv(path)["y"].value_counts()
+        fit_rows = sum(int(round(0.8 * n)) for n in counts)        # the stratified fit rows (train_ratio 0.8)
+        assert kept_trees[r]["n_node_samples"][0] == fit_rows < counts.sum()
+        assert refit_trees[r]["n_node_samples"][0] == counts.sum()
+        assert kept["population_fitness"][r] == refit["population_fitness"][r]
+    with pytest.raises(InputError, match=r"refit: must be true or false, got 'no'"):
+        _run(paths, tests, tmp_path, refit="no", overwrite=True)
 
 
 # ---------------------------------------------------------------------------

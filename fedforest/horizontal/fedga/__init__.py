@@ -57,6 +57,10 @@ PARAMS = _DEPTH_RANGE + (
     Param("generations", 100, (Interval(int, 1, 10_000),), "generations of the genetic algorithm"),
     Param("train_ratio", 0.8, (Interval(numbers.Real, 0, 1, closed="right"),),
           "share of each client's rows that fits a candidate; the rest scores it (stratified, seeded)"),
+    Param("refit", True, (bool,),
+          "last round: each client refits the structure it chose on all its training rows (true), or keeps "
+          "the tree it scored, fitted on its train_ratio fit rows (false, Algorithm 1's last step; see "
+          "'Imbalanced two-class data' in docs/fedga.md)"),
     Param("leaf_ratio", 0.01, (Interval(numbers.Real, 0, 1, closed="left"),),
           "probability that a slot of a random structure is a leaf (nil)"),
     Param("tournament_size", 3, (Interval(int, 1, 10_000),), "members drawn per tournament"),

@@ -9,7 +9,8 @@ votes of Eq. 1 and 2).  Rounds 3..G+2: one per generation; each active client
 fits thresholds and leaf values of the candidates it has not scored yet on
 its fit rows and returns their fitness on its validation rows.  Last round:
 the final population goes to every client, which keeps the structure that
-scores best on its own rows, refits it on all its training rows and saves it.
+scores best on its own rows, refits it on all its training rows (or, with
+``refit`` false, keeps the tree it scored, fitted on its fit rows) and saves it.
 """
 import math
 import time
@@ -180,7 +181,7 @@ def setup_settings(cfg, name, enc):
         pos = v.get("positive_class")
         out["positive_class"] = None if pos is None else label_text(pos)
     if name == "fedga":
-        out.update(train_ratio=float(cfg.train_ratio), epsilon=float(cfg.epsilon),
+        out.update(train_ratio=float(cfg.train_ratio), refit=bool(cfg.refit), epsilon=float(cfg.epsilon),
                    phi_threshold=float(cfg.phi_threshold), theta_threshold=float(cfg.theta_threshold),
                    unique_threshold=float(cfg.unique_threshold))
     return out
@@ -395,6 +396,7 @@ def server_train(comm, cfg):
     final = ask(comm, protocol.FINAL, {"population": parents, "depth": depth, "use_all": use_all})
     summary.update(
         depth=depth, proposed_depths={r: props[r]["depth"] for r in first}, score_on_all_rows=bool(use_all),
+        refit=bool(setup["refit"]),
         elitism=bool(elitism), history=history, best_fitness=float(parent_fit[0]),
         population=parents.tolist(), structures_fitted=fitted,
         seconds_per_generation=g_seconds / cfg.generations,
@@ -460,15 +462,19 @@ def client_train(comm, cfg):
     # structures of joining clients and, under elitism, the clients' own structures
     max_candidates = 2 * check.size + 2 * cfg.n_parties
 
-    def fitness(pop, use_all):
+    def scored(pop, use_all):
+        """The trees of ``pop`` fitted on the fit rows (a batch) and their fitness on the held-out rows."""
         pop = np.asarray(pop, dtype=np.int32)
         if pop.shape[0] == 0:
-            return np.empty(0)
+            return None, np.empty(0)
         rows_fit, rows_val = (all_rows, all_rows) if use_all else (fit_rows, val_rows)
         batch = structure.fit_batch(c.X, c.y, rows_fit, pop, n_classes(enc))
         Xv, yv = c.X[rows_val], c.y[rows_val]
-        return np.array([score(yv, predictions(structure.batch_tree(batch, p), Xv, enc), enc, c.positive)
-                         for p in range(pop.shape[0])])
+        return batch, np.array([score(yv, predictions(structure.batch_tree(batch, p), Xv, enc), enc, c.positive)
+                                for p in range(pop.shape[0])])
+
+    def fitness(pop, use_all):
+        return scored(pop, use_all)[1]
 
     def own_structure(depth):
         if state["own"] is None or state["own_depth"] != depth:
@@ -514,10 +520,12 @@ def client_train(comm, cfg):
         depth = check.global_depth(protocol.FINAL, "depth", field_of(msg, protocol.FINAL, "depth"))
         pop = check.strings(protocol.FINAL, "population", field_of(msg, protocol.FINAL, "population"),
                             rows=check.size)
-        scores = fitness(pop, check.use_all(protocol.FINAL, field_of(msg, protocol.FINAL, "use_all")))
+        batch, scores = scored(pop, check.use_all(protocol.FINAL, field_of(msg, protocol.FINAL, "use_all")))
         best = int(np.argmax(scores))
-        batch = structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc))
-        tree = structure.batch_tree(batch, 0)
+        if s["refit"]:      # the chosen structure on all training rows; else the tree it scored
+            tree = structure.batch_tree(structure.fit_batch(c.X, c.y, all_rows, pop[best:best + 1], n_classes(enc)), 0)
+        else:
+            tree = structure.batch_tree(batch, best)
         dist = structure.preorder_distance(pop[best], own_structure(depth))
         # the local baseline (mode fedga_local's tree: CART of this client's cross-validated
         # depth), scored beside the federated tree; not saved
