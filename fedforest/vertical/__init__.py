@@ -39,7 +39,9 @@ PARAMS = tuple(
           "bits per encrypted statistic (None: just enough for the rows)"),
     Param("encrypt_workers", None, (None, Interval(int, 1, 1024)),
           "processes the label holder uses to make the randomness of its encryptions with its own "
-          "key (None: every core of its host, as n_jobs = -1 gives; the other parties wait for it)"),
+          "key, and threads a party uses for its encrypted sums and the label holder for its "
+          "decryptions (None: every core of its host, as n_jobs = -1 gives; the other parties wait "
+          "for these steps)"),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),

@@ -488,6 +488,7 @@ def client_train(comm, cfg):
     if start % k_out:
         raise bad_message(f"'start' must be a whole round of {k_out} trees, got {start}")
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
+    splitter.crypto_workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
     B.warm_up(settings.split_method)
     predict.warm_up()
     manifest = {

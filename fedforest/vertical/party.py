@@ -147,6 +147,7 @@ def party_train(comm, cfg):
         cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
         tree_grower.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
+    splitter.crypto_workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
     tree_grower.warm_up(settings.split_method, settings.is_classification)
     manifest = {
         "role": "party", "rank": rank, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,

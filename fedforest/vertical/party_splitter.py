@@ -502,10 +502,15 @@ class PartySplitter:
     def _finished(self):
         return self._current.finished
 
-    @staticmethod
-    def crypto_threads():
-        """Threads of this rank's homomorphic arithmetic (its ``n_jobs``)."""
-        return numba_threads.threads()
+    #: threads of this rank's homomorphic arithmetic (set by the party's role from its own
+    #: settings); None: the kernel threads
+    crypto_workers = None
+
+    def crypto_threads(self):
+        """Threads of this rank's homomorphic sums and decryptions: the other
+        ranks wait for them, so the role gives them every core of the rank
+        (``encrypt_workers``, else ``n_jobs`` counted as if alone on the host)."""
+        return self.crypto_workers or numba_threads.threads()
 
     def timed(self, stage, seconds):
         """Add ``seconds`` to the time of ``stage`` (see :attr:`seconds`)."""

@@ -31,7 +31,7 @@ from ...tree import criterion, splitter
 from ...tree.binning import MISSING_BIN
 from ...tree.growth import PARTY_COLUMNS, gain_scale, min_leaf_weight
 from ..messages import bad_message, int_array, int_value, node_list, shown
-from ..party_splitter import OwnSplits, PartySplitter
+from ..party_splitter import OwnSplits
 from ...tree.importance import node_shares
 from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own, hist_layout, node_int_stats
 
@@ -298,7 +298,7 @@ class KeyHolder(OwnSplits):
                 raise bad_message("'wcnt' is shorter than the pairs need")
             at_cnt += n_cnt
             n_ct = self.spec.n_ciphertexts(n_values)
-            values = self._decrypt(blocks[at_ct:at_ct + n_ct], n_ct, n_values, f"sums of party {p + 1}")
+            values = self._decrypt(sp, blocks[at_ct:at_ct + n_ct], n_ct, n_values, f"sums of party {p + 1}")
             at_ct += n_ct
             pos = 0
             for i, (j, f) in enumerate(zip(pnodes.tolist(), feats.tolist())):
@@ -374,14 +374,14 @@ class KeyHolder(OwnSplits):
             raise ProtocolIntegrityError(f"sums of party {p + 1} do not match its row counts; the "
                                          "ciphertexts were altered or made under another key")
 
-    def _decrypt(self, blocks, n_ct, n_values, what):
+    def _decrypt(self, sp, blocks, n_ct, n_values, what):
         if blocks.shape[0] != n_ct or (n_ct and blocks.shape[1] != self.key.public.ciphertext_bytes):
             raise bad_message(f"{what}: {blocks.shape[0]} ciphertexts for {n_values} values")
         cts = self.key.public.deserialize(blocks, what) if n_ct else []
         self.decrypted += len(cts)
         t0 = time.perf_counter()
         try:
-            plain = P.parallel_map(self.key.decrypt, cts, PartySplitter.crypto_threads())
+            plain = P.parallel_map(self.key.decrypt, cts, sp.crypto_threads())
             return self.spec.unpack_values(plain, n_values)
         except InputError:
             raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
