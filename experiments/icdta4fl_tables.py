@@ -37,6 +37,14 @@ from the JSON and leaves out runs recorded with other settings, or none).
     .venv/bin/python experiments/icdta4fl_tables.py              # full run
     .venv/bin/python experiments/icdta4fl_tables.py --quick --out /tmp/r --allow-dirty   # smoke run
     .venv/bin/python experiments/icdta4fl_tables.py --replot     # the figure from the JSON
+
+The grid can run as several processes (the work is mostly one core per
+process), each on part of it, writing its finished cells to a file that a
+stopped run also goes on from; the tables are then written from the cells:
+
+    .venv/bin/python experiments/icdta4fl_tables.py --datasets dna --cells /tmp/dna.jsonl
+    .venv/bin/python experiments/icdta4fl_tables.py --datasets satellite --cells /tmp/sat.jsonl
+    .venv/bin/python experiments/icdta4fl_tables.py --merge /tmp/dna.jsonl /tmp/sat.jsonl
 """
 import argparse
 import datetime
@@ -160,8 +168,16 @@ def main(argv=None):
     ap.add_argument("--out", default=OUT, help=f"folder of the result files (default {OUT})")
     ap.add_argument("--replot", action="store_true",
                     help="redraw icdta4fl_tables.png from icdta4fl_tables.json instead of running")
+    ap.add_argument("--cells", default=None, metavar="PATH.jsonl",
+                    help="append every finished cell to this file and skip the cells it already holds "
+                         "(a run of part of the grid, or one that was stopped, goes on from it)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="PATH.jsonl",
+                    help="write the tables from the cells of these files (runs of parts of the grid, "
+                         "from one commit) instead of running")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.replot:
         with open(os.path.join(args.out, "icdta4fl_tables.json")) as fh:
             doc = json.load(fh)
@@ -173,23 +189,73 @@ def main(argv=None):
     seeds = args.seeds
     if args.quick:
         datasets, clients, seeds = ["housevotes84", "spambase"], [2, 5], 1
-    results = {}
+    results = read_cells([args.cells], prov["git_commit"], seeds) if args.cells and os.path.exists(args.cells) else {}
     t_all = time.perf_counter()
     for name in datasets:
         X, y = load(name)
         X_by_type = {"id3": for_id3(X), "cart": for_cart(X)}
         for dist in ("IID", "non-IID"):
             for k in clients:
+                key = f"{name}|{dist}|{k}"
+                if key in results:
+                    continue
                 runs = []
+                t_cell = time.perf_counter()
                 for seed in range(seeds):
                     with tempfile.TemporaryDirectory() as work:
                         runs.append(run_one(name, X_by_type, y, k, dist, seed, work))
-                results[f"{name}|{dist}|{k}"] = runs
+                results[key] = runs
+                if args.cells:
+                    with open(args.cells, "a") as fh:
+                        fh.write(json.dumps({"key": key, "runs": runs, "seeds": seeds, "seconds":
+                                             time.perf_counter() - t_cell, "provenance": prov},
+                                            default=float) + "\n")
                 cells = {m: np.mean([r[m]["acc"] for r in runs if "acc" in r[m]]) for m, _, _ in METHODS}
                 print(f"{name:13s} {dist:7s} K={k:2d} " + "  ".join(f"{m}: {v:.4f}" for m, v in cells.items()),
                       flush=True)
     write(results, datasets, clients, seeds, " ".join(sys.argv[1:] if argv is None else argv),
           time.perf_counter() - t_all, prov, args.out)
+    return 0
+
+
+def read_cells(paths, commit=None, seeds=None):
+    """The cells of ``--cells`` files, ``{key: runs}``; refuses cells made at
+    another commit or with another number of seeds than ``commit``/``seeds``
+    (when given) or than each other."""
+    out, commits, n_seeds = {}, set(), set()
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                if line.strip():
+                    cell = json.loads(line)
+                    out[cell["key"]] = cell["runs"]
+                    commits.add(cell["provenance"]["git_commit"])
+                    n_seeds.add(cell["seeds"])
+    commits |= {commit} if commit and out else set()
+    n_seeds |= {seeds} if seeds and out else set()
+    if len(commits) > 1 or len(n_seeds) > 1:
+        raise SystemExit(f"cells from several commits {sorted(commits)} or seed counts {sorted(n_seeds)}: "
+                         "rerun them from one commit")
+    return out
+
+
+def merge(paths, out):
+    """Write the tables from the cells of ``paths`` (one commit, one seed count)."""
+    cells = []
+    for path in paths:
+        with open(path) as fh:
+            cells += [json.loads(line) for line in fh if line.strip()]
+    results = read_cells(paths)
+    names = [d for d in DATASETS if any(k.startswith(d + "|") for k in results)]
+    clients = sorted({int(k.split("|")[2]) for k in results})
+    missing = [f"{d}|{dist}|{k}" for d in names for dist in ("IID", "non-IID") for k in clients
+               if f"{d}|{dist}|{k}" not in results]
+    if missing:
+        raise SystemExit(f"cells missing from {paths}: {', '.join(missing)}")
+    prov = dict(cells[0]["provenance"], command="python experiments/icdta4fl_tables.py --merge "
+                + " ".join(os.path.relpath(p, ROOT) for p in paths))
+    write(results, names, clients, cells[0]["seeds"], "--merge " + " ".join(os.path.relpath(p, ROOT) for p in paths),
+          sum(c["seconds"] for c in cells), prov, out)
     return 0
 
 
