@@ -17,6 +17,7 @@ histograms, :func:`best_splits_from_hists`) or from sorted raw values
   training (numba does not keep it as tight), so the repetition is deliberate;
   tests check both kernels against one brute-force reference.
 """
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -210,38 +211,136 @@ def _best_per_node(n_nodes, pair_node, pair_feat, gain, where, ml):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _add_hist(hist, cnt, col, rows, s, e, ycls, yw, is_clf):
-    """Add rows ``rows[s:e]`` to one feature's histogram (in row order)."""
+def _add_one(H, C, col, rows, s, e, o, lim, ycls, yw, is_clf):
+    """Add rows ``rows[s:e]`` to one feature's compact histogram (bins from
+    ``H[o]`` on, the missing bin at ``o + lim``), in row order."""
     if is_clf:
         for k in range(s, e):
             r = rows[k]
-            b = col[r]
-            cnt[b] += 1
-            hist[b, ycls[r]] += yw[r, 0]
+            i = o + min(np.int64(col[r]), lim)
+            C[i] += 1
+            H[i, ycls[r]] += yw[r, 0]
     else:
         for k in range(s, e):
             r = rows[k]
-            b = col[r]
-            cnt[b] += 1
-            hist[b, 0] += yw[r, 0]
-            hist[b, 1] += yw[r, 1]
-            hist[b, 2] += yw[r, 2]
+            i = o + min(np.int64(col[r]), lim)
+            C[i] += 1
+            H[i, 0] += yw[r, 0]
+            H[i, 1] += yw[r, 1]
+            H[i, 2] += yw[r, 2]
 
 
-#: the (node, feature) pairs of a histogram search run in at most this many
-#: blocks, each with one set of scratch arrays (enough blocks to share out
-#: among many threads)
-PAIR_BLOCKS = 256
+@njit(cache=True, nogil=True)
+def _add_rows(H, C, Xb, rows, s, e, feat, base, lim, ycls, yw, is_clf):
+    """Add rows ``rows[s:e]`` to the compact histograms of features ``feat``
+    (feature ``feat[t]``'s bins from ``H[base[t]]`` on, its missing bin at
+    ``base[t] + lim[t]``, ``lim[t]`` its number of bins).  Four features
+    share each pass over the rows (one load of a row's statistics, four
+    independent sums), and each bin's sums are still added in row order."""
+    n_sel = feat.shape[0]
+    t = 0
+    while t + 4 <= n_sel:
+        c0 = Xb[:, feat[t]]
+        c1 = Xb[:, feat[t + 1]]
+        c2 = Xb[:, feat[t + 2]]
+        c3 = Xb[:, feat[t + 3]]
+        o0, o1, o2, o3 = base[t], base[t + 1], base[t + 2], base[t + 3]
+        l0, l1, l2, l3 = lim[t], lim[t + 1], lim[t + 2], lim[t + 3]
+        if is_clf:
+            for k in range(s, e):
+                r = rows[k]
+                c = ycls[r]
+                w = yw[r, 0]
+                i0 = o0 + min(np.int64(c0[r]), l0)
+                i1 = o1 + min(np.int64(c1[r]), l1)
+                i2 = o2 + min(np.int64(c2[r]), l2)
+                i3 = o3 + min(np.int64(c3[r]), l3)
+                C[i0] += 1
+                H[i0, c] += w
+                C[i1] += 1
+                H[i1, c] += w
+                C[i2] += 1
+                H[i2, c] += w
+                C[i3] += 1
+                H[i3, c] += w
+        else:
+            for k in range(s, e):
+                r = rows[k]
+                g0 = yw[r, 0]
+                g1 = yw[r, 1]
+                g2 = yw[r, 2]
+                i0 = o0 + min(np.int64(c0[r]), l0)
+                i1 = o1 + min(np.int64(c1[r]), l1)
+                i2 = o2 + min(np.int64(c2[r]), l2)
+                i3 = o3 + min(np.int64(c3[r]), l3)
+                C[i0] += 1
+                H[i0, 0] += g0
+                H[i0, 1] += g1
+                H[i0, 2] += g2
+                C[i1] += 1
+                H[i1, 0] += g0
+                H[i1, 1] += g1
+                H[i1, 2] += g2
+                C[i2] += 1
+                H[i2, 0] += g0
+                H[i2, 1] += g1
+                H[i2, 2] += g2
+                C[i3] += 1
+                H[i3, 0] += g0
+                H[i3, 1] += g1
+                H[i3, 2] += g2
+        t += 4
+    while t < n_sel:
+        _add_one(H, C, Xb[:, feat[t]], rows, s, e, base[t], lim[t], ycls, yw, is_clf)
+        t += 1
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True)
+def _pair_units(pair_node, starts, ends, n_threads):
+    """Cut the (node, feature) pairs, node by node, into runs that each build
+    their histograms together (:func:`_add_rows`): one run per node on
+    one thread; on more, a node's pairs are cut into as many runs as its
+    share of the rows x features work takes of about ``4 * n_threads``
+    equal parts.  Returns the runs' first and end pair.  The results do not
+    depend on the cut: each (node, feature) histogram is built by one run,
+    rows in order."""
+    n_pairs = pair_node.shape[0]
+    total = 0
+    for i in range(n_pairs):
+        total += ends[pair_node[i]] - starts[pair_node[i]]
+    part = max(1, total // (BLOCKS_PER_THREAD * n_threads)) if n_threads > 1 else total + 1
+    lo = np.empty(n_pairs + 1, dtype=np.int64)
+    hi = np.empty(n_pairs + 1, dtype=np.int64)
+    n_units = 0
+    i = 0
+    while i < n_pairs:
+        j = pair_node[i]
+        e = i
+        while e < n_pairs and pair_node[e] == j:
+            e += 1
+        m = e - i
+        work = (ends[j] - starts[j]) * m
+        c = min(m, max(1, -(-work // part)))
+        for q in range(c):
+            lo[n_units] = i + m * q // c
+            hi[n_units] = i + m * (q + 1) // c
+            n_units += 1
+        i = e
+    return lo[:n_units], hi[:n_units]
+
+
+#: runs of pairs per thread of a histogram search (a few, so uneven nodes share out)
+BLOCKS_PER_THREAD = 4
+
+
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                      parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp):
     """Best histogram split of every open node over the allowed local features.
 
     ``Xb`` is the (n_rows, n_features) uint8 bin code matrix (``MISSING_BIN`` for
-    NaN), ``n_bins[f]`` the number of non-missing bins of feature ``f`` and
+    NaN; column-major),
+    ``n_bins[f]`` the number of non-missing bins of feature ``f`` and
     ``fmask[j, f]`` whether node ``j`` may split on feature ``f``.
 
     Histogram subtraction: where ``parent_slot[j] >= 0`` and
@@ -261,14 +360,26 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
 
     Every bin's statistics are added in row order and only the bins a
     feature has (and its missing bin) are touched, so a pair costs its rows
-    plus its bins.  Blocks of pairs run in parallel and the pairs are
-    reduced in feature order, so the result does not depend on the number
-    of threads.
+    plus its bins; four features share a pass over the rows.  Runs of a
+    node's pairs (:func:`_pair_units`, sized to this thread's kernel
+    threads) run in parallel, and the pairs are reduced in feature order, so
+    the result does not depend on the number of threads.
 
     ``node_w``, ``node_imp``: the nodes' weights and impurities when the caller
     knows them (as :func:`.criterion.node_weights` gives them), or empty
     arrays to compute them here (one more pass over the rows).
     """
+    return _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
+                        w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
+                        parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp,
+                        numba.get_num_threads())
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
+                 w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
+                 parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads):
+    """:func:`best_splits_hist` on ``n_threads`` threads."""
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
     w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
@@ -287,8 +398,45 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
             n_kept += n_bins[pair_feat[i]] + 1
     kept_hist = np.empty((n_kept, S))
     kept_cnt = np.empty(n_kept, dtype=np.int32)
-    n_blocks = min(n_pairs, PAIR_BLOCKS)
-    for blk in prange(n_blocks):
+    unit_lo, unit_hi = _pair_units(pair_node, starts, ends, n_threads)
+    for u in prange(unit_lo.shape[0]):
+        lo = unit_lo[u]
+        m = unit_hi[u] - lo
+        j = pair_node[lo]
+        # the run's histograms, compact (each feature's bins, then its missing bin),
+        # built from the node's rows or, where the parent kept its own, the sibling's
+        src = np.full(m, -1, dtype=np.int64)
+        base = np.empty(m, dtype=np.int64)
+        size = 0
+        n_sub = 0
+        for q in range(m):
+            f = pair_feat[lo + q]
+            if parent_slot[j] >= 0:
+                src[q] = cache_index[parent_slot[j], f]
+            if src[q] >= 0:
+                n_sub += 1
+            base[q] = size
+            size += n_bins[f] + 1
+        H = np.zeros((size, S))
+        C = np.zeros(size, dtype=np.int64)
+        for from_sibling in (False, True):
+            n_sel = n_sub if from_sibling else m - n_sub
+            if n_sel == 0:
+                continue
+            feat = np.empty(n_sel, dtype=np.int64)
+            fbase = np.empty(n_sel, dtype=np.int64)
+            lim = np.empty(n_sel, dtype=np.int64)
+            t = 0
+            for q in range(m):
+                if (src[q] >= 0) == from_sibling:
+                    feat[t] = pair_feat[lo + q]
+                    fbase[t] = base[q]
+                    lim[t] = n_bins[feat[t]]
+                    t += 1
+            if from_sibling:
+                _add_rows(H, C, Xb, rows, sib_starts[j], sib_ends[j], feat, fbase, lim, ycls, yw, is_clf)
+            else:
+                _add_rows(H, C, Xb, rows, starts[j], ends[j], feat, fbase, lim, ycls, yw, is_clf)
         hist = np.empty((MISSING_BIN + 1, S))
         cnt = np.empty(MISSING_BIN + 1, dtype=np.int64)
         tot = np.empty(S)
@@ -297,39 +445,30 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
         lm = np.empty(S)
         rm = np.empty(S)
         prox = np.empty(2 * (MISSING_BIN + 1))
-        for i in range(blk * n_pairs // n_blocks, (blk + 1) * n_pairs // n_blocks):
-            j = pair_node[i]
+        for q in range(m):
+            i = lo + q
             f = pair_feat[i]
             nb = n_bins[f]
-            # only the feature's bins and the missing bin are used
-            hist[:nb] = 0.0
-            cnt[:nb] = 0
-            hist[MISSING_BIN] = 0.0
-            cnt[MISSING_BIN] = 0
-            col = Xb[:, f]
-            src = -1
-            if parent_slot[j] >= 0:
-                src = cache_index[parent_slot[j], f]
-            if src >= 0:
-                _add_hist(hist, cnt, col, rows, sib_starts[j], sib_ends[j], ycls, yw, is_clf)
-                for b in range(nb):
-                    cnt[b] = cache_cnt[src + b] - cnt[b]
+            o = base[q]
+            sr = src[q]
+            # bins 0..nb-1, then the missing bin (compact row nb, histogram row MISSING_BIN)
+            for b in range(nb + 1):
+                hb = b if b < nb else MISSING_BIN
+                if sr >= 0:
+                    cnt[hb] = cache_cnt[sr + b] - C[o + b]
                     for k in range(S):
-                        hist[b, k] = cache_hist[src + b, k] - hist[b, k]
-                cnt[MISSING_BIN] = cache_cnt[src + nb] - cnt[MISSING_BIN]
-                for k in range(S):
-                    hist[MISSING_BIN, k] = cache_hist[src + nb, k] - hist[MISSING_BIN, k]
-            else:
-                _add_hist(hist, cnt, col, rows, starts[j], ends[j], ycls, yw, is_clf)
+                        hist[hb, k] = cache_hist[sr + b, k] - H[o + b, k]
+                else:
+                    cnt[hb] = C[o + b]
+                    for k in range(S):
+                        hist[hb, k] = H[o + b, k]
             slot = index[j, f]
             if slot >= 0:
-                for b in range(nb):
-                    kept_cnt[slot + b] = cnt[b]
+                for b in range(nb + 1):
+                    hb = b if b < nb else MISSING_BIN
+                    kept_cnt[slot + b] = cnt[hb]
                     for k in range(S):
-                        kept_hist[slot + b, k] = hist[b, k]
-                kept_cnt[slot + nb] = cnt[MISSING_BIN]
-                for k in range(S):
-                    kept_hist[slot + nb, k] = hist[MISSING_BIN, k]
+                        kept_hist[slot + b, k] = hist[hb, k]
             g, b, ml = _scan_hist_fast(hist, cnt, nb, ends[j] - starts[j], w_node[j], imp_node[j],
                                        w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
                                        tot, left, right, lm, rm, prox)
