@@ -37,8 +37,11 @@ def master_align(comm, cfg, n_rows_by_party):
     for r in others:
         comm.send(r, {"op": GROUP_MEMBER, "lead": first,
                       "sealed": sealed[f"sealed{r}"]})
-    replies = comm.exchange({r: {"op": HASH_IDS} for r in parties})
-    keys = {r: _digest_keys(replies.pop(r).get("digests"), r) for r in parties}
+    # every party hashes at once; the master then takes the hashes one party at a
+    # time and matches each against the first party's as it comes, so that it holds
+    # two parties' hashes at a time, not every party's
+    comm.scatter({r: {"op": HASH_IDS} for r in parties})
+    keys = {r: (lambda r=r: _digest_keys(comm.recv(r).get("digests"), r)) for r in parties}
     positions = shared_positions(keys, first)
     del keys
     n_shared = positions[first].size
@@ -57,30 +60,49 @@ def _digest_keys(digests, rank):
     if not (isinstance(digests, np.ndarray) and digests.dtype == np.uint8 and digests.ndim == 2
             and digests.shape[1] == DIGEST_BYTES):
         raise _refuse(f"party {rank} sent 'digests' that are not rows of {DIGEST_BYTES} bytes")
-    keys = np.ascontiguousarray(digests).view(np.dtype((np.void, DIGEST_BYTES))).ravel()
-    if np.unique(keys).size != keys.size:
+    digests = np.ascontiguousarray(digests)
+    if _repeats(digests):
         raise _refuse(f"party {rank} sent the same ID hash twice")
-    return keys
+    return digests.view(np.dtype((np.void, DIGEST_BYTES))).ravel()
+
+
+def _repeats(digests):
+    """Whether a row of ``digests`` repeats: the rows' first 8 bytes sorted as
+    integers and neighbours compared (8 bytes per row, no hash set); only where
+    two prefixes are equal are the whole rows compared."""
+    if digests.shape[0] < 2:
+        return False
+    prefix = np.sort(np.ascontiguousarray(digests[:, :8]).view("<u8").ravel())
+    if not np.any(prefix[1:] == prefix[:-1]):
+        return False
+    del prefix
+    keys = digests.view(np.dtype((np.void, DIGEST_BYTES))).ravel()
+    return np.unique(keys).size != keys.size
 
 
 def shared_positions(keys, first):
-    """The rows of every party (``keys``: rank -> distinct hashes) whose hash
-    all parties hold, in the order of party ``first``'s rows: rank -> row
-    numbers (int32 below 2^31 rows, else int64), one common order.  Takes the
-    other parties' hashes out of ``keys`` as it goes, so that each is freed
-    once matched."""
-    first_keys = keys[first]
+    """The rows of every party (``keys``: rank -> distinct hashes, or a
+    function that returns them when called) whose hash all parties hold, in
+    the order of party ``first``'s rows: rank -> row numbers (int32 below
+    2^31 rows, else int64), one common order.  Takes the other parties'
+    hashes out of ``keys`` one at a time, in rank order, so that each is
+    freed once matched (and, given as functions, received only then)."""
+    def take(r):
+        k = keys.pop(r)
+        return k() if callable(k) else k
+
+    first_keys = take(first)
     n = first_keys.size
-    index = np.int32 if max(k.size for k in keys.values()) < 2 ** 31 else np.int64
+    index = np.int32 if n < 2 ** 31 else np.int64
     shared = np.ones(n, dtype=bool)
     found = {}
-    for r in [r for r in keys if r != first]:
-        k = keys.pop(r)
+    for r in sorted(keys):
+        k = take(r)
         if not k.size:
             shared[:] = False
-            found[r] = np.zeros(n, dtype=index)
+            found[r] = np.zeros(n, dtype=np.int32)
             continue
-        by_key = np.argsort(k, kind="stable").astype(index)
+        by_key = np.argsort(k, kind="stable").astype(np.int32 if k.size < 2 ** 31 else np.int64)
         k_sorted = k[by_key]                  # one sorted copy, freed after this party
         del k
         at = np.minimum(np.searchsorted(k_sorted, first_keys), k_sorted.size - 1)
@@ -118,7 +140,9 @@ def check_positions(positions, n_rows):
         raise _refuse("'positions' holds no row")
     if positions.min() < 0 or positions.max() >= n_rows:
         raise _refuse(f"'positions' holds row numbers outside [0, {n_rows})")
-    if np.unique(positions).size != positions.size:
+    seen = np.zeros(n_rows, dtype=bool)     # one byte per row: no sort, no hash set
+    seen[positions] = True
+    if np.count_nonzero(seen) != positions.size:
         raise _refuse("'positions' names a row twice")
     return positions.astype(np.int64)
 

@@ -117,6 +117,48 @@ def test_the_master_intersects_hashes_in_the_first_partys_order():
         alignment._digest_keys(universe[:, :DIGEST_BYTES // 2], 3)
 
 
+def test_the_master_holds_two_parties_hashes_at_a_time():
+    """Hashes given as functions are taken one party at a time, in rank order:
+    when a party's hashes are asked for, no other party's but the first's are
+    still alive (each is freed once matched), and the result is the one of
+    hashes given all at once."""
+    import gc
+    import weakref
+    from fedforest.crypto.ids import DIGEST_BYTES
+    rng = np.random.default_rng(11)
+    universe = rng.integers(0, 256, (500, DIGEST_BYTES), dtype=np.uint8)
+    rows = {r: rng.permutation(500)[:400] for r in range(1, 6)}
+    alive, asked = [], []
+
+    def loader(r):
+        def load():
+            gc.collect()
+            asked.append((r, sum(ref() is not None for ref in alive)))
+            keys = alignment._digest_keys(universe[rows[r]], r)
+            alive.append(weakref.ref(keys.base if keys.base is not None else keys))
+            return keys
+        return load
+
+    got = alignment.shared_positions({r: loader(r) for r in rows}, 1)
+    assert [r for r, _ in asked] == [1, 2, 3, 4, 5]
+    assert max(n for _, n in asked) == 1       # the first party's hashes only
+    want = alignment.shared_positions({r: alignment._digest_keys(universe[i], r) for r, i in rows.items()}, 1)
+    assert all(np.array_equal(got[r], want[r]) for r in rows)
+
+
+def test_repeated_hashes_are_found_behind_equal_prefixes():
+    """The repeat check sorts 8-byte prefixes: rows that share a prefix but
+    differ later are distinct, rows equal in full repeat."""
+    from fedforest.crypto.ids import DIGEST_BYTES
+    from fedforest.transport.base import ProtocolError
+    d = np.random.default_rng(3).integers(0, 256, (1000, DIGEST_BYTES), dtype=np.uint8)
+    d[10, :8] = d[500, :8]
+    assert alignment._digest_keys(d, 2).size == 1000
+    d[10] = d[500]
+    with pytest.raises(ProtocolError, match="party 2 sent the same ID hash twice"):
+        alignment._digest_keys(d, 2)
+
+
 def _master_guesses(seen, ids):
     """A curious master's attempts at the parties' ID digests from everything it
     relayed (public keys, sealed boxes): every 32-byte window of those bytes,
