@@ -111,9 +111,13 @@ class ColumnTable:
             h.update(self.ids.joined(lo, hi))
         if self.y is not None:
             y = np.asarray(self.y)
-            # the bytes of y.astype(str): every block in the whole array's text width
-            width = max(y[lo:lo + FINGERPRINT_ROWS].astype(str).dtype.itemsize
-                        for lo in range(0, y.size, FINGERPRINT_ROWS)) // 4 if y.size else 1
+            # the bytes of y.astype(str): every block in the whole array's text width (an
+            # integer array's text width is its dtype's, whatever the values: no pass to find it)
+            if y.dtype.kind in "iu" and y.size:
+                width = y[:1].astype(str).dtype.itemsize // 4
+            else:
+                width = max(y[lo:lo + FINGERPRINT_ROWS].astype(str).dtype.itemsize
+                            for lo in range(0, y.size, FINGERPRINT_ROWS)) // 4 if y.size else 1
             for lo in range(0, y.size, FINGERPRINT_ROWS):
                 h.update(y[lo:lo + FINGERPRINT_ROWS].astype(f"<U{width}").tobytes())
         return h.hexdigest()
