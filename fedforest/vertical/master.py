@@ -33,6 +33,7 @@ from .common import (RemoteParties, check_model_dir, check_world, job_id_of, loa
 
 
 MASTER_ALIGN_BYTES = 48      # a received digest (32 bytes) and its share of the matching
+MASTER_POSITION_BYTES = 4    # a matched row number, kept for every party until sent
 MASTER_ROW_BYTES = 64        # labels, their codes and one tree's row state
 
 
@@ -61,12 +62,17 @@ def open_training(comm, cfg, params):
         where = "no party" if not holders else "parties " + ", ".join(map(str, holders))
         raise InputError("label_column", f"{cfg.label_column!r} must be held by exactly one party, "
                                          f"found on {where}")
-    # the master's memory: every party's ID digests while aligning, then the labels and a tree's rows
+    # the master's memory: two parties' ID digests at a time while aligning (the first
+    # party's and one other's) and every party's matched row numbers, then the labels
+    # and a tree's rows
     rows = [infos[r]["n_rows"] for r in comm.clients]
-    check_memory("master", sum(rows) * MASTER_ALIGN_BYTES + max(rows) * MASTER_ROW_BYTES + FIXED_BYTES,
+    held = rows[0] + max(rows[1:], default=0)
+    check_memory("master", held * MASTER_ALIGN_BYTES + sum(rows) * MASTER_POSITION_BYTES
+                 + max(rows) * MASTER_ROW_BYTES + FIXED_BYTES,
                  cfg.values.get("memory_mb"),
-                 f"{sum(rows):,} ID digests of {MASTER_ALIGN_BYTES} bytes while aligning + {max(rows):,} rows "
-                 f"x {MASTER_ROW_BYTES} bytes + {FIXED_BYTES >> 20} MiB")
+                 f"{held:,} ID digests of {MASTER_ALIGN_BYTES} bytes and {sum(rows):,} row numbers of "
+                 f"{MASTER_POSITION_BYTES} while aligning + {max(rows):,} rows x {MASTER_ROW_BYTES} bytes + "
+                 f"{FIXED_BYTES >> 20} MiB")
     feature_counts = [infos[r]["n_features"] for r in comm.clients]
     if sum(feature_counts) == 0:
         raise InputError("data", "no party holds any feature column")
