@@ -34,7 +34,12 @@ def start(doc, argv=None):
 
 def git_state():
     """``(commit, dirty)``: the checked-out commit and whether the code differs from it
-    (None, None outside a git checkout)."""
+    (None, None outside a git checkout).  A copy of a checkout without its git folder
+    (a tree sent to a cluster node) takes the commit from ``FEDFOREST_GIT_COMMIT``
+    when set, with ``dirty`` unknown (None)."""
+    copied = os.environ.get("FEDFOREST_GIT_COMMIT")
+    if copied and not os.path.exists(os.path.join(ROOT, ".git")):
+        return copied, None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
