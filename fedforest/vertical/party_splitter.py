@@ -129,10 +129,11 @@ class PartySplitter:
         packed replies.  After a ``commit`` the batch's trees are in
         :attr:`trees` (numbers in :attr:`tree_ids`), in tree order.
 
-        With more trees than kernel threads (and :attr:`tree_threads`), the
-        trees are handled in blocks on that many threads, each running
-        single-threaded kernels: a level of a large batch then costs no
-        parallel launch per tree.  Replies are joined in tree order."""
+        With enough trees (and :attr:`tree_threads`), the trees are handled
+        in blocks on a few threads (:func:`~fedforest.tree.threads.block_threads`),
+        each running single-threaded kernels: a level of a large batch then
+        costs no parallel launch per tree.  Replies are
+        joined in tree order."""
         op = msg.get("op")
         if op not in (GROW, COMMIT, APPLY):
             raise bad_message(f"unexpected batch message {op!r}")
@@ -148,9 +149,10 @@ class PartySplitter:
                 if open_trees:
                     raise bad_message(f"the commit leaves trees {open_trees} unfinished")
         n_threads = numba_threads.threads()
-        if self.channel.tree_threads and n_threads > 1 and len(items) >= 2 * n_threads \
+        blocks = numba_threads.block_threads(n_threads)
+        if self.channel.tree_threads and blocks > 1 and len(items) >= 2 * blocks \
                 and msg["op"] != COMMIT and numba_threads.concurrent_launches_ok():
-            with ThreadPoolExecutor(n_threads, initializer=numba_threads.set_threads,
+            with ThreadPoolExecutor(blocks, initializer=numba_threads.set_threads,
                                     initargs=(1,)) as pool:
                 done = list(pool.map(self._handle_tree, items))
         else:

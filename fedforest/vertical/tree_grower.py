@@ -277,10 +277,12 @@ class TreeGrower:
         # many small per-tree steps run faster as tree blocks on threads running
         # single-threaded kernels (they release the GIL) than as parallel launches
         threads = numba_threads.threads()
+        blocks = numba_threads.block_threads(threads)
         pool = None
-        if self.parallel_steps and len(runs) >= 2 * threads and threads > 1 \
+        if self.parallel_steps and len(runs) >= 2 * blocks and blocks > 1 \
                 and numba_threads.concurrent_launches_ok():
-            pool = ThreadPoolExecutor(threads, initializer=numba_threads.set_threads, initargs=(1,))
+            pool = ThreadPoolExecutor(blocks, initializer=numba_threads.set_threads,
+                                      initargs=(1,))
 
         def advance_all(items):
             if pool is not None:

@@ -112,6 +112,29 @@ def test_thread_count_does_not_change_the_forest(tmp_path):
         assert_same_trees(complete_trees(md, 3, OFFSETS), one.estimators_)
 
 
+def test_tree_blocks_are_capped_and_do_not_change_the_forest(monkeypatch):
+    """A rank runs at most BLOCK_THREADS tree-block threads whatever its
+    kernel threads (more only wait for the GIL), and the forest is the same
+    with any cap: with blocks of one tree's steps on 2 threads, or on none."""
+    from fedforest.tree import threads as numba_threads
+    assert [numba_threads.block_threads(n) for n in (1, 2, 4, 16, 128)] == [1, 2, 4, 4, 4]
+    X, y = _data("classification", n=900, seed=3)
+    runs = []
+    for cap in (1, 2):
+        monkeypatch.setattr(numba_threads, "BLOCK_THREADS", cap)
+        pools = []
+        real = tree_grower.ThreadPoolExecutor
+        monkeypatch.setattr(tree_grower, "ThreadPoolExecutor",
+                            lambda n, **k: pools.append(n) or real(n, **k))
+        runs.append(ForestClassifier(n_estimators=8, random_state=1, max_depth=5, n_jobs=2).fit(X, y))
+        monkeypatch.setattr(tree_grower, "ThreadPoolExecutor", real)
+        assert all(n <= cap for n in pools)
+        if cap == 1:
+            assert pools == []          # a cap of one: no block threads at all
+    assert_same_trees(runs[1].estimators_, runs[0].estimators_)
+    assert np.array_equal(runs[0].predict_proba(X), runs[1].predict_proba(X))
+
+
 @pytest.mark.parametrize("task,extra", [("classification", {"class_weight": "balanced"}),
                                         ("regression", {"split_method": "exact",
                                                         "feature_sampling": "tree"})])
