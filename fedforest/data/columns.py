@@ -2,9 +2,10 @@
 
 A party never holds its whole table as text or as a float64 matrix: a CSV or
 Parquet file is read block by block (pyarrow's streaming readers, blocks of
-:data:`BLOCK_BYTES`), each numeric column is kept in the narrowest dtype that
-holds its values exactly (float32 where every value of a block is a float32,
-float64 otherwise), the IDs as their UTF-8 bytes (:class:`~fedforest.crypto.ids.IdTexts`).
+:data:`BLOCK_BYTES`, each block's text given back to the system once typed),
+each numeric column is copied into chunks of :data:`CHUNK_ROWS` rows in the
+narrowest dtype that holds its values exactly (float32 where every value is a
+float32, float64 otherwise), the IDs as their UTF-8 bytes (:class:`~fedforest.crypto.ids.IdTexts`).
 After ID alignment the party takes its aligned rows column by column
 (:class:`AlignedColumns`) and frees each stored column once used, so that a
 histogram party ends with one byte per cell.
@@ -45,6 +46,53 @@ def narrow(values):
     if same.all() or (same | np.isnan(values)).all():
         return as32
     return values
+
+
+#: rows of a numeric column's storage chunk while a table is read (512 KiB or
+#: more, above :data:`MMAP_BYTES`: a chunk freed goes back to the system at once)
+CHUNK_ROWS = 1 << 17
+
+
+class _Chunks:
+    """A numeric column's values while its table is read, copied block by
+    block into chunks of :data:`CHUNK_ROWS` rows: float32 while every block
+    is (:func:`narrow`), then float64 (the chunks so far widened).  The
+    blocks themselves are freed as they are copied, so the small arrays of
+    the block pass are reused, not left between kept ones."""
+
+    def __init__(self):
+        self.chunks = []
+        self.fill = CHUNK_ROWS      # rows used in the last chunk
+        self.dtype = np.dtype(np.float32)
+        self.n = 0
+
+    def append(self, values):
+        if values.dtype != self.dtype and self.dtype == np.float32:
+            self.dtype = np.dtype(np.float64)
+            self.chunks = [c.astype(np.float64) for c in self.chunks]
+        at = 0
+        while at < values.size:
+            if self.fill == CHUNK_ROWS:
+                self.chunks.append(np.empty(CHUNK_ROWS, dtype=self.dtype))
+                self.fill = 0
+            k = min(CHUNK_ROWS - self.fill, values.size - at)
+            self.chunks[-1][self.fill:self.fill + k] = values[at:at + k]
+            self.fill += k
+            at += k
+        self.n += values.size
+
+    def take(self):
+        """The column as one array, each chunk freed once copied."""
+        out = np.empty(self.n, dtype=self.dtype)
+        at = 0
+        self.chunks.reverse()
+        while self.chunks:
+            chunk = self.chunks.pop()
+            k = min(chunk.size, self.n - at)
+            out[at:at + k] = chunk[:k]
+            at += k
+            del chunk
+        return out
 
 
 class ColumnTable:
@@ -266,8 +314,8 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
     label = label_column if label_column in names else None
     features = _feature_names(names, id_column, label, columns, what)
     known_text = set(categorical_columns) | set(categories or ())
-    # per feature column: a list of numeric blocks, or None once it needs the table reader
-    numeric = {name: ([] if name not in known_text else None) for name in features}
+    # per feature column: its numeric values so far, or None once it needs the table reader
+    numeric = {name: (_Chunks() if name not in known_text else None) for name in features}
     id_blocks, label_blocks, n_rows = [], [], 0
     for batch in reader.batches():
         n_rows += batch.num_rows
@@ -275,8 +323,8 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
         if label is not None:
             label_blocks.append(batch.column(names.index(label)))
         for name in features:
-            blocks = numeric[name]
-            if blocks is None:
+            stored = numeric[name]
+            if stored is None:
                 continue
             values = reader.numbers(batch.column(names.index(name)))
             if values is None:
@@ -284,7 +332,10 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
                 continue
             if np.isinf(values).any():
                 raise InputError(what, f"column {name!r} contains infinite values")
-            blocks.append(narrow(values))
+            stored.append(narrow(values))
+            del values
+        del batch
+        release_arrow_memory()      # the batch's text, so that the next one reuses no retained pages
     if n_rows == 0:
         raise InputError(what, f"{path!r} has no rows")
     ids = reader.ids(id_blocks, what)       # empties id_blocks: each block freed once copied
@@ -297,9 +348,7 @@ def _read_blocks(reader, path, id_column, what, label_column, na_values, categor
     arrays = {}
     for name in features:
         if numeric[name] is not None:
-            blocks = numeric.pop(name)
-            arrays[name] = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-            del blocks
+            arrays[name] = numeric.pop(name).take()
     cats, n_unseen = ({} if categories is None else categories), 0
     if again:
         # the columns the block pass does not type: the table reader's typing, checks and encoding

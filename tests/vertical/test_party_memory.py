@@ -141,3 +141,21 @@ def test_a_table_too_large_for_the_rank_is_refused_with_the_estimate(tmp_path):
     need = C.table_bytes(rows, cols) / 2 ** 20
     assert f"about {need:,.0f} MiB" in text and "8 columns" in text and "100 MiB (memory_mb)" in text
     C.check_table_memory(path, "party 1", memory_mb=need + 1)       # fits: no refusal
+
+
+def test_chunked_columns_equal_the_concatenated_blocks(monkeypatch):
+    """A column read block by block into chunks (blocks crossing chunk
+    boundaries, float32 blocks, then a float64 one) is the concatenation of
+    its blocks: values and dtype (float64 once any block needs it)."""
+    monkeypatch.setattr(C, "CHUNK_ROWS", 7)
+    rng = np.random.default_rng(5)
+    for kinds in (["32", "32", "32"], ["32", "64", "32"], ["64"], ["32"] * 5):
+        blocks = [C.narrow(rng.integers(0, 50, rng.integers(1, 20)).astype(np.float64) if k == "32"
+                           else rng.normal(size=rng.integers(1, 20))) for k in kinds]
+        assert [b.dtype.itemsize * 8 for b in blocks] == [int(k) for k in kinds]
+        col = C._Chunks()
+        for b in blocks:
+            col.append(b)
+        got, want = col.take(), np.concatenate(blocks)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert col.chunks == []                    # every chunk freed
