@@ -867,6 +867,23 @@ def test_bins_hold_values_between_consecutive_edges(max_bins):
     assert np.all(codes[np.isnan(X)] == MISSING) and np.all(codes[~np.isnan(X)] < MISSING)
 
 
+def test_bin_codes_of_narrow_or_unpadded_edges_match_searchsorted():
+    # edges given narrower than MAX_BINS, or with finite values past a
+    # feature's last edge, are read only up to that feature's edges
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 3))
+    X[::7, 1] = np.nan
+    edges = np.sort(rng.normal(size=(3, 9)), axis=1)
+    n_bins = np.array([10, 4, 1], dtype=np.int32)
+    codes = transform_bins(X, edges, n_bins)
+    for f in range(3):
+        e = edges[f, : n_bins[f] - 1]
+        ref = np.where(np.isnan(X[:, f]), MISSING, np.searchsorted(e, X[:, f], side="left"))
+        assert codes[:, f].tolist() == ref.tolist()
+    with pytest.raises(ValueError):
+        transform_bins(X, edges, np.array([10, 4, 256], dtype=np.int32))
+
+
 @pytest.mark.parametrize("max_bins", [7, 255])
 def test_quantile_bins_are_balanced(max_bins):
     n = 40 * max_bins

@@ -158,17 +158,36 @@ class ColumnTable:
                 h.update(b"\x00")
             h.update(self.ids.joined(lo, hi))
         if self.y is not None:
-            y = np.asarray(self.y)
-            # the bytes of y.astype(str): every block in the whole array's text width (an
-            # integer array's text width is its dtype's, whatever the values: no pass to find it)
-            if y.dtype.kind in "iu" and y.size:
-                width = y[:1].astype(str).dtype.itemsize // 4
-            else:
-                width = max(y[lo:lo + FINGERPRINT_ROWS].astype(str).dtype.itemsize
-                            for lo in range(0, y.size, FINGERPRINT_ROWS)) // 4 if y.size else 1
-            for lo in range(0, y.size, FINGERPRINT_ROWS):
-                h.update(y[lo:lo + FINGERPRINT_ROWS].astype(f"<U{width}").tobytes())
+            for text in label_text_blocks(np.asarray(self.y)):
+                h.update(text)
         return h.hexdigest()
+
+
+LABEL_TABLE_VALUES = 1 << 16     # integer labels spanning at most this many values: texts made once
+
+
+def label_text_blocks(y):
+    """The bytes of ``y.astype(str)`` (a label column's part of the
+    fingerprint), in blocks of :data:`FINGERPRINT_ROWS` rows, every block in
+    the whole array's text width.  An integer array's text width is its
+    dtype's, whatever the values (no pass to find it), and where its values
+    span few integers each value's text is made once and looked up."""
+    if not y.size:
+        yield y.astype(str).tobytes()
+        return
+    if y.dtype.kind in "iu":
+        width = y[:1].astype(str).dtype.itemsize // 4
+        lo, hi = int(y.min()), int(y.max())
+        table = None
+        if hi - lo < LABEL_TABLE_VALUES:
+            table = np.arange(lo, hi + 1, dtype=y.dtype).astype(f"<U{width}")
+    else:
+        width = max(y[i:i + FINGERPRINT_ROWS].astype(str).dtype.itemsize
+                    for i in range(0, y.size, FINGERPRINT_ROWS)) // 4
+        table = None
+    for i in range(0, y.size, FINGERPRINT_ROWS):
+        part = y[i:i + FINGERPRINT_ROWS]
+        yield (table[part - y.dtype.type(lo)] if table is not None else part.astype(f"<U{width}")).tobytes()
 
 
 class AlignedColumns:
@@ -392,12 +411,18 @@ def _ids_from_arrow(arr, what):
 
 
 def _repeats(ids):
-    """Whether an ID repeats: neighbours in sorted order compared (a sort
-    needs its indices and one sorted copy, far less than a hash set of every ID)."""
+    """Whether an ID repeats: a 64-bit hash of every ID sorted and
+    neighbours compared (8 bytes per row, no hash set, no sort of texts);
+    only where two hashes are equal are the texts sorted and compared."""
     import pyarrow.compute as pc
+    from .text_hash import text_hashes
     n = len(ids)
     if n < 2:
         return False
+    hashes = np.sort(text_hashes(ids.data, ids.offsets))
+    if not np.any(hashes[1:] == hashes[:-1]):
+        return False
+    del hashes
     texts = ids.to_arrow()
     ordered = texts.take(pc.sort_indices(texts))
     return bool(pc.any(pc.equal(ordered.slice(1), ordered.slice(0, n - 1))).as_py())

@@ -117,6 +117,30 @@ def test_the_master_intersects_hashes_in_the_first_partys_order():
         alignment._digest_keys(universe[:, :DIGEST_BYTES // 2], 3)
 
 
+def test_hashes_sharing_a_prefix_are_matched_whole():
+    """The master matches 8-byte prefixes, then whole hashes: a first-party
+    hash whose prefix only equals another party's hash is not shared, and a
+    party holding two hashes with one prefix is matched on whole hashes; both
+    as the dictionary reference says."""
+    from fedforest.crypto.ids import DIGEST_BYTES
+    rng = np.random.default_rng(5)
+    universe = rng.integers(0, 256, (300, DIGEST_BYTES), dtype=np.uint8)
+    universe[7, :8] = universe[8, :8]          # rows 7 and 8 differ after the prefix
+    universe[20, :8] = universe[21, :8]
+    rows = {1: rng.permutation(np.r_[30:100, 200:300]), 2: rng.permutation(np.r_[8, 20, 30:250]),
+            # party 3's own order puts the unshared row of each prefix pair first
+            3: np.r_[7, 8, 21, 20, rng.permutation(np.r_[0:7, 9:20, 22:150])]}
+    for r1_extra in ([], [7, 8, 20, 21]):
+        r1 = np.r_[rows[1], r1_extra].astype(int)
+        case = {1: r1, 2: rows[2], 3: rows[3]}
+        got = alignment.shared_positions({r: alignment._digest_keys(universe[i], r) for r, i in case.items()}, 1)
+        where = {r: {universe[i].tobytes(): p for p, i in enumerate(idx)} for r, idx in case.items()}
+        order = [universe[i].tobytes() for i in r1 if all(universe[i].tobytes() in where[r] for r in case)]
+        assert len(order) > 0
+        for r in case:
+            assert got[r].tolist() == [where[r][k] for k in order]
+
+
 def test_the_master_holds_two_parties_hashes_at_a_time():
     """Hashes given as functions are taken one party at a time, in rank order:
     when a party's hashes are asked for, no other party's but the first's are

@@ -159,3 +159,11 @@ def test_chunked_columns_equal_the_concatenated_blocks(monkeypatch):
         got, want = col.take(), np.concatenate(blocks)
         assert got.dtype == want.dtype and np.array_equal(got, want)
         assert col.chunks == []                    # every chunk freed
+
+
+@pytest.mark.parametrize("y", [np.array([3, -2, 0, 3, 7] * 40000), np.array([2 ** 62, -5, 0]),
+                               np.array([0, 1, 255], dtype=np.uint8), np.array([1.5, np.nan, -0.25]),
+                               np.array(["No", "Yes", "Maybe"], dtype=object), np.array([], dtype=np.int64),
+                               np.array([True, False])])
+def test_label_fingerprint_bytes_are_the_labels_texts(y):
+    assert b"".join(C.label_text_blocks(y)) == y.astype(str).tobytes()
