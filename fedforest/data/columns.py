@@ -397,14 +397,14 @@ def _take_chunks(blocks):
     return col
 
 
-def _ids_from_arrow(arr, what):
-    """Checked IDs (no missing, no repeats) as :class:`IdTexts`; the messages
-    of :func:`~fedforest.data.io.check_ids`."""
-    import pyarrow.compute as pc
-    if arr.null_count:
-        raise InputError(what, f"{arr.null_count} rows have no ID")
-    ids = IdTexts.from_arrow(arr)
-    del arr
+def _ids_from_arrow(blocks, what):
+    """Checked IDs (no missing, no repeats) as :class:`IdTexts`, from a
+    list of pyarrow string arrays (emptied as copied); the messages of
+    :func:`~fedforest.data.io.check_ids`."""
+    missing = sum(b.null_count for b in blocks)
+    if missing:
+        raise InputError(what, f"{missing} rows have no ID")
+    ids = IdTexts.from_arrow_blocks(blocks)
     if _repeats(ids):
         io.check_ids(io.pd.Series(ids.to_numpy(), dtype=object), what)   # names the first repeat
     return ids
@@ -494,8 +494,7 @@ class _CsvBlocks:
         return out
 
     def ids(self, blocks, what):
-        col = _take_chunks(blocks)
-        return _ids_from_arrow(col, what)
+        return _ids_from_arrow(blocks, what)
 
     def frame(self, names, na_values, categorical_columns, label, id_column):
         """The table reader's DataFrame of ``names`` (and the IDs, which its
@@ -558,7 +557,9 @@ class _ParquetBlocks:
             else:   # other IDs in their text form, as the table reader writes them
                 texts = [None if v is None else io._id_text(v) for v in col.to_pylist()]
                 col = pa.chunked_array([pa.array(texts, type=pa.string())])
-        return _ids_from_arrow(col, what)
+        blocks = list(col.chunks)
+        del col
+        return _ids_from_arrow(blocks, what)
 
     def frame(self, names, na_values, categorical_columns, label, id_column):
         import pyarrow as pa
