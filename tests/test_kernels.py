@@ -1,5 +1,6 @@
 """Numba kernels of fedforest.tree (criterion, splitter, partitioner, leaf sets, binning), checked against
 brute-force numpy/Python references written independently below."""
+import numba
 import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
@@ -1107,6 +1108,92 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
                                  *sub[:4], hist * 0.5, cnt, sub[6], *splitter.NO_NODE_STATS)[0]
     assert not np.array_equal(spoiled[larger], want[0][larger])
     assert np.array_equal(spoiled[~larger], want[0][~larger])
+
+
+@pytest.mark.parametrize("task", ["gini2", "entropy4", "newton"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_default_bins_give_the_histograms_and_splits_of_every_row_added(task, threads):
+    """Where sums are exact (integer weights; Newton statistics on a grid, as
+    boosting's are), a default bin taken as the rows' totals less the other
+    bins gives the very histograms, kept histograms and splits of adding
+    every row, whether the other rows are found by scanning the column or
+    in the rows' lists: built from a node's rows and by subtraction, default
+    bins that are common, rare, missing or absent from a node, any thread
+    count."""
+    rng = np.random.default_rng([8, list(TASKS).index(task), threads])
+    n, n_feat = 2000, 7
+    prob = Problem(rng, n, task)
+    if not prob.is_clf:     # on a power-of-two grid: every partial sum exact
+        prob.yw = np.round(prob.yw * 256) / 256
+    n_bins = np.array([2, 2, 9, 40, 3, 255, 5], dtype=np.int32)
+    Xb = hist_matrix(rng, n, n_bins, [0.0, 0.05, 0.1, 0.0, 0.8, 0.02, 0.0])
+    Xb[rng.random(n) < 0.9, 0] = 0          # one-hot-like columns
+    Xb[rng.random(n) < 0.7, 1] = 1
+    Xb[rng.random(n) < 0.95, 6] = 4
+    dflt = np.array([0, 1, 3, 7, MISSING, 200, 4], dtype=np.int64)   # several that few rows hold
+    listed = splitter.row_entries(Xb, dflt, np.array([1, 0, 1, 1, 1, 0, 1], bool))
+    ways = [{}, {"default_bin": dflt}, {"default_bin": dflt, "row_entries": listed}]
+    args = (*prob.kernel_args(), prob.w_total, 1, 0.0)
+    inbag = np.flatnonzero(prob.w > 0).astype(np.int32)
+    cut = inbag.size // 3
+    rows0, starts0, ends0 = inbag.copy(), np.array([0, cut]), np.array([cut, inbag.size])
+    none = splitter.no_subtraction(2, prob.S)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        level0 = [splitter.best_splits_hist(Xb, n_bins, rows0, starts0, ends0, np.ones((2, n_feat), np.uint8),
+                                            *args, *none[:-1], np.ones(2, np.uint8), *splitter.NO_NODE_STATS,
+                                            **way) for way in ways]
+        for other in level0[1:]:
+            for a, b in zip(level0[0], other):
+                assert np.array_equal(a, b)
+        index, hist, cnt = level0[0][4:]
+        rows1, starts1, ends1 = [], [], []
+        for j in range(2):
+            seg = rows0[starts0[j]:ends0[j]]
+            go_left = Xb[seg, 6] == 4 if j == 0 else rng.random(seg.size) < 0.4
+            for part in (seg[go_left], seg[~go_left]):
+                starts1.append(sum(r.size for r in rows1))
+                rows1.append(part)
+                ends1.append(starts1[-1] + part.size)
+        rows1 = np.concatenate(rows1).astype(np.int32)
+        starts1, ends1 = np.array(starts1), np.array(ends1)
+        sibling = np.array([1, 0, 3, 2])
+        larger = (ends1 - starts1) > (ends1 - starts1)[sibling]
+        sub = (starts1[sibling], ends1[sibling], np.where(larger, [0, 0, 1, 1], -1), index, hist, cnt,
+               np.ones(4, np.uint8))
+        level1 = [splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, np.ones((4, n_feat), np.uint8),
+                                            *args, *sub, *splitter.NO_NODE_STATS, **way)
+                  for way in ways]
+        for other in level1[1:]:
+            for a, b in zip(level1[0], other):
+                assert np.array_equal(a, b)
+        assert np.isfinite(level1[0][0]).any()
+    finally:
+        numba.set_num_threads(old)
+
+
+def test_row_entries_list_each_rows_values_outside_the_default_bins():
+    rng = np.random.default_rng(12)
+    Xb = hist_matrix(rng, 300, [3, 2, 5, 4], [0.1, 0.0, 0.3, 0.0])
+    dflt = np.array([1, -1, MISSING, 0])
+    listed, ptr, feats, codes = splitter.row_entries(Xb, dflt, [True, True, True, False], block_rows=64)
+    assert listed.tolist() == [1, 0, 1, 0]       # a feature without a default bin is never listed
+    assert feats.dtype == np.uint16 and ptr[0] == 0 and ptr[-1] == feats.size == codes.size
+    for r in range(Xb.shape[0]):
+        want = [(f, Xb[r, f]) for f in (0, 2) if Xb[r, f] != dflt[f]]
+        assert list(zip(feats[ptr[r]:ptr[r + 1]].tolist(), codes[ptr[r]:ptr[r + 1]].tolist())) == want
+
+
+def test_listed_features_take_the_largest_shares_within_the_byte_budget():
+    share = np.array([0.95, 0.0, 0.6, 0.99, 0.9])
+    # 0.3 bytes per cell of 5 columns: 1.5 bytes per row, 3 bytes per listed value: the
+    # shares 0.99, 0.95, 0.9 take 0.03 + 0.15 + 0.3 bytes per row, 0.6 would take 1.2 more
+    got = binning.listed_features(share, 1000, 0.3)
+    assert got.tolist() == [True, False, False, True, True]
+    assert binning.listed_features(share, 1000, 0.35).tolist() == [True, False, True, True, True]
+    assert not binning.listed_features(share, 1000, 0.0).any()
+    assert binning.listed_features(share, 1000, 10.0).tolist() == [True, False, True, True, True]
 
 
 def test_newton_gain_is_xgboosts_loss_reduction():

@@ -131,7 +131,7 @@ def _sorted_prefixes(keys, index):
     """``keys``' prefixes in increasing order and the row of each (``index``)."""
     prefix = _prefixes(keys)
     order = np.argsort(prefix)
-    prefix = prefix[order]
+    prefix.sort()
     return prefix, order.astype(index)
 
 
@@ -146,7 +146,7 @@ def _positions_by_prefix(k, first_keys, wanted, shared):
     likely), which :func:`_positions_by_whole_key` then handles."""
     prefix = _prefixes(k)
     by_key = np.argsort(prefix)
-    prefix = prefix[by_key]
+    prefix.sort()           # in place: no second copy (equal prefixes are handled below)
     if prefix.size > 1 and np.any(prefix[1:] == prefix[:-1]):
         return None
     by_key = by_key.astype(np.int32 if k.size < 2 ** 31 else np.int64)

@@ -83,6 +83,55 @@ def _padded_edges(edges, n_bins):
     return padded
 
 
+#: a bin holding at least this share of a feature's rows is its default bin
+#: (histograms add only the other rows where sums are exact: splitter._add_rows_skipping)
+DEFAULT_BIN_SHARE = 0.5
+#: bytes per cell (of all the party's columns) that the per-row lists of
+#: values outside the default bins may take (splitter.row_entries: 3 bytes
+#: per listed value); the features whose default bins hold the most rows
+#: are listed first
+LISTED_BYTES_PER_CELL = 0.35
+LISTED_ENTRY_BYTES = 3
+
+
+def listed_features(share, n_rows, bytes_per_cell=None):
+    """Which features (with a default bin holding ``share`` of the rows, 0
+    for none) to list per row: those of the largest shares, while their
+    listed values take at most ``bytes_per_cell`` (default
+    :data:`LISTED_BYTES_PER_CELL`) per cell of all columns."""
+    if bytes_per_cell is None:
+        bytes_per_cell = LISTED_BYTES_PER_CELL
+    share = np.asarray(share, dtype=np.float64)
+    listed = np.zeros(share.size, dtype=bool)
+    budget = bytes_per_cell * share.size * n_rows
+    used = 0.0
+    for f in np.argsort(-share, kind="stable"):
+        if share[f] <= 0:
+            break
+        cost = (1.0 - share[f]) * n_rows * LISTED_ENTRY_BYTES
+        if used + cost > budget:
+            break
+        used += cost
+        listed[f] = True
+    return listed
+
+
+def default_bins(codes, min_share=DEFAULT_BIN_SHARE):
+    """Per column of the bin codes: the code of its most common bin where
+    that bin holds at least ``min_share`` of the rows (the lowest code on a
+    tie), else -1 (int64); and that bin's share of the rows (float64)."""
+    n, n_feat = codes.shape
+    out = np.full(n_feat, -1, dtype=np.int64)
+    share = np.zeros(n_feat)
+    for f in range(n_feat):
+        counts = np.bincount(codes[:, f], minlength=MISSING_BIN + 1)
+        b = int(np.argmax(counts))
+        if n and counts[b] >= min_share * n:
+            out[f] = b
+            share[f] = counts[b] / n
+    return out, share
+
+
 BIN_ROWS = 4096      # rows per block of fill_bin_codes (a block's columns one after another)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from .binning import MISSING_BIN
-from .criterion import add_row, node_weights, proxy_score, split_gain, weight_of
+from .criterion import accumulate, add_row, node_weights, proxy_score, split_gain, weight_of
 from .impurity import ENTROPY, GINI, NEWTON, SQUARED_ERROR, impurity
 
 FEATURE_THRESHOLD = 1e-7   # two values closer than this are not split apart (exact mode)
@@ -295,6 +295,126 @@ def _add_rows(H, C, Xb, rows, s, e, feat, base, lim, ycls, yw, is_clf):
         t += 1
 
 
+@njit(cache=True, nogil=True)
+def _add_rows_skipping(H, C, Xb, rows, s, e, feat, base, lim, dflt, ycls, yw, is_clf, S):
+    """:func:`_add_rows` for features that each have a default bin
+    (``dflt[t]``, a bin code, ``MISSING_BIN`` for the missing bin) holding
+    most rows: only the other rows are added, and the default bin is the
+    rows' totals less every other bin.  Only for exact sums (integer
+    weights, gradients on a grid: :mod:`fedforest.vertical.boosting`),
+    where that difference equals the bin's own sum in any order, so the
+    histograms are those of :func:`_add_rows` at a fraction of the adds
+    (one-hot and mostly-zero columns)."""
+    tot = _row_totals(rows, s, e, ycls, yw, is_clf, S)
+    for t in range(feat.shape[0]):
+        col = Xb[:, feat[t]]
+        o = base[t]
+        lm = lim[t]
+        d = dflt[t]
+        if is_clf:
+            for k in range(s, e):
+                r = rows[k]
+                b = col[r]
+                if b != d:
+                    i = o + min(np.int64(b), lm)
+                    C[i] += 1
+                    H[i, ycls[r]] += yw[r, 0]
+        else:
+            for k in range(s, e):
+                r = rows[k]
+                b = col[r]
+                if b != d:
+                    i = o + min(np.int64(b), lm)
+                    C[i] += 1
+                    H[i, 0] += yw[r, 0]
+                    H[i, 1] += yw[r, 1]
+                    H[i, 2] += yw[r, 2]
+    _fill_default_bins(H, C, feat, base, lim, dflt, tot, e - s, S)
+
+
+@njit(cache=True, nogil=True)
+def _row_totals(rows, s, e, ycls, yw, is_clf, S):
+    """The statistics of rows ``rows[s:e]`` summed (per class, or per statistic)."""
+    tot = np.zeros(S)
+    accumulate(tot, rows, s, e, ycls, yw, is_clf)
+    return tot
+
+
+@njit(cache=True, nogil=True)
+def _fill_default_bins(H, C, feat, base, lim, dflt, tot, n_rows, S):
+    """Each feature's default bin: the rows' totals (``tot``, ``n_rows``)
+    less the feature's other bins."""
+    rest = np.empty(S)
+    for t in range(feat.shape[0]):
+        o = base[t]
+        lm = lim[t]
+        i_d = o + min(np.int64(dflt[t]), lm)
+        n_rest = 0
+        rest[:] = 0.0
+        for i in range(o, o + lm + 1):
+            if i != i_d:
+                n_rest += C[i]
+                for q in range(S):
+                    rest[q] += H[i, q]
+        C[i_d] = n_rows - n_rest
+        for q in range(S):
+            H[i_d, q] = tot[q] - rest[q]
+
+
+@njit(cache=True, nogil=True)
+def _add_row_entries(H, C, rows, s, e, feat, base, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code,
+                     ycls, yw, is_clf, S):
+    """:func:`_add_rows_skipping` from the rows' lists of their values
+    outside the default bins (``sp_ptr``, ``sp_feat``, ``sp_code``: row
+    ``r``'s features and codes at ``sp_ptr[r]:sp_ptr[r + 1]``): a row
+    costs its few listed values, not a visit per feature.  Entries of
+    features outside ``feat`` are passed over."""
+    slot = np.full(n_feat, -1, dtype=np.int64)
+    width = np.zeros(n_feat, dtype=np.int64)
+    for t in range(feat.shape[0]):
+        slot[feat[t]] = base[t]
+        width[feat[t]] = lim[t]
+    if is_clf:
+        for k in range(s, e):
+            r = rows[k]
+            c = ycls[r]
+            w = yw[r, 0]
+            for p in range(sp_ptr[r], sp_ptr[r + 1]):
+                f = sp_feat[p]
+                o = slot[f]
+                if o >= 0:
+                    i = o + min(np.int64(sp_code[p]), width[f])
+                    C[i] += 1
+                    H[i, c] += w
+    else:
+        for k in range(s, e):
+            r = rows[k]
+            g0 = yw[r, 0]
+            g1 = yw[r, 1]
+            g2 = yw[r, 2]
+            for p in range(sp_ptr[r], sp_ptr[r + 1]):
+                f = sp_feat[p]
+                o = slot[f]
+                if o >= 0:
+                    i = o + min(np.int64(sp_code[p]), width[f])
+                    C[i] += 1
+                    H[i, 0] += g0
+                    H[i, 1] += g1
+                    H[i, 2] += g2
+    _fill_default_bins(H, C, feat, base, lim, dflt, _row_totals(rows, s, e, ycls, yw, is_clf, S), e - s, S)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_kind(default_bin, listed, f):
+    """How feature ``f``'s histograms are built: 0 every row added, 1 rows
+    in its default bin skipped, 2 from the rows' lists."""
+    if default_bin[f] < 0:
+        return 0
+    if listed.shape[0] > 0 and listed[f] != 0:
+        return 2
+    return 1
+
+
 @njit(cache=True)
 def _pair_units(pair_node, starts, ends, n_threads):
     """Cut the (node, feature) pairs, node by node, into runs that each build
@@ -335,7 +455,8 @@ BLOCKS_PER_THREAD = 4
 
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
-                     parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp):
+                     parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp,
+                     default_bin=None, row_entries=None):
     """Best histogram split of every open node over the allowed local features.
 
     ``Xb`` is the (n_rows, n_features) uint8 bin code matrix (``MISSING_BIN`` for
@@ -368,17 +489,60 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     ``node_w``, ``node_imp``: the nodes' weights and impurities when the caller
     knows them (as :func:`.criterion.node_weights` gives them), or empty
     arrays to compute them here (one more pass over the rows).
+
+    ``default_bin``: per feature, a bin code whose histogram entry is the
+    rows' totals less the feature's other bins (:func:`_add_rows_skipping`),
+    or -1; only where every sum is exact (the caller's guarantee), so the
+    result is the same as without it.  None: -1 for every feature.
+    ``row_entries``: None, or :func:`row_entries` of ``Xb``: the features it
+    lists (a subset of those with a default bin) are added from the rows'
+    lists of their values outside the default bins.
     """
+    if default_bin is None:
+        default_bin = np.full(Xb.shape[1], -1, dtype=np.int64)
+    if row_entries is None:
+        row_entries = NO_ROW_ENTRIES
     return _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                         w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                         parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp,
-                        numba.get_num_threads())
+                        numba.get_num_threads(), np.asarray(default_bin, dtype=np.int64), *row_entries)
+
+
+#: no row lists (:func:`row_entries`): (listed features, row pointers, features, codes)
+NO_ROW_ENTRIES = (np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                  np.zeros(0, dtype=np.uint8))
+
+
+def row_entries(Xb, default_bin, listed, block_rows=1 << 16):
+    """Per row, its codes outside the default bins of the features
+    ``listed`` (bool per feature, each with ``default_bin >= 0``), as
+    ``(listed (uint8), row pointers (int64, n + 1), features (uint16, or
+    int32 beyond 65,536 features), codes (uint8))``, rows in order and each row's features in order;
+    built a block of rows at a time."""
+    listed = np.asarray(listed, dtype=bool) & (np.asarray(default_bin) >= 0)
+    feats = np.flatnonzero(listed)
+    ftype = np.uint16 if Xb.shape[1] <= np.iinfo(np.uint16).max + 1 else np.int32
+    n = Xb.shape[0]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    fparts, cparts = [], []
+    for lo in range(0, n, block_rows):
+        hi = min(n, lo + block_rows)
+        block = Xb[lo:hi][:, feats]
+        off = block != np.asarray(default_bin)[feats][None, :].astype(np.uint8)
+        ptr[lo + 1:hi + 1] = np.count_nonzero(off, axis=1)
+        r, c = np.nonzero(off)
+        fparts.append(feats[c].astype(ftype))
+        cparts.append(block[r, c])
+    np.cumsum(ptr, out=ptr)
+    cat = (lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dtype=dt))
+    return listed.astype(np.uint8), ptr, cat(fparts, ftype), cat(cparts, np.uint8)
 
 
 @njit(cache=True, parallel=True, nogil=True)
 def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                  w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
-                 parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads):
+                 parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
+                 default_bin, listed, sp_ptr, sp_feat, sp_code):
     """:func:`best_splits_hist` on ``n_threads`` threads."""
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
@@ -408,35 +572,47 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         src = np.full(m, -1, dtype=np.int64)
         base = np.empty(m, dtype=np.int64)
         size = 0
-        n_sub = 0
         for q in range(m):
             f = pair_feat[lo + q]
             if parent_slot[j] >= 0:
                 src[q] = cache_index[parent_slot[j], f]
-            if src[q] >= 0:
-                n_sub += 1
             base[q] = size
             size += n_bins[f] + 1
         H = np.zeros((size, S))
         C = np.zeros(size, dtype=np.int64)
-        for from_sibling in (False, True):
-            n_sel = n_sub if from_sibling else m - n_sub
+        # own rows / the sibling's rows, each: every row added, default bins skipped, row lists
+        for group in range(6):
+            from_sibling = group >= 3
+            kind = group % 3
+            n_sel = 0
+            for q in range(m):
+                f = pair_feat[lo + q]
+                if (src[q] >= 0) == from_sibling and _add_kind(default_bin, listed, f) == kind:
+                    n_sel += 1
             if n_sel == 0:
                 continue
             feat = np.empty(n_sel, dtype=np.int64)
             fbase = np.empty(n_sel, dtype=np.int64)
             lim = np.empty(n_sel, dtype=np.int64)
+            dflt = np.empty(n_sel, dtype=np.int64)
             t = 0
             for q in range(m):
-                if (src[q] >= 0) == from_sibling:
-                    feat[t] = pair_feat[lo + q]
+                f = pair_feat[lo + q]
+                if (src[q] >= 0) == from_sibling and _add_kind(default_bin, listed, f) == kind:
+                    feat[t] = f
                     fbase[t] = base[q]
-                    lim[t] = n_bins[feat[t]]
+                    lim[t] = n_bins[f]
+                    dflt[t] = default_bin[f]
                     t += 1
-            if from_sibling:
-                _add_rows(H, C, Xb, rows, sib_starts[j], sib_ends[j], feat, fbase, lim, ycls, yw, is_clf)
+            rs = sib_starts[j] if from_sibling else starts[j]
+            re = sib_ends[j] if from_sibling else ends[j]
+            if kind == 0:
+                _add_rows(H, C, Xb, rows, rs, re, feat, fbase, lim, ycls, yw, is_clf)
+            elif kind == 1:
+                _add_rows_skipping(H, C, Xb, rows, rs, re, feat, fbase, lim, dflt, ycls, yw, is_clf, S)
             else:
-                _add_rows(H, C, Xb, rows, starts[j], ends[j], feat, fbase, lim, ycls, yw, is_clf)
+                _add_row_entries(H, C, rows, rs, re, feat, fbase, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code,
+                                 ycls, yw, is_clf, S)
         hist = np.empty((MISSING_BIN + 1, S))
         cnt = np.empty(MISSING_BIN + 1, dtype=np.int64)
         tot = np.empty(S)

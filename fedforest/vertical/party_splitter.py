@@ -28,7 +28,7 @@ from ..tree import criterion, partitioner
 from ..tree import splitter as split_kernels
 from ..tree import threads as numba_threads
 from ..tree.format import LEAF, NOT_OWNED
-from ..tree.binning import MAX_BINS, MISSING_BIN, fit_bins, transform_bins
+from ..tree.binning import MAX_BINS, MISSING_BIN, default_bins, fit_bins, listed_features, transform_bins
 from ..tree.growth import Nodes, PARTY_COLUMNS, gain_scale, min_leaf_weight, pack_bits, unpack_bits
 from .messages import (APPLY, COMMIT, COUNT_DTYPES, GROW, MASK_DTYPES, bad_message, join_replies, node_list, shown,
                        sorted_subset, unpack_batch)
@@ -98,13 +98,19 @@ class PartySplitter:
             else:
                 self.edges, self.n_bins, self.Xb = bin_columns(columns, settings.max_bins, sw)
             self.X = None
+            # a feature's bin holding most rows: histograms with exact sums skip its rows,
+            # and where it holds nearly all, the others are listed per row
+            self.default_bin, share = default_bins(self.Xb)
+            listed = listed_features(share, self.n_rows)
+            self.row_entries = split_kernels.row_entries(self.Xb, self.default_bin, listed) \
+                if listed.any() else None
             # kept histograms are compact (a feature's bins and its missing bin), so with
             # at most b bins per feature a node keeps them from b / (MISSING_BIN + 1) of
             # the settings' rows on, within the same bytes per row
             widest = int(self.n_bins.max()) + 1 if self.n_bins.size else MISSING_BIN + 1
             self.hist_cache_rows = -(-settings.hist_cache_rows * widest // (MISSING_BIN + 1))
         else:
-            self.edges = self.n_bins = self.Xb = None
+            self.edges = self.n_bins = self.Xb = self.default_bin = self.row_entries = None
             # scikit-learn compares float32 feature values against float64 thresholds
             if columns is None:
                 self.X = np.asfortranarray(X, dtype=np.float32)
@@ -399,8 +405,10 @@ class PartySplitter:
         numba_threads.for_work(int((ends - starts).sum()) * max(1, widest))
         if s.split_method == "hist":
             sub = self._subtraction(nodes, starts, ends)
-            gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(self.Xb, self.n_bins,
-                                                                           *args, *sub, *known)
+            gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(
+                self.Xb, self.n_bins, *args, *sub, *known,
+                default_bin=self.default_bin if t["subtract"] else None,
+                row_entries=self.row_entries if t["subtract"] else None)
             if t["subtract"]:
                 kept = sub[-1].astype(bool)
                 t["hists"] = (nodes[kept], index[kept], hist, cnt)
