@@ -162,6 +162,19 @@ class Nodes:
     def trimmed(self, names):
         return {name: self.col[name][: self.n].copy() for name in names}
 
+    def leaf_of_rows(self, n_rows):
+        """The leaf holding each of ``n_rows`` rows (int32; -1 for a row in no
+        node: out of the bag), from the grouped rows: the leaves' ranges
+        tile them."""
+        out = np.full(n_rows, -1, dtype=np.int32)
+        if self.rows is None:
+            raise ValueError("this tree keeps no rows")
+        starts, ends = self.col["start"][: self.n], self.col["end"][: self.n]
+        leaves = np.flatnonzero(self.col["left"][: self.n] == NO_CHILD)
+        leaves = leaves[np.argsort(starts[leaves], kind="stable")]
+        out[self.rows] = np.repeat(leaves.astype(np.int32), ends[leaves] - starts[leaves])
+        return out
+
 
 PARTY_COLUMNS = {"feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
                   "missing_left": (np.uint8, 0), "cand_feature": (np.int32, -1),

@@ -169,6 +169,7 @@ def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
     gparams = params.grower_params()
     settings = SplitSettings(gparams, Xt.shape[0], False, 1, Xt.shape[1])
     splitter = PartySplitter(Xt, settings, B.RoundGradients())
+    splitter.keep_leaf_rows = True     # the training rows' leaves, for their margins
     start = B.GradientLabels(np.zeros(Xt.shape[0]), np.ones(Xt.shape[0]))   # each round brings its own
     grower = B.BoostGrower(LocalParties([splitter]), start, gparams, settings, [Xt.shape[1]])
     seeds = tree_seeds(seed, params.n_estimators * k_out)
@@ -190,9 +191,13 @@ def boost(X, target, weight, objective, n_classes, params, seed, train, valid):
         splitter.tree_ids.clear()
         trees = []
         for k in range(k_out):
+            leaf = partials[k].pop("leaf_of_row", None)
             tree = merge_partials(masters[k], [partials[k]], [0])
             tree["value"] = tree["value"] * params.learning_rate
-            margin[:, k] += node_values(tree, Xp)[:, 0]
+            if leaf is not None and leaf.min() >= 0:    # every row grew with the tree: its leaf is known
+                margin[:, k] += np.asarray(tree["value"])[leaf, 0]
+            else:
+                margin[:, k] += node_values(tree, Xp)[:, 0]
             if valid is not None:
                 vmargin[:, k] += node_values(tree, Xv)[:, 0]
             trees.append(tree)

@@ -496,8 +496,15 @@ class PartySplitter:
         feature[nodes] = np.where(feature[nodes] == LEAF, NOT_OWNED, feature[nodes])
         self.channel.applied(self, nodes)
 
+    #: whether a finished tree's arrays also hold ``leaf_of_row`` (the leaf of
+    #: each row, -1 out of the bag): a single-process loop that needs the
+    #: training rows' leaves takes them from the growth instead of a walk
+    keep_leaf_rows = False
+
     def _finish(self):
         extra = self.channel.finish(self)
+        if self.keep_leaf_rows:
+            extra["leaf_of_row"] = self._tree["nodes"].leaf_of_rows(self.n_rows)
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
         if hasattr(self.labels, "split_records"):   # what the algorithm keeps of the splits it won
             extra.update(self.labels.split_records(self._tree.get("won", ()), t["left"].shape[0], self.settings))

@@ -409,3 +409,40 @@ def test_predict_before_fit_is_not_fitted_and_regressors_have_no_decision_functi
     np.testing.assert_allclose(m.predict_proba(X)[:, 1], 1 / (1 + np.exp(-margin)))
     X3, y3 = _classification(10, 3)
     assert BoostClassifier(n_estimators=3).fit(X3, y3).decision_function(X3).shape == (X3.shape[0], 3)
+
+
+@pytest.mark.parametrize("subsample", [1.0, 0.7])
+def test_training_margins_from_the_growths_leaves_equal_walking_the_trees(monkeypatch, subsample):
+    """The single-process loop adds each tree's leaf values to the training
+    rows' margins from the leaves the growth put them in (every row in the
+    bag) or by walking the tree (rows out of the bag): the same model as
+    walking every tree, with missing values and ties at the bin edges."""
+    from fedforest.vertical import party_splitter
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(600, 5)), 1)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + rng.normal(size=600) * 0.5 > 0).astype(int)
+    fits = []
+    for keep in (True, False):
+        monkeypatch.setattr(party_splitter.PartySplitter, "keep_leaf_rows", keep)
+        if not keep:      # the loop sets it on its splitter: walk every tree instead
+            monkeypatch.setattr(party_splitter.PartySplitter, "keep_leaf_rows",
+                                property(lambda self: False, lambda self, v: None))
+        m = BoostClassifier(n_estimators=8, max_depth=4, subsample=subsample, random_state=0).fit(X, y)
+        fits.append(m.predict_proba(X))
+    assert np.array_equal(fits[0], fits[1])
+
+
+def test_leaf_of_rows_tiles_the_rows_by_leaf():
+    from fedforest.tree.growth import Nodes, PARTY_COLUMNS
+    counts = np.array([1, 0, 2, 1, 1, 0, 1], dtype=np.int64)
+    t = Nodes(counts, PARTY_COLUMNS)
+    lefts, _ = t.split(np.array([0]), np.array([1, 0, 1, 0, 1], dtype=np.uint8))
+    t.split(np.array([lefts[0] + 1]), np.array([0, 1], dtype=np.uint8))
+    got = t.leaf_of_rows(7)
+    want = np.full(7, -1)
+    for node in range(t.n):
+        if t.col["left"][node] < 0:
+            s, e = t.col["start"][node], t.col["end"][node]
+            want[t.rows[s:e]] = node
+    assert got.tolist() == want.tolist() and (got[[1, 5]] == -1).all() and (got[[0, 2, 3, 4, 6]] >= 0).all()
