@@ -80,7 +80,7 @@ def _repeats(digests):
     return np.unique(keys).size != keys.size
 
 
-def shared_positions(keys, first):
+def shared_positions(keys, first_rank):
     """The rows of every party (``keys``: rank -> distinct hashes, or a
     function that returns them when called) whose hash all parties hold, in
     the order of party ``first``'s rows: rank -> row numbers (int32 below
@@ -91,11 +91,14 @@ def shared_positions(keys, first):
         k = keys.pop(r)
         return k() if callable(k) else k
 
-    first_keys = take(first)
+    first_keys = take(first_rank)
     n = first_keys.size
     index = np.int32 if n < 2 ** 31 else np.int64
     shared = np.ones(n, dtype=bool)
-    wanted = None      # the first party's prefixes, sorted, and their rows (made once, when needed)
+    # the first party's hashes as their sorted 8-byte prefixes (with each one's row)
+    # and their last 8 bytes: 20 bytes per row held while the others are matched
+    first = _sorted_prefixes(first_keys, index) + (_suffixes(first_keys),)
+    del first_keys
     found = {}
     for r in sorted(keys):
         k = take(r)
@@ -103,17 +106,15 @@ def shared_positions(keys, first):
             shared[:] = False
             found[r] = np.zeros(n, dtype=np.int32)
             continue
-        if wanted is None:
-            wanted = _sorted_prefixes(first_keys, index)
-        at = _positions_by_prefix(k, first_keys, wanted, shared)
+        at = _positions_by_prefix(k, first, shared)
         if at is None:
-            at = _positions_by_whole_key(k, first_keys, shared)
+            at = _positions_by_whole_key(k, _whole_keys(*first), shared)
         del k
         found[r] = at
         del at
-    del wanted
+    del first
     rows = np.flatnonzero(shared).astype(index)
-    return {r: rows if r == first else found.pop(r)[rows] for r in sorted([first, *found])}
+    return {r: rows if r == first_rank else found.pop(r)[rows] for r in sorted([first_rank, *found])}
 
 
 MATCH_CHUNK = 1 << 16     # rows compared whole at a time (bounds the temporaries)
@@ -127,6 +128,21 @@ def _prefixes(keys):
     return np.ascontiguousarray(raw[:, :8]).view("<u8").ravel()
 
 
+def _suffixes(keys, rows=slice(None)):
+    """The last 8 bytes of the hashes (of ``rows``) as unsigned integers."""
+    raw = keys.view(np.uint8).reshape(keys.size, DIGEST_BYTES)
+    return np.ascontiguousarray(raw[rows, 8:]).view("<u8").ravel()
+
+
+def _whole_keys(prefix, rows, suffix):
+    """The hashes again, in row order, from :func:`_sorted_prefixes` and
+    :func:`_suffixes`."""
+    raw = np.empty((suffix.size, DIGEST_BYTES), dtype=np.uint8)
+    raw[rows, :8] = prefix.view(np.uint8).reshape(-1, 8)
+    raw[:, 8:] = suffix.view(np.uint8).reshape(-1, 8)
+    return raw.view(np.dtype((np.void, DIGEST_BYTES))).ravel()
+
+
 def _sorted_prefixes(keys, index):
     """``keys``' prefixes in increasing order and the row of each (``index``)."""
     prefix = _prefixes(keys)
@@ -135,32 +151,34 @@ def _sorted_prefixes(keys, index):
     return prefix, order.astype(index)
 
 
-def _positions_by_prefix(k, first_keys, wanted, shared):
+def _positions_by_prefix(k, first, shared):
     """For every row of the first party, the row of ``k`` holding the same
     hash (int32 below 2^31 rows), ``shared`` cleared where none does.  Found
     by sorting ``k``'s 8-byte prefixes and searching them for the first
-    party's, themselves in sorted order (``wanted``: :func:`_sorted_prefixes`
-    of ``first_keys``; sorted needles keep the search in cache, 3x faster),
-    then comparing the whole hashes where the prefixes agree.  None (nothing
-    changed) where two of ``k``'s hashes share a prefix (about n^2 / 2^65
-    likely), which :func:`_positions_by_whole_key` then handles."""
+    party's, themselves in sorted order (``first``: their sorted prefixes,
+    the row of each and their suffixes in row order; sorted needles keep the
+    search in cache, 3x faster), then comparing the last 8 bytes where the
+    prefixes agree; a chunk of rows at a time, so that the temporaries stay
+    small.  None (nothing changed) where two of ``k``'s hashes share a
+    prefix (about n^2 / 2^65 likely), which :func:`_positions_by_whole_key`
+    then handles."""
+    want, rows, tail = first
     prefix = _prefixes(k)
     by_key = np.argsort(prefix)
     prefix.sort()           # in place: no second copy (equal prefixes are handled below)
     if prefix.size > 1 and np.any(prefix[1:] == prefix[:-1]):
         return None
     by_key = by_key.astype(np.int32 if k.size < 2 ** 31 else np.int64)
-    want, rows = wanted
-    at = np.searchsorted(prefix, want)
-    np.minimum(at, prefix.size - 1, out=at)
-    shared[rows] &= prefix[at] == want
-    del prefix
-    found = np.empty(first_keys.size, dtype=by_key.dtype)
-    found[rows] = by_key[at]
-    del by_key, at
+    found = np.empty(rows.size, dtype=by_key.dtype)
+    for lo in range(0, rows.size, MATCH_CHUNK):
+        part = slice(lo, lo + MATCH_CHUNK)
+        at = np.minimum(np.searchsorted(prefix, want[part]), prefix.size - 1)
+        shared[rows[part]] &= prefix[at] == want[part]
+        found[rows[part]] = by_key[at]
+    del prefix, by_key
     for lo in range(0, found.size, MATCH_CHUNK):     # an equal prefix is not an equal hash
         part = slice(lo, lo + MATCH_CHUNK)
-        shared[part] &= k[found[part]] == first_keys[part]
+        shared[part] &= _suffixes(k, found[part]) == tail[part]
     return found
 
 
