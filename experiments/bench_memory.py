@@ -230,10 +230,10 @@ def plot(rows, path):
     xg = [(r["n_rows"], r["xgboost"].get("growth_mb")) for r in rows if r["xgboost"].get("growth_mb")]
     if xg:
         a1.plot([a for a, _ in xg], [b for _, b in xg], "d--", label="XGBoost RF (pooled), peak growth")
-    a1.plot(n, [max(p["float64_copy_mb"] for p in r["parties"].values()) for r in rows], ":",
+    a1.plot(n, [max(p["float64_copy_mb"] for p in r["parties"].values()) for r in rows], "x:",
             color="grey", label="one float64 copy of a party's columns")
     a1.set(xscale="log", yscale="log", xlabel="rows", ylabel="MiB", title="memory per rank")
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper left")      # values grow with rows: the upper left stays clear
     a2.plot(n, [r["setup_seconds"] for r in rows], "o-", label="fedforest set-up (slowest party)")
     a2.plot(n, [r["train_seconds"] for r in rows], "s-", label="fedforest training (master)")
     a2.plot(n, [r["wall_seconds"] for r in rows], "^-", label="fedforest job, wall")
@@ -241,7 +241,7 @@ def plot(rows, path):
     if xt:
         a2.plot([a for a, _ in xt], [b for _, b in xt], "d--", label="XGBoost RF fit (pooled)")
     a2.set(xscale="log", yscale="log", xlabel="rows", ylabel="seconds", title="time")
-    a2.legend(fontsize=7)
+    a2.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"{rows[0]['n_features']} float columns over {rows[0]['n_parties']} parties, "
                  f"{TREES} trees, depth {DEPTH}, hist")
     fig.tight_layout()
