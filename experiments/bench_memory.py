@@ -221,7 +221,7 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     n = [r["n_rows"] for r in rows]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 5))
     a1.plot(n, [max(p["peak_growth_mb"] for p in r["parties"].values()) for r in rows], "o-",
             label="fedforest party, peak growth")
     a1.plot(n, [max(p["held_growth_mb"] or 0 for p in r["parties"].values()) for r in rows], "s-",
@@ -233,7 +233,8 @@ def plot(rows, path):
     a1.plot(n, [max(p["float64_copy_mb"] for p in r["parties"].values()) for r in rows], "x:",
             color="grey", label="one float64 copy of a party's columns")
     a1.set(xscale="log", yscale="log", xlabel="rows", ylabel="MiB", title="memory per rank")
-    a1.legend(fontsize=7, loc="upper left")      # values grow with rows: the upper left stays clear
+    # legends below the panels: no point hides under them, however few row counts
+    a1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     a2.plot(n, [r["setup_seconds"] for r in rows], "o-", label="fedforest set-up (slowest party)")
     a2.plot(n, [r["train_seconds"] for r in rows], "s-", label="fedforest training (master)")
     a2.plot(n, [r["wall_seconds"] for r in rows], "^-", label="fedforest job, wall")
@@ -241,7 +242,7 @@ def plot(rows, path):
     if xt:
         a2.plot([a for a, _ in xt], [b for _, b in xt], "d--", label="XGBoost RF fit (pooled)")
     a2.set(xscale="log", yscale="log", xlabel="rows", ylabel="seconds", title="time")
-    a2.legend(fontsize=7, loc="upper left")
+    a2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.suptitle(f"{rows[0]['n_features']} float columns over {rows[0]['n_parties']} parties, "
                  f"{TREES} trees, depth {DEPTH}, hist")
     fig.tight_layout()
