@@ -1050,6 +1050,20 @@ def _ref_hist(prob, Xb, idx, f):
     return hist, np.bincount(b, minlength=MISSING + 1)
 
 
+def _split_children(rows0, starts0, ends0, go_left_of):
+    """Each parent node split in two, left then right (rows in their order
+    within a child); ``go_left_of(j, rows)``: which rows of parent ``j`` go left."""
+    rows1, starts1, ends1 = [], [], []
+    for j in range(starts0.size):
+        seg = rows0[starts0[j]:ends0[j]]
+        go_left = go_left_of(j, seg)
+        for part in (seg[go_left], seg[~go_left]):
+            starts1.append(sum(r.size for r in rows1))
+            rows1.append(part)
+            ends1.append(starts1[-1] + part.size)
+    return np.concatenate(rows1).astype(np.int32), np.array(starts1), np.array(ends1)
+
+
 @pytest.mark.parametrize("task", ["gini2", "entropy4", "mse"])
 def test_histogram_subtraction_equals_building_every_histogram(task):
     rng = np.random.default_rng([7, list(TASKS).index(task)])
@@ -1077,16 +1091,8 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
             np.testing.assert_allclose(hist[at], np.vstack([ref_h[:nb], ref_h[MISSING]]), **TOL)
             assert np.array_equal(cnt[at], np.append(ref_c[:nb], ref_c[MISSING]))
     # level 1: each parent splits in two (rows in ascending order within a child)
-    rows1, starts1, ends1 = [], [], []
-    for j in range(2):
-        seg = rows0[starts0[j]:ends0[j]]
-        go_left = rng.random(seg.size) < (0.3 if j == 0 else 0.6)
-        for part in (seg[go_left], seg[~go_left]):
-            starts1.append(sum(r.size for r in rows1))
-            rows1.append(part)
-            ends1.append(starts1[-1] + part.size)
-    rows1 = np.concatenate(rows1).astype(np.int32)
-    starts1, ends1 = np.array(starts1), np.array(ends1)
+    rows1, starts1, ends1 = _split_children(rows0, starts0, ends0,
+                                            lambda j, seg: rng.random(seg.size) < (0.3 if j == 0 else 0.6))
     sibling = np.array([1, 0, 3, 2])
     size = ends1 - starts1
     larger = size > size[sibling]
@@ -1148,16 +1154,8 @@ def test_default_bins_give_the_histograms_and_splits_of_every_row_added(task, th
             for a, b in zip(level0[0], other):
                 assert np.array_equal(a, b)
         index, hist, cnt = level0[0][4:]
-        rows1, starts1, ends1 = [], [], []
-        for j in range(2):
-            seg = rows0[starts0[j]:ends0[j]]
-            go_left = Xb[seg, 6] == 4 if j == 0 else rng.random(seg.size) < 0.4
-            for part in (seg[go_left], seg[~go_left]):
-                starts1.append(sum(r.size for r in rows1))
-                rows1.append(part)
-                ends1.append(starts1[-1] + part.size)
-        rows1 = np.concatenate(rows1).astype(np.int32)
-        starts1, ends1 = np.array(starts1), np.array(ends1)
+        rows1, starts1, ends1 = _split_children(
+            rows0, starts0, ends0, lambda j, seg: Xb[seg, 6] == 4 if j == 0 else rng.random(seg.size) < 0.4)
         sibling = np.array([1, 0, 3, 2])
         larger = (ends1 - starts1) > (ends1 - starts1)[sibling]
         sub = (starts1[sibling], ends1[sibling], np.where(larger, [0, 0, 1, 1], -1), index, hist, cnt,
