@@ -341,11 +341,14 @@ def test_scan_hist_equals_exact_gains_everywhere(task, msl, mwl):
         lam = LAM.get(crit, 0.0)
         imp_node = impurity.impurity(stats, w_node, crit, lam)
         w_total = 2.0 if crit == impurity.NEWTON else w_node * 1.5
-        got = splitter._scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
-                                  lam, msl, mwl, *scratch, prox)
         ref = scan_with_exact_gains(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf,
                                     crit, lam, msl, mwl)
-        assert got[0] == ref[0] and tuple(got[1:]) == tuple(ref[1:]), (trial, got, ref)
+        # the generic scan and the dispatching one (scalar scans for Newton and two-class Gini)
+        for scan in (splitter._scan_hist, splitter._scan_hist_fast):
+            prox[:] = np.nan
+            got = scan(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit,
+                       lam, msl, mwl, *scratch, prox)
+            assert got[0] == ref[0] and tuple(got[1:]) == tuple(ref[1:]), (scan, trial, got, ref)
         n_diff += ref[0] > -np.inf
     assert n_diff > 100    # most trials had an allowed candidate
 
@@ -1109,6 +1112,13 @@ def test_histogram_subtraction_equals_building_every_histogram(task):
     else:
         np.testing.assert_allclose(got[0], want[0], **TOL)
     assert np.isfinite(got[0][larger]).all()
+    # the larger children alone (their siblings not in the call): built from the siblings' rows
+    only = np.flatnonzero(larger)
+    alone = splitter.best_splits_hist(Xb, n_bins, rows1, starts1[only], ends1[only], fmask1[only], *args,
+                                      starts1[sibling][only], ends1[sibling][only], parent_slot[only],
+                                      *sub[3:6], np.zeros(only.size, np.uint8), *splitter.NO_NODE_STATS)[:4]
+    for g, w in zip(alone, got):
+        assert np.array_equal(g, w[only])
     # the larger children's histograms do come from the parents': spoiled parents change them
     spoiled = splitter.best_splits_hist(Xb, n_bins, rows1, starts1, ends1, fmask1, *args,
                                  *sub[:4], hist * 0.5, cnt, sub[6], *splitter.NO_NODE_STATS)[0]

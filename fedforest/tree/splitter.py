@@ -143,20 +143,171 @@ def _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit
     return best, best_b, best_ml
 
 
+@njit(cache=True, inline="always")
+def _pair_weights(l0, l1, r0, r1, cl, cr, newton, min_samples_leaf, min_weight_leaf):
+    """The sides' weights of a candidate as in :func:`_pair_proxy`, or -1, -1
+    where the candidate is not allowed (:func:`.criterion.split_gain`'s rules)."""
+    if cl < min_samples_leaf or cr < min_samples_leaf:
+        return -1.0, -1.0
+    if newton:
+        wl = l0
+        wr = r0
+    else:
+        wl = l0 + l1
+        wr = r0 + r1
+    if wl <= 0.0 or wr <= 0.0 or wl < min_weight_leaf or wr < min_weight_leaf:
+        return -1.0, -1.0
+    return wl, wr
+
+
+@njit(cache=True, inline="always")
+def _pair_proxy(l0, l1, r0, r1, cl, cr, newton, lam, min_samples_leaf, min_weight_leaf):
+    """:func:`.criterion.proxy_score` of a candidate whose sides have two
+    statistics (``newton``: hessian and gradient sums; else two class
+    weights under Gini), the same operations in the same order."""
+    wl, wr = _pair_weights(l0, l1, r0, r1, cl, cr, newton, min_samples_leaf, min_weight_leaf)
+    if wl < 0.0:
+        return -np.inf
+    if newton:
+        return l1 * l1 / (wl + lam) + r1 * r1 / (wr + lam)
+    return (l0 * l0 + l1 * l1) / wl + (r0 * r0 + r1 * r1) / wr
+
+
+@njit(cache=True, inline="always")
+def _pair_gain(l0, l1, r0, r1, cl, cr, newton, w_node, imp_node, w_total, lam, min_samples_leaf,
+               min_weight_leaf):
+    """:func:`.criterion.split_gain` of a candidate as in :func:`_pair_proxy`,
+    the same operations in the same order."""
+    wl, wr = _pair_weights(l0, l1, r0, r1, cl, cr, newton, min_samples_leaf, min_weight_leaf)
+    if wl < 0.0:
+        return -np.inf
+    if newton:
+        il = -(l1 * l1) / ((wl + lam) * wl)
+        ir = -(r1 * r1) / ((wr + lam) * wr)
+    else:
+        pl = l0 / wl
+        ql = l1 / wl
+        il = 1.0 - (pl * pl + ql * ql)
+        pr = r0 / wr
+        qr = r1 / wr
+        ir = 1.0 - (pr * pr + qr * qr)
+    return (w_node / w_total) * (imp_node - (wl / w_node) * il - (wr / w_node) * ir)
+
+
+@njit(cache=True)
+def _scan_hist_pair(hist, cnt, nb, n_node, w_node, imp_node, w_total, newton, lam, min_samples_leaf,
+                    min_weight_leaf, prox):
+    """:func:`_scan_hist` of two statistics per bin (``newton``: Newton's
+    ``(h, g, 0)``; else two classes under Gini), the sums held in scalars:
+    the same candidates, operations and result, about six times faster
+    than the loop over a statistics vector."""
+    n_miss = cnt[MISSING_BIN]
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    for b in range(nb):
+        if cnt[b] > 0:
+            t0 += hist[b, 0]
+            t1 += hist[b, 1]
+            if newton:
+                t2 += hist[b, 2]
+    m0 = hist[MISSING_BIN, 0]
+    m1 = hist[MISSING_BIN, 1]
+    n_nonmiss = n_node - n_miss
+    prox[:2 * nb] = -np.inf
+    top = -np.inf
+    l0 = 0.0
+    l1 = 0.0
+    cl = 0
+    for b in range(nb):
+        if cnt[b] == 0:
+            continue
+        l0 += hist[b, 0]
+        l1 += hist[b, 1]
+        r0 = t0 - l0
+        r1 = t1 - l1
+        cl += cnt[b]
+        cr = n_nonmiss - cl
+        if n_miss == 0:
+            if cr == 0:
+                break
+            p = _pair_proxy(l0, l1, r0, r1, cl, cr, newton, lam, min_samples_leaf, min_weight_leaf)
+            prox[2 * b] = p
+            top = max(top, p)
+        else:
+            p = _pair_proxy(l0, l1, r0 + m0, r1 + m1, cl, cr + n_miss, newton, lam, min_samples_leaf,
+                            min_weight_leaf)
+            prox[2 * b] = p
+            top = max(top, p)
+            if cr == 0:
+                break
+            p = _pair_proxy(l0 + m0, l1 + m1, r0, r1, cl + n_miss, cr, newton, lam, min_samples_leaf,
+                            min_weight_leaf)
+            prox[2 * b + 1] = p
+            top = max(top, p)
+    if top == -np.inf:
+        return -np.inf, 0, 0
+    scale = abs(top) + w_node
+    if newton:
+        scale += abs(t2) + abs(hist[MISSING_BIN, 2])
+    floor = top - 1e-9 * scale
+    best = -np.inf
+    best_b = 0
+    best_ml = 0
+    l0 = 0.0
+    l1 = 0.0
+    cl = 0
+    for b in range(nb):
+        if cnt[b] == 0:
+            continue
+        l0 += hist[b, 0]
+        l1 += hist[b, 1]
+        cl += cnt[b]
+        if prox[2 * b] < floor and prox[2 * b + 1] < floor:
+            continue
+        cr = n_nonmiss - cl
+        r0 = t0 - l0
+        r1 = t1 - l1
+        if n_miss == 0:
+            g = _pair_gain(l0, l1, r0, r1, cl, cr, newton, w_node, imp_node, w_total, lam, min_samples_leaf,
+                           min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b
+                best_ml = 1 if cl > cr else 0
+            continue
+        if prox[2 * b] >= floor:
+            g = _pair_gain(l0, l1, r0 + m0, r1 + m1, cl, cr + n_miss, newton, w_node, imp_node, w_total, lam,
+                           min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b if cr > 0 else nb - 1
+                best_ml = 0
+        if prox[2 * b + 1] >= floor:
+            g = _pair_gain(l0 + m0, l1 + m1, r0, r1, cl + n_miss, cr, newton, w_node, imp_node, w_total, lam,
+                           min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_b = b
+                best_ml = 1
+    return best, best_b, best_ml
+
+
 @njit(cache=True)
 def _scan_hist_fast(hist, cnt, nb, n_node, w_node, imp_node, w_total, is_clf, S, crit, lam,
                     min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox):
-    """:func:`_scan_hist` with the common (task, statistics, criterion)
-    combinations passed as constants, so the compiler specialises the scan
-    for them (about three times faster than the generic loop); same results."""
+    """:func:`_scan_hist`, the common (task, statistics, criterion)
+    combinations by a scan that holds its sums in scalars (Newton, two-class
+    Gini: :func:`_scan_hist_pair`) or passed as constants so the compiler specialises the scan; same
+    results."""
+    if not is_clf and S == 3 and crit == NEWTON:
+        return _scan_hist_pair(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, lam, min_samples_leaf,
+                               min_weight_leaf, prox)
     if is_clf and S == 2 and crit == GINI:
-        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, GINI, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
+        return _scan_hist_pair(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, lam, min_samples_leaf,
+                               min_weight_leaf, prox)
     if is_clf and S == 2 and crit == ENTROPY:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, True, 2, ENTROPY, lam,
-                          min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
-    if not is_clf and S == 3 and crit == NEWTON:
-        return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, NEWTON, lam,
                           min_samples_leaf, min_weight_leaf, tot, left, right, lm, rm, prox)
     if not is_clf and S == 3:
         return _scan_hist(hist, cnt, nb, n_node, w_node, imp_node, w_total, False, 3, SQUARED_ERROR, lam,
@@ -421,7 +572,7 @@ def _pair_units(pair_node, starts, ends, n_threads):
     their histograms together (:func:`_add_rows`): one run per node on
     one thread; on more, a node's pairs are cut into as many runs as its
     share of the rows x features work takes of about ``4 * n_threads``
-    equal parts.  Returns the runs' first and end pair.  The results do not
+    equal parts, each of at least :data:`ROW_PASS_FEATURES` pairs.  Returns the runs' first and end pair.  The results do not
     depend on the cut: each (node, feature) histogram is built by one run,
     rows in order."""
     n_pairs = pair_node.shape[0]
@@ -440,7 +591,7 @@ def _pair_units(pair_node, starts, ends, n_threads):
             e += 1
         m = e - i
         work = (ends[j] - starts[j]) * m
-        c = min(m, max(1, -(-work // part)))
+        c = min(max(1, m // ROW_PASS_FEATURES), max(1, -(-work // part)))
         for q in range(c):
             lo[n_units] = i + m * q // c
             hi[n_units] = i + m * (q + 1) // c
@@ -451,6 +602,10 @@ def _pair_units(pair_node, starts, ends, n_threads):
 
 #: runs of pairs per thread of a histogram search (a few, so uneven nodes share out)
 BLOCKS_PER_THREAD = 4
+#: features sharing a pass over the rows in :func:`_add_rows`; a run has at least
+#: as many (where the node has them), since a run of fewer passes over the rows once
+#: per feature
+ROW_PASS_FEATURES = 4
 
 
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
@@ -468,9 +623,11 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     ``cache_index[parent_slot[j], f] >= 0``, the histogram of (node ``j``,
     feature ``f``) is its parent's (``cache_hist``/``cache_cnt``, the
     ``n_bins[f] + 1`` rows from that index on: its bins, then its missing bin)
-    minus the one of the sibling rows ``rows[sib_starts[j]:sib_ends[j]]``,
-    built instead of its own (the caller points only larger children at a
-    smaller sibling).  Every other histogram is built from the node's rows.
+    minus the one of the sibling rows ``rows[sib_starts[j]:sib_ends[j]]``
+    (the caller points only larger children at a smaller sibling): where the
+    sibling is in this call and builds its own histogram of ``f``, that one;
+    else built from the sibling's rows.  Every other histogram is built from
+    the node's rows.
 
     Returns ``gain, feature, bin, missing_left`` per node (``feature`` -1 and
     ``gain`` -inf where no allowed split exists; ``bin == n_bins[f] - 1``
@@ -538,12 +695,94 @@ def row_entries(Xb, default_bin, listed, block_rows=1 << 16):
     return listed.astype(np.uint8), ptr, cat(fparts, ftype), cat(cparts, np.uint8)
 
 
+@njit(cache=True)
+def _sibling_in_call(starts, ends, sib_starts, sib_ends, parent_slot):
+    """Per node that derives its histograms from its parent's
+    (``parent_slot >= 0``): the position in this call of its sibling (the
+    node holding rows ``sib_starts:sib_ends``, non-empty), or -1."""
+    n_nodes = starts.shape[0]
+    out = np.full(n_nodes, -1, dtype=np.int64)
+    order = np.argsort(starts)
+    for j in range(n_nodes):
+        if parent_slot[j] < 0 or sib_ends[j] <= sib_starts[j]:
+            continue
+        lo = 0
+        hi = n_nodes
+        while lo < hi:          # first node starting at or after the sibling's start
+            mid = (lo + hi) // 2
+            if starts[order[mid]] < sib_starts[j]:
+                lo = mid + 1
+            else:
+                hi = mid
+        while lo < n_nodes and starts[order[lo]] == sib_starts[j]:
+            k = order[lo]
+            if ends[k] == sib_ends[j] and k != j:
+                out[j] = k
+                break
+            lo += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _build_run(H, C, Xb, rows, rs, re, feat_of, base_of, n_bins, default_bin, listed, n_feat,
+               sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S):
+    """Build the histograms of features ``feat_of`` (each from row
+    ``base_of`` of ``H``/``C``, zeroed here) from rows ``rows[rs:re]``, the
+    features grouped by how they are added (:func:`_add_kind`)."""
+    m = feat_of.shape[0]
+    for q in range(m):
+        o = base_of[q]
+        for i in range(o, o + n_bins[feat_of[q]] + 1):
+            C[i] = 0
+            for k in range(S):
+                H[i, k] = 0.0
+    for kind in range(3):
+        n_sel = 0
+        for q in range(m):
+            if _add_kind(default_bin, listed, feat_of[q]) == kind:
+                n_sel += 1
+        if n_sel == 0:
+            continue
+        feat = np.empty(n_sel, dtype=np.int64)
+        fbase = np.empty(n_sel, dtype=np.int64)
+        lim = np.empty(n_sel, dtype=np.int64)
+        dflt = np.empty(n_sel, dtype=np.int64)
+        t = 0
+        for q in range(m):
+            f = feat_of[q]
+            if _add_kind(default_bin, listed, f) == kind:
+                feat[t] = f
+                fbase[t] = base_of[q]
+                lim[t] = n_bins[f]
+                dflt[t] = default_bin[f]
+                t += 1
+        if kind == 0:
+            _add_rows(H, C, Xb, rows, rs, re, feat, fbase, lim, ycls, yw, is_clf)
+        elif kind == 1:
+            _add_rows_skipping(H, C, Xb, rows, rs, re, feat, fbase, lim, dflt, ycls, yw, is_clf, S)
+        else:
+            _add_row_entries(H, C, rows, rs, re, feat, fbase, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code,
+                             ycls, yw, is_clf, S)
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                  w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                  parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
                  default_bin, listed, sp_ptr, sp_feat, sp_code):
-    """:func:`best_splits_hist` on ``n_threads`` threads."""
+    """:func:`best_splits_hist` on ``n_threads`` threads, in two phases.
+
+    1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel:
+       a node's own rows, or, for a node deriving its histograms whose
+       sibling is not in this call (or does not scan the feature), the
+       sibling's rows.  A histogram that a sibling derives its own from is
+       kept for phase 2 (at most the kept histograms' memory: only nodes
+       whose parent kept its histograms derive).
+    2. The pairs of nodes deriving their histograms from a sibling's built
+       in phase 1 (parent's kept histogram minus the sibling's), node by
+       node in parallel: those rows are added once for both children.
+    Every pair is then scanned; the sums of each histogram are the ones of
+    adding its rows in order, whichever phase builds it."""
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
     w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
@@ -562,98 +801,151 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             n_kept += n_bins[pair_feat[i]] + 1
     kept_hist = np.empty((n_kept, S))
     kept_cnt = np.empty(n_kept, dtype=np.int32)
-    unit_lo, unit_hi = _pair_units(pair_node, starts, ends, n_threads)
+    # where each pair's histogram comes from: src, the parent's kept histogram (or -1:
+    # built from the node's own rows); derive, the pair of the sibling's own histogram
+    # it is the parent's less (or -1: built here); shared, a built pair's slot for
+    # phase 2 (or -1)
+    sib_of = _sibling_in_call(starts, ends, sib_starts, sib_ends, parent_slot)
+    src = np.full(n_pairs, -1, dtype=np.int64)
+    own = np.full((n_nodes, n_feat), -1, dtype=np.int64)
+    for i in range(n_pairs):
+        j = pair_node[i]
+        if parent_slot[j] >= 0:
+            src[i] = cache_index[parent_slot[j], pair_feat[i]]
+        if src[i] < 0:
+            own[j, pair_feat[i]] = i
+    derive = np.full(n_pairs, -1, dtype=np.int64)
+    shared = np.full(n_pairs, -1, dtype=np.int64)
+    n_shared = 0
+    n_built = 0
+    for i in range(n_pairs):
+        j = pair_node[i]
+        if src[i] >= 0 and sib_of[j] >= 0 and own[sib_of[j], pair_feat[i]] >= 0:
+            d = own[sib_of[j], pair_feat[i]]
+            derive[i] = d
+            shared[d] = n_shared
+            n_shared += n_bins[pair_feat[i]] + 1
+        else:
+            n_built += 1
+    LH = np.empty((n_shared, S))
+    LC = np.empty(n_shared, dtype=np.int64)
+    # phase 1: runs of the building pairs
+    b_pair = np.empty(n_built, dtype=np.int64)
+    t = 0
+    for i in range(n_pairs):
+        if derive[i] < 0:
+            b_pair[t] = i
+            t += 1
+    b_node = pair_node[b_pair]
+    unit_lo, unit_hi = _pair_units(b_node, starts, ends, n_threads)
     for u in prange(unit_lo.shape[0]):
         lo = unit_lo[u]
         m = unit_hi[u] - lo
-        j = pair_node[lo]
-        # the run's histograms, compact (each feature's bins, then its missing bin),
-        # built from the node's rows or, where the parent kept its own, the sibling's
-        src = np.full(m, -1, dtype=np.int64)
+        j = b_node[lo]
+        pairs = b_pair[lo:lo + m]
+        feats = pair_feat[pairs]
         base = np.empty(m, dtype=np.int64)
         size = 0
         for q in range(m):
-            f = pair_feat[lo + q]
-            if parent_slot[j] >= 0:
-                src[q] = cache_index[parent_slot[j], f]
             base[q] = size
-            size += n_bins[f] + 1
-        H = np.zeros((size, S))
-        C = np.zeros(size, dtype=np.int64)
-        # own rows / the sibling's rows, each: every row added, default bins skipped, row lists
-        for group in range(6):
-            from_sibling = group >= 3
-            kind = group % 3
-            n_sel = 0
-            for q in range(m):
-                f = pair_feat[lo + q]
-                if (src[q] >= 0) == from_sibling and _add_kind(default_bin, listed, f) == kind:
-                    n_sel += 1
-            if n_sel == 0:
-                continue
-            feat = np.empty(n_sel, dtype=np.int64)
-            fbase = np.empty(n_sel, dtype=np.int64)
-            lim = np.empty(n_sel, dtype=np.int64)
-            dflt = np.empty(n_sel, dtype=np.int64)
-            t = 0
-            for q in range(m):
-                f = pair_feat[lo + q]
-                if (src[q] >= 0) == from_sibling and _add_kind(default_bin, listed, f) == kind:
-                    feat[t] = f
-                    fbase[t] = base[q]
-                    lim[t] = n_bins[f]
-                    dflt[t] = default_bin[f]
-                    t += 1
+            size += n_bins[feats[q]] + 1
+        H = np.empty((size, S))
+        C = np.empty(size, dtype=np.int64)
+        # a run's pairs add the node's own rows or the sibling's, runs of each in pair order
+        q = 0
+        while q < m:
+            from_sibling = src[pairs[q]] >= 0
+            e = q
+            while e < m and (src[pairs[e]] >= 0) == from_sibling:
+                e += 1
             rs = sib_starts[j] if from_sibling else starts[j]
             re = sib_ends[j] if from_sibling else ends[j]
-            if kind == 0:
-                _add_rows(H, C, Xb, rows, rs, re, feat, fbase, lim, ycls, yw, is_clf)
-            elif kind == 1:
-                _add_rows_skipping(H, C, Xb, rows, rs, re, feat, fbase, lim, dflt, ycls, yw, is_clf, S)
-            else:
-                _add_row_entries(H, C, rows, rs, re, feat, fbase, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code,
-                                 ycls, yw, is_clf, S)
-        hist = np.empty((MISSING_BIN + 1, S))
-        cnt = np.empty(MISSING_BIN + 1, dtype=np.int64)
-        tot = np.empty(S)
-        left = np.empty(S)
-        right = np.empty(S)
-        lm = np.empty(S)
-        rm = np.empty(S)
-        prox = np.empty(2 * (MISSING_BIN + 1))
+            _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
+                       sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+            q = e
         for q in range(m):
-            i = lo + q
-            f = pair_feat[i]
-            nb = n_bins[f]
-            o = base[q]
-            sr = src[q]
-            # bins 0..nb-1, then the missing bin (compact row nb, histogram row MISSING_BIN)
-            for b in range(nb + 1):
-                hb = b if b < nb else MISSING_BIN
-                if sr >= 0:
-                    cnt[hb] = cache_cnt[sr + b] - C[o + b]
+            d = shared[pairs[q]]
+            if d >= 0:
+                for b in range(n_bins[feats[q]] + 1):
+                    LC[d + b] = C[base[q] + b]
                     for k in range(S):
-                        hist[hb, k] = cache_hist[sr + b, k] - H[o + b, k]
-                else:
-                    cnt[hb] = C[o + b]
-                    for k in range(S):
-                        hist[hb, k] = H[o + b, k]
-            slot = index[j, f]
-            if slot >= 0:
-                for b in range(nb + 1):
-                    hb = b if b < nb else MISSING_BIN
-                    kept_cnt[slot + b] = cnt[hb]
-                    for k in range(S):
-                        kept_hist[slot + b, k] = hist[hb, k]
-            g, b, ml = _scan_hist_fast(hist, cnt, nb, ends[j] - starts[j], w_node[j], imp_node[j],
-                                       w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
-                                       tot, left, right, lm, rm, prox)
-            gain[i] = g
-            where[i] = b
-            mls[i] = ml
+                        LH[d + b, k] = H[base[q] + b, k]
+        _scan_pairs(pairs, base, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                    kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                    min_samples_leaf, min_weight_leaf, gain, where, mls)
+    # phase 2: the derived pairs, node by node
+    d_lo = np.zeros(n_nodes + 1, dtype=np.int64)
+    for i in range(n_pairs):
+        if derive[i] >= 0:
+            d_lo[pair_node[i] + 1] += 1
+    for j in range(n_nodes):
+        d_lo[j + 1] += d_lo[j]
+    d_pair = np.empty(d_lo[n_nodes], dtype=np.int64)
+    d_off = np.empty(d_lo[n_nodes], dtype=np.int64)
+    fill = d_lo[:n_nodes].copy()
+    for i in range(n_pairs):
+        if derive[i] >= 0:
+            d_pair[fill[pair_node[i]]] = i
+            d_off[fill[pair_node[i]]] = shared[derive[i]]
+            fill[pair_node[i]] += 1
+    for j in prange(n_nodes):
+        if d_lo[j + 1] > d_lo[j]:
+            _scan_pairs(d_pair[d_lo[j]:d_lo[j + 1]], d_off[d_lo[j]:d_lo[j + 1]], LH, LC, pair_node, pair_feat,
+                        n_bins, src, cache_hist, cache_cnt, index, kept_hist, kept_cnt, starts, ends, w_node,
+                        imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, gain, where,
+                        mls)
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+@njit(cache=True, nogil=True)
+def _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                min_samples_leaf, min_weight_leaf, gain, where, mls):
+    """Assemble, keep (where the node keeps its histograms) and scan the
+    histograms of ``pairs``, given the histogram of rows each added
+    (``H``/``C`` from row ``offs``): a pair's own (``src`` -1), or its
+    sibling's, which the parent's kept histogram (from ``src``) less gives."""
+    hist = np.empty((MISSING_BIN + 1, S))
+    cnt = np.empty(MISSING_BIN + 1, dtype=np.int64)
+    tot = np.empty(S)
+    left = np.empty(S)
+    right = np.empty(S)
+    lm = np.empty(S)
+    rm = np.empty(S)
+    prox = np.empty(2 * (MISSING_BIN + 1))
+    for q in range(pairs.shape[0]):
+        i = pairs[q]
+        j = pair_node[i]
+        f = pair_feat[i]
+        nb = n_bins[f]
+        sr = src[i]
+        o = offs[q]
+        # bins 0..nb-1, then the missing bin (compact row nb, histogram row MISSING_BIN)
+        for b in range(nb + 1):
+            hb = b if b < nb else MISSING_BIN
+            if sr >= 0:
+                cnt[hb] = cache_cnt[sr + b] - C[o + b]
+                for k in range(S):
+                    hist[hb, k] = cache_hist[sr + b, k] - H[o + b, k]
+            else:
+                cnt[hb] = C[o + b]
+                for k in range(S):
+                    hist[hb, k] = H[o + b, k]
+        slot = index[j, f]
+        if slot >= 0:
+            for b in range(nb + 1):
+                hb = b if b < nb else MISSING_BIN
+                kept_cnt[slot + b] = cnt[hb]
+                for k in range(S):
+                    kept_hist[slot + b, k] = hist[hb, k]
+        g, b, ml = _scan_hist_fast(hist, cnt, nb, ends[j] - starts[j], w_node[j], imp_node[j],
+                                   w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf,
+                                   tot, left, right, lm, rm, prox)
+        gain[i] = g
+        where[i] = b
+        mls[i] = ml
 
 
 #: the trailing ``node_w, node_imp`` arguments of the split kernels that have them computed
