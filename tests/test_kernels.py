@@ -1137,7 +1137,7 @@ def test_default_bins_give_the_histograms_and_splits_of_every_row_added(task, th
     bins that are common, rare, missing or absent from a node, any thread
     count."""
     rng = np.random.default_rng([8, list(TASKS).index(task), threads])
-    n, n_feat = 2000, 7
+    n, n_feat = 30000, 7     # nodes of several LIST_BLOCK_ROWS: lists built in row blocks
     prob = Problem(rng, n, task)
     if not prob.is_clf:     # on a power-of-two grid: every partial sum exact
         prob.yw = np.round(prob.yw * 256) / 256

@@ -602,6 +602,9 @@ def _pair_units(pair_node, starts, ends, n_threads):
 
 #: runs of pairs per thread of a histogram search (a few, so uneven nodes share out)
 BLOCKS_PER_THREAD = 4
+#: rows from which a node's histograms built from the rows' lists (:func:`_add_row_entries`)
+#: are cut into blocks built in parallel
+LIST_BLOCK_ROWS = 4096
 #: features sharing a pass over the rows in :func:`_add_rows`; a run has at least
 #: as many (where the node has them), since a run of fewer passes over the rows once
 #: per feature
@@ -817,7 +820,6 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
     derive = np.full(n_pairs, -1, dtype=np.int64)
     shared = np.full(n_pairs, -1, dtype=np.int64)
     n_shared = 0
-    n_built = 0
     for i in range(n_pairs):
         j = pair_node[i]
         if src[i] >= 0 and sib_of[j] >= 0 and own[sib_of[j], pair_feat[i]] >= 0:
@@ -825,17 +827,14 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             derive[i] = d
             shared[d] = n_shared
             n_shared += n_bins[pair_feat[i]] + 1
-        else:
-            n_built += 1
     LH = np.empty((n_shared, S))
     LC = np.empty(n_shared, dtype=np.int64)
-    # phase 1: runs of the building pairs
-    b_pair = np.empty(n_built, dtype=np.int64)
-    t = 0
+    # phase 1: runs of the building pairs that visit the rows per feature
+    lst = np.zeros(n_pairs, dtype=np.uint8)
     for i in range(n_pairs):
-        if derive[i] < 0:
-            b_pair[t] = i
-            t += 1
+        if derive[i] < 0 and _add_kind(default_bin, listed, pair_feat[i]) == 2:
+            lst[i] = 1
+    b_pair = np.flatnonzero((derive < 0) & (lst == 0))
     b_node = pair_node[b_pair]
     unit_lo, unit_hi = _pair_units(b_node, starts, ends, n_threads)
     for u in prange(unit_lo.shape[0]):
@@ -863,16 +862,78 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
                        sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
             q = e
-        for q in range(m):
-            d = shared[pairs[q]]
-            if d >= 0:
-                for b in range(n_bins[feats[q]] + 1):
-                    LC[d + b] = C[base[q] + b]
-                    for k in range(S):
-                        LH[d + b, k] = H[base[q] + b, k]
-        _scan_pairs(pairs, base, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
-                    kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                    min_samples_leaf, min_weight_leaf, gain, where, mls)
+        _share_and_scan(pairs, base, H, C, shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist,
+                        cache_cnt, index, kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf,
+                        S, crit, lam, min_samples_leaf, min_weight_leaf, gain, where, mls)
+    # ... and the building pairs added from the rows' lists: a group per node and row
+    # source (its own rows or the sibling's) walks each row's list once for all its
+    # features, its rows cut into blocks that build in parallel and are summed after
+    # (lists are used only where every sum is exact, so the sums do not depend on the cut)
+    l_pair = np.flatnonzero(lst)
+    n_l = l_pair.shape[0]
+    g_lo = np.empty(n_l + 1, dtype=np.int64)
+    n_g = 0
+    for t in range(n_l):
+        i = l_pair[t]
+        if t == 0 or pair_node[i] != pair_node[l_pair[t - 1]] or (src[i] >= 0) != (src[l_pair[t - 1]] >= 0):
+            g_lo[n_g] = t
+            n_g += 1
+    g_lo[n_g] = n_l
+    l_base = np.empty(n_l, dtype=np.int64)
+    g_size = np.empty(n_g, dtype=np.int64)
+    g_blocks = np.empty(n_g, dtype=np.int64)
+    g_off = np.empty(n_g, dtype=np.int64)
+    total = 0
+    n_units = 0
+    for g in range(n_g):
+        size = 0
+        for t in range(g_lo[g], g_lo[g + 1]):
+            l_base[t] = size
+            size += n_bins[pair_feat[l_pair[t]]] + 1
+        j = pair_node[l_pair[g_lo[g]]]
+        n_r = sib_ends[j] - sib_starts[j] if src[l_pair[g_lo[g]]] >= 0 else ends[j] - starts[j]
+        g_size[g] = size
+        g_blocks[g] = max(1, min(n_threads, n_r // LIST_BLOCK_ROWS))
+        g_off[g] = total
+        total += g_blocks[g] * size
+        n_units += g_blocks[g]
+    PH = np.zeros((total, S))
+    PC = np.zeros(total, dtype=np.int64)
+    u_group = np.empty(n_units, dtype=np.int64)
+    u_block = np.empty(n_units, dtype=np.int64)
+    u = 0
+    for g in range(n_g):
+        for blk in range(g_blocks[g]):
+            u_group[u] = g
+            u_block[u] = blk
+            u += 1
+    for u in prange(n_units):
+        g = u_group[u]
+        blk = u_block[u]
+        pairs = l_pair[g_lo[g]:g_lo[g + 1]]
+        j = pair_node[pairs[0]]
+        from_sibling = src[pairs[0]] >= 0
+        rs = sib_starts[j] if from_sibling else starts[j]
+        n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
+        feats = pair_feat[pairs]
+        fbase = l_base[g_lo[g]:g_lo[g + 1]] + (g_off[g] + blk * g_size[g])
+        lim = n_bins[feats].astype(np.int64)
+        dflt = default_bin[feats]
+        _add_row_entries(PH, PC, rows, rs + n_r * blk // g_blocks[g], rs + n_r * (blk + 1) // g_blocks[g],
+                         feats, fbase, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+    for g in prange(n_g):
+        o = g_off[g]
+        size = g_size[g]
+        for blk in range(1, g_blocks[g]):
+            ob = o + blk * size
+            for r in range(size):
+                PC[o + r] += PC[ob + r]
+                for k in range(S):
+                    PH[o + r, k] += PH[ob + r, k]
+        _share_and_scan(l_pair[g_lo[g]:g_lo[g + 1]], l_base[g_lo[g]:g_lo[g + 1]] + o, PH, PC, shared, LH, LC,
+                        pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index, kept_hist, kept_cnt,
+                        starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf,
+                        min_weight_leaf, gain, where, mls)
     # phase 2: the derived pairs, node by node
     d_lo = np.zeros(n_nodes + 1, dtype=np.int64)
     for i in range(n_pairs):
@@ -897,6 +958,25 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+@njit(cache=True, nogil=True)
+def _share_and_scan(pairs, offs, H, C, shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt,
+                    index, kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                    min_samples_leaf, min_weight_leaf, gain, where, mls):
+    """Copy the built histograms of ``pairs`` (``H``/``C`` from row
+    ``offs``) that a sibling derives its own from into ``LH``/``LC`` (at
+    ``shared``), then :func:`_scan_pairs` them."""
+    for q in range(pairs.shape[0]):
+        d = shared[pairs[q]]
+        if d >= 0:
+            for b in range(n_bins[pair_feat[pairs[q]]] + 1):
+                LC[d + b] = C[offs[q] + b]
+                for k in range(S):
+                    LH[d + b, k] = H[offs[q] + b, k]
+    _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                min_samples_leaf, min_weight_leaf, gain, where, mls)
 
 
 @njit(cache=True, nogil=True)
