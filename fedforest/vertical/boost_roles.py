@@ -86,6 +86,14 @@ def _row_leaves(trees, leaf_msgs, n_rows):
     return out
 
 
+def leaves_from_growth(params, train, valid, n_rows):
+    """Whether every row of the table trains every tree (no validation
+    share, no row subsample), so that the rows' leaves are known from the
+    growth: the master then fuses each round's commit with the next round's
+    first message and the parties send no leaf sets with their commits."""
+    return valid is None and params.subsample >= 1.0 and train.size == n_rows
+
+
 def _leaf_sets_of(reply):
     """The leaf sets a party added to its commit reply (keys ``leaf.<name>``)."""
     return {k[5:]: v for k, v in reply.items() if k.startswith("leaf.")}
@@ -299,7 +307,7 @@ def _boost(comm, cfg, params, job, source, t_start):
     comm.scatter({r: dict(setup, **source.setup_message(r)) for r in comm.clients})
     # Without a validation share or a row subsample every training row lies in every tree:
     # each round's commit travels with the next round's first message (one exchange fewer)
-    fuse = valid is None and params.subsample >= 1.0 and train.size == n_rows
+    fuse = leaves_from_growth(params, train, valid, n_rows)
     grower = source.grower(comm, gparams, settings, job.feature_counts, fuse)
     manifest = {
         "role": "master", "rank": 0, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job.job_id,
@@ -533,7 +541,9 @@ def client_train(comm, cfg):
         return {}, keep
 
     on_op.update({protocol.LEAF_SETS: stored_leaf_sets, STOP: stop})
-    return serve_growth(comm, splitter, manifest, folder, start, k_out, on_commit, on_op)
+    # where the rows' leaves are known from the growth, the master asks for no leaf sets
+    return serve_growth(comm, splitter, manifest, folder, start, k_out,
+                        None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op)
 
 
 def _seed(value, params):

@@ -326,8 +326,9 @@ def test_encrypted_mode_refuses_short_keys_and_exact_splits_before_any_work(tmp_
     assert not (tmp_path / "m").exists()
 
 
-def _exchanges(monkeypatch):
-    """Every exchange of the master's growth, as the ops of its messages."""
+def _exchanges(monkeypatch, leaf_replies=None):
+    """Every exchange of the master's growth, as the ops of its messages;
+    ``leaf_replies`` (a list) gets, per exchange, whether a reply carried leaf sets."""
     from fedforest.vertical import messages
     from fedforest.vertical import common
     seen = []
@@ -344,7 +345,12 @@ def _exchanges(monkeypatch):
                     ops |= {v for k, v in m[part].items() if k.endswith(".op")}
             ops |= {v for k, v in m.items() if isinstance(k, str) and k.endswith(".op")}
         seen.append(ops)
-        return orig(self, msgs)
+        replies = orig(self, msgs)
+        if leaf_replies is not None:
+            parts = [p for r in replies if isinstance(r, dict) for p in (r, r.get("commit"))
+                     if isinstance(p, dict)]
+            leaf_replies.append(any(str(k).startswith("leaf.") for p in parts for k in p))
+        return replies
     monkeypatch.setattr(common.RemoteParties, "exchange", exchange)
     return seen, messages
 
@@ -361,9 +367,11 @@ def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, 
     opts = dict(task="classification", label_column="y", n_estimators=n_rounds, max_depth=depth,
                 random_state=21, learning_rate=0.5)
     extra = PAILLIER if privacy == "paillier" else {}
-    seen, messages = _exchanges(monkeypatch)
+    leafy = []
+    seen, messages = _exchanges(monkeypatch, leafy)
     s = _boost("train", frames, model_dir=str(tmp_path / "m"), **extra, **opts)
     assert s["n_trees"] == n_rounds
+    assert len(leafy) == len(seen) and not any(leafy)   # the rows' leaves come from the growth: no leaf sets
     commits_alone = [ops for ops in seen if ops == {messages.COMMIT, "finish"}]
     assert len(commits_alone) == 1
     per_level = 2 if privacy == "plain" else 3
@@ -374,8 +382,10 @@ def test_each_round_commit_travels_with_the_next_rounds_first_message(tmp_path, 
                       [t for r in est.fit(X[:, order], y).estimators_ for t in r])
     # with a subsample the parties' leaf sets are needed: a commit exchange per round
     seen.clear()
+    leafy.clear()
     _boost("train", frames, model_dir=str(tmp_path / "sub"), subsample=0.8, **extra, **opts)
     assert len([ops for ops in seen if ops == {messages.COMMIT, "finish"}]) == n_rounds
+    assert sum(leafy) == n_rounds       # each commit's replies carry the round's leaf sets
 
 
 @pytest.mark.parametrize("mode,privacy", [("vertical_boost", "plain"), ("vertical_boost", "paillier"),
