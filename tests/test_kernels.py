@@ -1133,11 +1133,11 @@ def test_default_bins_give_the_histograms_and_splits_of_every_row_added(task, th
     boosting's are), a default bin taken as the rows' totals less the other
     bins gives the very histograms, kept histograms and splits of adding
     every row, whether the other rows are found by scanning the column or
-    in the rows' lists: built from a node's rows and by subtraction, default
-    bins that are common, rare, missing or absent from a node, any thread
-    count."""
+    in the rows' lists, and whether a large node is built in blocks of its
+    rows: built from a node's rows and by subtraction, default bins that are
+    common, rare, missing or absent from a node, any thread count."""
     rng = np.random.default_rng([8, list(TASKS).index(task), threads])
-    n, n_feat = 30000, 7     # nodes of several LIST_BLOCK_ROWS: lists built in row blocks
+    n, n_feat = 30000, 7     # nodes of several BLOCK_ROWS: built in row blocks on 3 threads
     prob = Problem(rng, n, task)
     if not prob.is_clf:     # on a power-of-two grid: every partial sum exact
         prob.yw = np.round(prob.yw * 256) / 256
@@ -1148,7 +1148,8 @@ def test_default_bins_give_the_histograms_and_splits_of_every_row_added(task, th
     Xb[rng.random(n) < 0.95, 6] = 4
     dflt = np.array([0, 1, 3, 7, MISSING, 200, 4], dtype=np.int64)   # several that few rows hold
     listed = splitter.row_entries(Xb, dflt, np.array([1, 0, 1, 1, 1, 0, 1], bool))
-    ways = [{}, {"default_bin": dflt}, {"default_bin": dflt, "row_entries": listed}]
+    ways = [{}, {"default_bin": dflt}, {"default_bin": dflt, "row_entries": listed},
+            {"exact_sums": True}, {"default_bin": dflt, "row_entries": listed, "exact_sums": True}]
     args = (*prob.kernel_args(), prob.w_total, 1, 0.0)
     inbag = np.flatnonzero(prob.w > 0).astype(np.int32)
     cut = inbag.size // 3

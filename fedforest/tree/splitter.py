@@ -602,9 +602,9 @@ def _pair_units(pair_node, starts, ends, n_threads):
 
 #: runs of pairs per thread of a histogram search (a few, so uneven nodes share out)
 BLOCKS_PER_THREAD = 4
-#: rows from which a node's histograms built from the rows' lists (:func:`_add_row_entries`)
-#: are cut into blocks built in parallel
-LIST_BLOCK_ROWS = 4096
+#: rows per block where a node's histograms are built in blocks of its rows (the
+#: rows' lists; large nodes where sums are exact), blocks built in parallel
+BLOCK_ROWS = 4096
 #: features sharing a pass over the rows in :func:`_add_rows`; a run has at least
 #: as many (where the node has them), since a run of fewer passes over the rows once
 #: per feature
@@ -614,7 +614,7 @@ ROW_PASS_FEATURES = 4
 def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                      w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                      parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp,
-                     default_bin=None, row_entries=None):
+                     default_bin=None, row_entries=None, exact_sums=False):
     """Best histogram split of every open node over the allowed local features.
 
     ``Xb`` is the (n_rows, n_features) uint8 bin code matrix (``MISSING_BIN`` for
@@ -657,6 +657,9 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     ``row_entries``: None, or :func:`row_entries` of ``Xb``: the features it
     lists (a subset of those with a default bin) are added from the rows'
     lists of their values outside the default bins.
+    ``exact_sums``: the caller's guarantee that every sum of the rows'
+    statistics is exact in any order (as for ``default_bin``): then a large
+    node may be built in blocks of its rows on several threads and summed.
     """
     if default_bin is None:
         default_bin = np.full(Xb.shape[1], -1, dtype=np.int64)
@@ -665,7 +668,8 @@ def best_splits_hist(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S,
     return _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                         w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                         parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp,
-                        numba.get_num_threads(), np.asarray(default_bin, dtype=np.int64), *row_entries)
+                        numba.get_num_threads(), bool(exact_sums), np.asarray(default_bin, dtype=np.int64),
+                        *row_entries)
 
 
 #: no row lists (:func:`row_entries`): (listed features, row pointers, features, codes)
@@ -772,7 +776,7 @@ def _build_run(H, C, Xb, rows, rs, re, feat_of, base_of, n_bins, default_bin, li
 def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                  w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                  parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
-                 default_bin, listed, sp_ptr, sp_feat, sp_code):
+                 exact_sums, default_bin, listed, sp_ptr, sp_feat, sp_code):
     """:func:`best_splits_hist` on ``n_threads`` threads, in two phases.
 
     1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel:
@@ -829,12 +833,58 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             n_shared += n_bins[pair_feat[i]] + 1
     LH = np.empty((n_shared, S))
     LC = np.empty(n_shared, dtype=np.int64)
-    # phase 1: runs of the building pairs that visit the rows per feature
-    lst = np.zeros(n_pairs, dtype=np.uint8)
-    for i in range(n_pairs):
-        if derive[i] < 0 and _add_kind(default_bin, listed, pair_feat[i]) == 2:
-            lst[i] = 1
-    b_pair = np.flatnonzero((derive < 0) & (lst == 0))
+    # phase 1: the building pairs, in groups of one node and row source (its own rows or
+    # its sibling's; runs in pair order).  A group is built in runs of its features
+    # (:func:`_pair_units`), or in blocks of its rows, each block all the group's
+    # features, the blocks summed after: the pairs added from the rows' lists (a row's
+    # list is walked once for all of them), and, where every sum is exact, a group too
+    # large for its feature runs to share out over the threads.  Blocks are used only
+    # where sums are exact (lists are), so the sums do not depend on the cut.
+    bp = np.flatnonzero(derive < 0)
+    n_bp = bp.shape[0]
+    g_first = np.empty(n_bp + 1, dtype=np.int64)
+    grp = np.empty(n_bp, dtype=np.int64)
+    n_grp = 0
+    for t in range(n_bp):
+        i = bp[t]
+        if t == 0 or pair_node[i] != pair_node[bp[t - 1]] or (src[i] >= 0) != (src[bp[t - 1]] >= 0):
+            g_first[n_grp] = t
+            n_grp += 1
+        grp[t] = n_grp - 1
+    g_first[n_grp] = n_bp
+    g_rows = np.empty(n_grp, dtype=np.int64)
+    g_dense = np.zeros(n_grp, dtype=np.int64)      # pairs not added from the lists
+    g_listed = np.zeros(n_grp, dtype=np.int64)
+    total = 0
+    for g in range(n_grp):
+        j = pair_node[bp[g_first[g]]]
+        g_rows[g] = sib_ends[j] - sib_starts[j] if src[bp[g_first[g]]] >= 0 else ends[j] - starts[j]
+        for t in range(g_first[g], g_first[g + 1]):
+            if _add_kind(default_bin, listed, pair_feat[bp[t]]) == 2:
+                g_listed[g] += 1
+            else:
+                g_dense[g] += 1
+        total += g_rows[g] * g_dense[g]
+    part = max(1, total // (BLOCKS_PER_THREAD * n_threads))
+    g_blocks = np.zeros(n_grp, dtype=np.int64)     # 0: feature runs (and the lists, if any, apart)
+    g_whole = np.zeros(n_grp, dtype=np.uint8)      # the whole group in row blocks
+    for g in range(n_grp):
+        if exact_sums and n_threads > 1 and g_dense[g] > 0:
+            wanted = -(-(g_rows[g] * g_dense[g]) // part)
+            runs = max(1, g_dense[g] // ROW_PASS_FEATURES)
+            nb = min(n_threads, g_rows[g] // BLOCK_ROWS, -(-wanted // runs))
+            if nb >= 2:
+                g_blocks[g] = nb
+                g_whole[g] = 1
+        if g_whole[g] == 0 and g_listed[g] > 0:
+            g_blocks[g] = max(1, min(n_threads, g_rows[g] // BLOCK_ROWS))
+    in_blocks = np.zeros(n_bp, dtype=np.uint8)
+    for t in range(n_bp):
+        g = grp[t]
+        if g_whole[g] or (g_blocks[g] > 0 and _add_kind(default_bin, listed, pair_feat[bp[t]]) == 2):
+            in_blocks[t] = 1
+    # feature runs
+    b_pair = bp[in_blocks == 0]
     b_node = pair_node[b_pair]
     unit_lo, unit_hi = _pair_units(b_node, starts, ends, n_threads)
     for u in prange(unit_lo.shape[0]):
@@ -865,74 +915,67 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         _share_and_scan(pairs, base, H, C, shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist,
                         cache_cnt, index, kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf,
                         S, crit, lam, min_samples_leaf, min_weight_leaf, gain, where, mls)
-    # ... and the building pairs added from the rows' lists: a group per node and row
-    # source (its own rows or the sibling's) walks each row's list once for all its
-    # features, its rows cut into blocks that build in parallel and are summed after
-    # (lists are used only where every sum is exact, so the sums do not depend on the cut)
-    l_pair = np.flatnonzero(lst)
+    # row blocks: the groups' pairs in row blocks, a block region per (group, block)
+    l_pair = bp[in_blocks == 1]
+    l_grp = grp[in_blocks == 1]
     n_l = l_pair.shape[0]
-    g_lo = np.empty(n_l + 1, dtype=np.int64)
+    lg_first = np.empty(n_l + 1, dtype=np.int64)
+    lg_of = np.empty(n_l + 1, dtype=np.int64)        # the group of each block group
     n_g = 0
     for t in range(n_l):
-        i = l_pair[t]
-        if t == 0 or pair_node[i] != pair_node[l_pair[t - 1]] or (src[i] >= 0) != (src[l_pair[t - 1]] >= 0):
-            g_lo[n_g] = t
+        if t == 0 or l_grp[t] != l_grp[t - 1]:
+            lg_first[n_g] = t
+            lg_of[n_g] = l_grp[t]
             n_g += 1
-    g_lo[n_g] = n_l
+    lg_first[n_g] = n_l
     l_base = np.empty(n_l, dtype=np.int64)
-    g_size = np.empty(n_g, dtype=np.int64)
-    g_blocks = np.empty(n_g, dtype=np.int64)
-    g_off = np.empty(n_g, dtype=np.int64)
+    lg_size = np.empty(n_g, dtype=np.int64)
+    lg_off = np.empty(n_g, dtype=np.int64)
     total = 0
     n_units = 0
-    for g in range(n_g):
+    for h in range(n_g):
         size = 0
-        for t in range(g_lo[g], g_lo[g + 1]):
+        for t in range(lg_first[h], lg_first[h + 1]):
             l_base[t] = size
             size += n_bins[pair_feat[l_pair[t]]] + 1
-        j = pair_node[l_pair[g_lo[g]]]
-        n_r = sib_ends[j] - sib_starts[j] if src[l_pair[g_lo[g]]] >= 0 else ends[j] - starts[j]
-        g_size[g] = size
-        g_blocks[g] = max(1, min(n_threads, n_r // LIST_BLOCK_ROWS))
-        g_off[g] = total
-        total += g_blocks[g] * size
-        n_units += g_blocks[g]
-    PH = np.zeros((total, S))
-    PC = np.zeros(total, dtype=np.int64)
+        lg_size[h] = size
+        lg_off[h] = total
+        total += g_blocks[lg_of[h]] * size
+        n_units += g_blocks[lg_of[h]]
+    PH = np.empty((total, S))
+    PC = np.empty(total, dtype=np.int64)
     u_group = np.empty(n_units, dtype=np.int64)
     u_block = np.empty(n_units, dtype=np.int64)
     u = 0
-    for g in range(n_g):
-        for blk in range(g_blocks[g]):
-            u_group[u] = g
+    for h in range(n_g):
+        for blk in range(g_blocks[lg_of[h]]):
+            u_group[u] = h
             u_block[u] = blk
             u += 1
     for u in prange(n_units):
-        g = u_group[u]
+        h = u_group[u]
         blk = u_block[u]
-        pairs = l_pair[g_lo[g]:g_lo[g + 1]]
+        nblk = g_blocks[lg_of[h]]
+        pairs = l_pair[lg_first[h]:lg_first[h + 1]]
         j = pair_node[pairs[0]]
         from_sibling = src[pairs[0]] >= 0
         rs = sib_starts[j] if from_sibling else starts[j]
         n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
-        feats = pair_feat[pairs]
-        fbase = l_base[g_lo[g]:g_lo[g + 1]] + (g_off[g] + blk * g_size[g])
-        lim = n_bins[feats].astype(np.int64)
-        dflt = default_bin[feats]
-        _add_row_entries(PH, PC, rows, rs + n_r * blk // g_blocks[g], rs + n_r * (blk + 1) // g_blocks[g],
-                         feats, fbase, lim, dflt, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
-    for g in prange(n_g):
-        o = g_off[g]
-        size = g_size[g]
-        for blk in range(1, g_blocks[g]):
+        _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
+                   l_base[lg_first[h]:lg_first[h + 1]] + (lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
+                   listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+    for h in prange(n_g):
+        o = lg_off[h]
+        size = lg_size[h]
+        for blk in range(1, g_blocks[lg_of[h]]):
             ob = o + blk * size
             for r in range(size):
                 PC[o + r] += PC[ob + r]
                 for k in range(S):
                     PH[o + r, k] += PH[ob + r, k]
-        _share_and_scan(l_pair[g_lo[g]:g_lo[g + 1]], l_base[g_lo[g]:g_lo[g + 1]] + o, PH, PC, shared, LH, LC,
-                        pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index, kept_hist, kept_cnt,
-                        starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf,
+        _share_and_scan(l_pair[lg_first[h]:lg_first[h + 1]], l_base[lg_first[h]:lg_first[h + 1]] + o, PH, PC,
+                        shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index, kept_hist,
+                        kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf,
                         min_weight_leaf, gain, where, mls)
     # phase 2: the derived pairs, node by node
     d_lo = np.zeros(n_nodes + 1, dtype=np.int64)

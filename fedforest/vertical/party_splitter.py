@@ -408,7 +408,7 @@ class PartySplitter:
             gain, feat, b, ml, index, hist, cnt = split_kernels.best_splits_hist(
                 self.Xb, self.n_bins, *args, *sub, *known,
                 default_bin=self.default_bin if t["subtract"] else None,
-                row_entries=self.row_entries if t["subtract"] else None)
+                row_entries=self.row_entries if t["subtract"] else None, exact_sums=t["subtract"])
             if t["subtract"]:
                 kept = sub[-1].astype(bool)
                 t["hists"] = (nodes[kept], index[kept], hist, cnt)
