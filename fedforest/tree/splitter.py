@@ -733,16 +733,10 @@ def _sibling_in_call(starts, ends, sib_starts, sib_ends, parent_slot):
 @njit(cache=True, nogil=True)
 def _build_run(H, C, Xb, rows, rs, re, feat_of, base_of, n_bins, default_bin, listed, n_feat,
                sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S):
-    """Build the histograms of features ``feat_of`` (each from row
-    ``base_of`` of ``H``/``C``, zeroed here) from rows ``rows[rs:re]``, the
-    features grouped by how they are added (:func:`_add_kind`)."""
+    """Add rows ``rows[rs:re]`` to the histograms of features ``feat_of``
+    (each from row ``base_of`` of ``H``/``C``, zeros), the features grouped
+    by how they are added (:func:`_add_kind`)."""
     m = feat_of.shape[0]
-    for q in range(m):
-        o = base_of[q]
-        for i in range(o, o + n_bins[feat_of[q]] + 1):
-            C[i] = 0
-            for k in range(S):
-                H[i, k] = 0.0
     for kind in range(3):
         n_sel = 0
         for q in range(m):
@@ -883,39 +877,12 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         g = grp[t]
         if g_whole[g] or (g_blocks[g] > 0 and _add_kind(default_bin, listed, pair_feat[bp[t]]) == 2):
             in_blocks[t] = 1
-    # feature runs
+    # feature runs ...
     b_pair = bp[in_blocks == 0]
     b_node = pair_node[b_pair]
     unit_lo, unit_hi = _pair_units(b_node, starts, ends, n_threads)
-    for u in prange(unit_lo.shape[0]):
-        lo = unit_lo[u]
-        m = unit_hi[u] - lo
-        j = b_node[lo]
-        pairs = b_pair[lo:lo + m]
-        feats = pair_feat[pairs]
-        base = np.empty(m, dtype=np.int64)
-        size = 0
-        for q in range(m):
-            base[q] = size
-            size += n_bins[feats[q]] + 1
-        H = np.empty((size, S))
-        C = np.empty(size, dtype=np.int64)
-        # a run's pairs add the node's own rows or the sibling's, runs of each in pair order
-        q = 0
-        while q < m:
-            from_sibling = src[pairs[q]] >= 0
-            e = q
-            while e < m and (src[pairs[e]] >= 0) == from_sibling:
-                e += 1
-            rs = sib_starts[j] if from_sibling else starts[j]
-            re = sib_ends[j] if from_sibling else ends[j]
-            _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
-                       sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
-            q = e
-        _share_and_scan(pairs, base, H, C, shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist,
-                        cache_cnt, index, kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf,
-                        S, crit, lam, min_samples_leaf, min_weight_leaf, gain, where, mls)
-    # row blocks: the groups' pairs in row blocks, a block region per (group, block)
+    n_runs = unit_lo.shape[0]
+    # ... and row blocks: the groups' pairs in row blocks, a region per (group, block)
     l_pair = bp[in_blocks == 1]
     l_grp = grp[in_blocks == 1]
     n_l = l_pair.shape[0]
@@ -942,8 +909,8 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         lg_off[h] = total
         total += g_blocks[lg_of[h]] * size
         n_units += g_blocks[lg_of[h]]
-    PH = np.empty((total, S))
-    PC = np.empty(total, dtype=np.int64)
+    PH = np.zeros((total, S))
+    PC = np.zeros(total, dtype=np.int64)
     u_group = np.empty(n_units, dtype=np.int64)
     u_block = np.empty(n_units, dtype=np.int64)
     u = 0
@@ -952,19 +919,53 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             u_group[u] = h
             u_block[u] = blk
             u += 1
-    for u in prange(n_units):
-        h = u_group[u]
-        blk = u_block[u]
-        nblk = g_blocks[lg_of[h]]
-        pairs = l_pair[lg_first[h]:lg_first[h + 1]]
-        j = pair_node[pairs[0]]
-        from_sibling = src[pairs[0]] >= 0
-        rs = sib_starts[j] if from_sibling else starts[j]
-        n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
-        _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
-                   l_base[lg_first[h]:lg_first[h + 1]] + (lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
-                   listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
-    for h in prange(n_g):
+    # one parallel loop builds both (each parallel loop compiles the kernels it calls again)
+    for task in prange(n_runs + n_units):
+        if task < n_runs:
+            # a feature run: built, kept where a sibling derives its own from it, and scanned
+            lo = unit_lo[task]
+            m = unit_hi[task] - lo
+            j = b_node[lo]
+            pairs = b_pair[lo:lo + m]
+            feats = pair_feat[pairs]
+            base = np.empty(m, dtype=np.int64)
+            size = 0
+            for q in range(m):
+                base[q] = size
+                size += n_bins[feats[q]] + 1
+            H = np.zeros((size, S))
+            C = np.zeros(size, dtype=np.int64)
+            # a run's pairs add the node's own rows or the sibling's, runs of each in pair order
+            q = 0
+            while q < m:
+                from_sibling = src[pairs[q]] >= 0
+                e = q
+                while e < m and (src[pairs[e]] >= 0) == from_sibling:
+                    e += 1
+                rs = sib_starts[j] if from_sibling else starts[j]
+                re = sib_ends[j] if from_sibling else ends[j]
+                _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
+                           sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+                q = e
+            _copy_shared(pairs, base, H, C, shared, LH, LC, pair_feat, n_bins, S)
+            _scan_pairs(pairs, base, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                        kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                        min_samples_leaf, min_weight_leaf, gain, where, mls)
+        else:
+            # a row block of a group: built into its region
+            h = u_group[task - n_runs]
+            blk = u_block[task - n_runs]
+            nblk = g_blocks[lg_of[h]]
+            pairs = l_pair[lg_first[h]:lg_first[h + 1]]
+            j = pair_node[pairs[0]]
+            from_sibling = src[pairs[0]] >= 0
+            rs = sib_starts[j] if from_sibling else starts[j]
+            n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
+            _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
+                       l_base[lg_first[h]:lg_first[h + 1]] + (lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
+                       listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+    # the blocks of each group summed (into its first region), the shared ones kept
+    for h in range(n_g):
         o = lg_off[h]
         size = lg_size[h]
         for blk in range(1, g_blocks[lg_of[h]]):
@@ -973,11 +974,10 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
                 PC[o + r] += PC[ob + r]
                 for k in range(S):
                     PH[o + r, k] += PH[ob + r, k]
-        _share_and_scan(l_pair[lg_first[h]:lg_first[h + 1]], l_base[lg_first[h]:lg_first[h + 1]] + o, PH, PC,
-                        shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index, kept_hist,
-                        kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf,
-                        min_weight_leaf, gain, where, mls)
-    # phase 2: the derived pairs, node by node
+        _copy_shared(l_pair[lg_first[h]:lg_first[h + 1]], l_base[lg_first[h]:lg_first[h + 1]] + o, PH, PC, shared,
+                     LH, LC, pair_feat, n_bins, S)
+    # phase 2: the derived pairs, node by node, in one parallel loop with the scans of
+    # the groups built in blocks
     d_lo = np.zeros(n_nodes + 1, dtype=np.int64)
     for i in range(n_pairs):
         if derive[i] >= 0:
@@ -992,24 +992,32 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             d_pair[fill[pair_node[i]]] = i
             d_off[fill[pair_node[i]]] = shared[derive[i]]
             fill[pair_node[i]] += 1
-    for j in prange(n_nodes):
-        if d_lo[j + 1] > d_lo[j]:
-            _scan_pairs(d_pair[d_lo[j]:d_lo[j + 1]], d_off[d_lo[j]:d_lo[j + 1]], LH, LC, pair_node, pair_feat,
-                        n_bins, src, cache_hist, cache_cnt, index, kept_hist, kept_cnt, starts, ends, w_node,
-                        imp_node, w_total, is_clf, S, crit, lam, min_samples_leaf, min_weight_leaf, gain, where,
-                        mls)
+    for task in prange(n_g + n_nodes):
+        if task < n_g:
+            pairs = l_pair[lg_first[task]:lg_first[task + 1]]
+            offs = l_base[lg_first[task]:lg_first[task + 1]] + lg_off[task]
+            H = PH
+            C = PC
+        else:
+            j = task - n_g
+            pairs = d_pair[d_lo[j]:d_lo[j + 1]]
+            offs = d_off[d_lo[j]:d_lo[j + 1]]
+            H = LH
+            C = LC
+        if pairs.shape[0] > 0:
+            _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                        kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                        min_samples_leaf, min_weight_leaf, gain, where, mls)
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
 
 
 @njit(cache=True, nogil=True)
-def _share_and_scan(pairs, offs, H, C, shared, LH, LC, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt,
-                    index, kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                    min_samples_leaf, min_weight_leaf, gain, where, mls):
+def _copy_shared(pairs, offs, H, C, shared, LH, LC, pair_feat, n_bins, S):
     """Copy the built histograms of ``pairs`` (``H``/``C`` from row
     ``offs``) that a sibling derives its own from into ``LH``/``LC`` (at
-    ``shared``), then :func:`_scan_pairs` them."""
+    ``shared``)."""
     for q in range(pairs.shape[0]):
         d = shared[pairs[q]]
         if d >= 0:
@@ -1017,9 +1025,6 @@ def _share_and_scan(pairs, offs, H, C, shared, LH, LC, pair_node, pair_feat, n_b
                 LC[d + b] = C[offs[q] + b]
                 for k in range(S):
                     LH[d + b, k] = H[offs[q] + b, k]
-    _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
-                kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                min_samples_leaf, min_weight_leaf, gain, where, mls)
 
 
 @njit(cache=True, nogil=True)
