@@ -4,7 +4,15 @@ The parties agree on a secret the master cannot read (relayed by the master,
 sealed for each party), send keyed hashes (AES-CMAC) of their IDs; the
 master intersects them and sends each party the positions of the shared rows
 in a common order.
+
+IDs are matched exactly as written.  Each party counts its own IDs that
+begin or end with whitespace (``'842302 '`` matches no ``'842302'``), prints
+a few of them on its own output (:func:`warn_spaced_ids`) and tells the
+master only their number, which the master's "no ID is shared" error names
+per party: no ID leaves its party.
 """
+import sys
+
 import numpy as np
 
 from cryptography.exceptions import InvalidTag
@@ -21,6 +29,8 @@ GROUP_LEAD = "group_lead"      # master -> first party: seal a fresh secret for 
 GROUP_MEMBER = "group_member"  # master -> other party: the lead's sealed secret for you
 HASH_IDS = "hash_ids"          # master -> party: send keyed hashes of your IDs
 ALIGN = "align"                # master -> party: the positions of the shared rows
+SPACED_SHOWN = 3               # IDs with whitespace a party shows on its own output
+SPACED_CHUNK = 1 << 20         # IDs checked for whitespace at a time (bounds the temporary texts)
 
 
 
@@ -41,17 +51,82 @@ def master_align(comm, cfg, n_rows_by_party):
     # time and matches each against the first party's as it comes, so that it holds
     # two parties' hashes at a time, not every party's
     comm.scatter({r: {"op": HASH_IDS} for r in parties})
-    keys = {r: (lambda r=r: _digest_keys(comm.recv(r).get("digests"), r)) for r in parties}
+    spaced = {}
+
+    def receive(r):
+        msg = comm.recv(r)
+        keys = _digest_keys(msg.get("digests"), r)
+        spaced[r] = _spaced_count(msg.get("n_spaced_ids"), keys.size, r)
+        return keys
+    keys = {r: (lambda r=r: receive(r)) for r in parties}
     positions = shared_positions(keys, first)
     del keys
     n_shared = positions[first].size
     if not n_shared:
-        raise InputError("ID alignment", "no ID is shared by all parties")
+        raise InputError("ID alignment", no_shared_id_message(spaced, n_rows_by_party))
     comm.scatter({r: {"op": ALIGN, "positions": positions[r]} for r in parties})
     lost = {r: n_rows_by_party[r] - n_shared for r in parties}
     status(cfg, f"ID alignment: {n_shared} rows shared by all parties; rows dropped per party: "
-         + ", ".join(f"party {r}: {lost[r]}" for r in parties))
+         + ", ".join(f"party {r}: {lost[r]}" for r in parties)
+         + "".join(f"; party {r}: {spaced[r]} IDs begin or end with whitespace" for r in parties if spaced[r]))
     return n_shared, lost
+
+
+def no_shared_id_message(spaced, n_rows_by_party):
+    """The master's error when no ID is shared, from each party's count of
+    its IDs that begin or end with whitespace (``spaced``: rank -> count)."""
+    text = "no ID is shared by all parties"
+    with_space = [r for r in sorted(spaced) if spaced[r]]
+    if with_space:
+        each = "; ".join(f"party {r}: {spaced[r]} of its {n_rows_by_party.get(r, spaced[r])} IDs begin or "
+                         "end with whitespace" for r in with_space)
+        whose = ", ".join(f"party {r}" for r in with_space)
+        return (f"{text}: {each} (the party's own output shows a few).  IDs are matched exactly as "
+                f"written, so 'A17 ' and 'A17' differ: remove the whitespace from the ID column "
+                f"of {whose}")
+    return (f"{text} (no party's IDs begin or end with whitespace).  IDs are matched exactly as "
+            "written, so '007' and '7', or 'A1' and 'a1', differ: check that every party's ID column "
+            "(id_column) holds the same IDs written the same way")
+
+
+def _spaced_count(n, n_ids, rank):
+    """A party's count of its IDs with surrounding whitespace: an int in [0, n_ids]."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n <= n_ids:
+        raise _refuse(f"party {rank} sent 'n_spaced_ids' {str(n)[:40]!r}: it must be a count of its "
+                      f"{n_ids} IDs")
+    return int(n)
+
+
+def spaced_ids(ids):
+    """The row numbers of ``ids`` (:class:`~fedforest.crypto.ids.IdTexts`,
+    or texts) that begin or end with whitespace (Unicode's), checked a
+    chunk of :data:`SPACED_CHUNK` IDs at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    texts = ids.to_arrow() if hasattr(ids, "to_arrow") else pa.array([str(v) for v in ids],
+                                                                      type=pa.large_string())
+    found = []
+    for lo in range(0, len(texts), SPACED_CHUNK):
+        part = texts.slice(lo, SPACED_CHUNK)
+        hit = pc.not_equal(pc.utf8_trim_whitespace(part), part).to_numpy(zero_copy_only=False)
+        found.append(np.flatnonzero(hit) + lo)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def warn_spaced_ids(rank, ids, rows, stream=None):
+    """A party's own line about its IDs that begin or end with whitespace
+    (``rows``), with a few of them as Python writes them (the whitespace
+    visible).  Printed here, on this party's output: the master is told only
+    their number."""
+    if not rows.size:
+        return
+    shown = rows[:SPACED_SHOWN]
+    texts = ids.take(shown).to_numpy() if hasattr(ids, "take") else [str(ids[i]) for i in shown]
+    more = ", ..." if rows.size > shown.size else ""
+    print(f"party {rank}: warning: {rows.size} of its {len(ids)} IDs begin or end with whitespace, e.g. "
+          f"{', '.join(repr(str(t)) for t in texts)}{more}; IDs are matched exactly as written (this "
+          "line is this party's own: the master learns only the count)", file=stream or sys.stderr,
+          flush=True)
 
 
 def _digest_keys(digests, rank):
@@ -257,5 +332,7 @@ def party_align(comm, rank, ids, n_parties=None):
             raise ChannelError(lead, rank, "the ID secret sealed by the lead party failed "
                                            "authentication") from None
     expect(comm.recv(MASTER), HASH_IDS)
-    comm.send(MASTER, {"digests": hash_ids(ids, secret)})
+    spaced = spaced_ids(ids)
+    warn_spaced_ids(rank, ids, spaced)
+    comm.send(MASTER, {"digests": hash_ids(ids, secret), "n_spaced_ids": int(spaced.size)})
     return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))

@@ -124,6 +124,14 @@ class ColumnTable:
     def release(self, j):
         self._arrays[j] = None
 
+    def check_labels(self, what, label_column):
+        """Refuse the table for training when a label is missing in any
+        spelling (:func:`~fedforest.data.io.check_labels`), naming the
+        first rows and their IDs (this party's own: the check runs here)."""
+        if self.y is not None:
+            io.check_labels(self.y, what, label_column,
+                            ids=lambda rows: self.ids.take(np.asarray(rows)).to_numpy())
+
     @property
     def nbytes(self):
         return sum(a.nbytes for a in self._arrays if a is not None)
@@ -308,7 +316,7 @@ def from_frame(df, id_column, what, label_column=None, columns=None, categories=
     _check_frame_ids(df, id_column, what)
     ids = IdTexts.from_texts(io.check_ids(df[id_column], what))
     label = label_column if label_column in df.columns else None
-    y = df[label].to_numpy() if label else None
+    y = io.labels_with_gaps(df[label]).to_numpy() if label else None
     names = _feature_names(list(df.columns), id_column, label, columns, what)
     arrays, cats, n_unseen = [], {} if categories is None else categories, 0
     for name in names:
@@ -436,6 +444,8 @@ class _CsvBlocks:
         self.path, self.what = path, what
         self.sep = "\t" if ext == ".tsv" else ","
         self.na = list(io.NA_TEXTS) + list(na_values)
+        # a label cell also means "missing" in pandas' other spellings (nan, NaN, null, ...)
+        self.label_na = sorted(set(io.LABEL_NA_TEXTS) - set(self.na))
         self.id_column = id_column
         try:
             head = io.pd.read_csv(path, sep=self.sep, nrows=0)
@@ -483,6 +493,9 @@ class _CsvBlocks:
         NaN); None (read it again) otherwise."""
         import pyarrow as pa
         import pyarrow.compute as pc
+        gaps = pc.is_in(col, value_set=pa.array(self.label_na, type=pa.string()))
+        if pc.any(gaps).as_py():
+            col = pc.if_else(gaps, pa.scalar(None, type=pa.string()), col)
         if col.null_count == 0:
             try:
                 return pc.cast(col, pa.int64()).to_numpy()
@@ -569,6 +582,8 @@ class _ParquetBlocks:
         del table
         if na_values:
             df = io._apply_na_values(df, na_values, id_column)
+        if label in df.columns:
+            df[label] = io.labels_with_gaps(df[label], na_values)
         if id_column in df.columns:
             df[id_column] = df[id_column].map(io._id_text, na_action="ignore")
         for name in categorical_columns:

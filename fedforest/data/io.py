@@ -7,13 +7,21 @@ ordinal-encoded per party: categories are sorted and numbered 0..n-1 at
 training time and stored in that party's model; at prediction a category not
 seen in training is treated as missing.
 
-A column is text when any of its values is not a number, unless it looks like
-a numeric column with a few stray tokens (:func:`check_mistyped_columns`):
-that is an error asking the user to declare the tokens missing (job setting
+A column is text when any of its values is not a number, unless it is
+mostly numbers (:func:`check_mistyped_columns`): that is an error naming its
+non-numeric values and asking the user to declare them missing (job setting
 ``na_values``) or the column categorical (``categorical_columns``).
+
+A label cell is missing when it is empty or spelled as pandas spells a
+missing value by default (``nan``, ``NaN``, ``NA``, ``null``, ...:
+:data:`LABEL_NA_TEXTS`) or as one of the job's ``na_values``: the table
+reader makes it missing, and training refuses it (:func:`check_labels`),
+never reading it as a class.
 """
+import json
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -32,10 +40,19 @@ class _Pandas:
 
 pd = _Pandas()
 
-# the mistyped-column rule (docs/config.md, "How columns are typed")
-MAX_STRAY_TOKENS = 3        # at most this many distinct non-numeric values ...
-MIN_NUMERIC_SHARE = 0.9     # ... and numbers are >= 90% of the distinct values or of the cells
+# the mistyped-column rule (docs/config.md, "How columns are typed"): a text column is
+# mostly numbers when numbers are at least half of its non-missing cells, or at
+# least 90% of its distinct non-missing values (a numeric column whose gaps are
+# mostly marked by a token)
+MIN_NUMBER_CELLS = 0.5
+MIN_NUMBER_VALUES = 0.9
+SHOWN_TOKENS = 10           # the non-numeric values a refusal lists (the most frequent)
+SHOWN_ROWS = 5              # the rows a refusal names
 NA_TEXTS = ("NA", "")       # what a CSV cell means "missing" by default
+#: what a label cell means "missing" besides the job's na_values: pandas'
+#: default missing-value texts (``pandas.read_csv``'s ``keep_default_na``)
+LABEL_NA_TEXTS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+                  "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 SEPARATORS = ((";", "semicolon"), ("\t", "tab"), ("|", "pipe"), (",", "comma"))
 
 # numpy parses every .npy header with ast.literal_eval, and CPython 3.11's parser
@@ -62,8 +79,9 @@ def read_table(path, id_column, what, require_id=True, na_values=None, categoric
 
     ``na_values``: texts that mean "missing" (the job setting of that name);
     ``categorical_columns``: columns read as text whatever they hold;
-    ``label_column``: not a feature.  With ``check_types`` a feature column
-    of numbers with a few stray tokens is refused (:func:`check_mistyped_columns`).
+    ``label_column``: not a feature; its cells missing in any spelling are
+    missing (:func:`labels_with_gaps`).  With ``check_types`` a text feature
+    column that is mostly numbers is refused (:func:`check_mistyped_columns`).
     ``usecols``: the positions of the columns to read (CSV files only)."""
     na_values = list(na_values or ())
     categorical_columns = list(categorical_columns or ())
@@ -111,6 +129,8 @@ def read_table(path, id_column, what, require_id=True, na_values=None, categoric
     for name in categorical_columns:
         if name in df.columns and name not in (id_column, label_column) and df[name].dtype.kind in "iufb":
             df[name] = df[name].map(_number_text, na_action="ignore").astype(object)
+    if label_column is not None and label_column in df.columns:
+        df[label_column] = labels_with_gaps(df[label_column], na_values)
     if check_types:
         check_mistyped_columns(df, path, what, id_column,
                                skip={id_column, label_column} | set(categorical_columns))
@@ -151,6 +171,75 @@ def _apply_na_values(df, na_values, id_column):
     return df
 
 
+def label_missing(values, na_values=()):
+    """Which cells of a label column (a Series or an array) are missing: no
+    value, NaN, or a text of :data:`LABEL_NA_TEXTS` or ``na_values``."""
+    col = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values), copy=False)
+    missing = col.isna().to_numpy(dtype=bool, copy=True)
+    if col.dtype.kind in "OUS" or pd.api.types.is_string_dtype(col):
+        missing |= col.isin(set(LABEL_NA_TEXTS) | {str(t) for t in na_values}).to_numpy(dtype=bool)
+    return missing
+
+
+def labels_with_gaps(col, na_values=()):
+    """A label column (Series) whose cells missing in any spelling
+    (:func:`label_missing`) hold no value; a column then holding only
+    numbers is numeric, as a CSV reader types it."""
+    hit = label_missing(col, na_values) & col.notna().to_numpy(dtype=bool)
+    if not hit.any():
+        return col
+    col = col.astype(object).where(~hit, None)
+    rest = col.dropna()
+    if len(rest) and all(_is_number(v) for v in rest):
+        col = pd.to_numeric(col.map(lambda v: v if v is None else float(v)))
+    return col
+
+
+def check_labels(y, what, label_column, ids=None, na_values=()):
+    """Refuse training labels that are missing in any spelling
+    (:func:`label_missing`: empty, ``nan``, ``NaN``, ``NA``, ``null``, ...,
+    or one of ``na_values``), all counted together, naming the first rows
+    (data row numbers, 1 = the first row after the header).  Their IDs
+    (``ids``: the IDs, or a function of row positions giving them) are
+    printed here (:func:`say_row_ids`), not put in the error, which a party
+    sends to the master.  A missing label is never a class."""
+    missing = label_missing(y, na_values)
+    n = int(missing.sum())
+    if not n:
+        return
+    rows = np.flatnonzero(missing)[:SHOWN_ROWS]
+    if ids is not None:
+        say_row_ids(what, f"label column {label_column!r}, no label", rows,
+                    ids(rows) if callable(ids) else [ids[r] for r in rows])
+    raise InputError(what, f"label column {label_column!r}: {n} row{'s' if n > 1 else ''} "
+                           f"{'have' if n > 1 else 'has'} no label ({_at_rows(rows, n, ids is not None)}); "
+                           "a label cell that is empty, NA, nan, NaN, null, None, N/A or another of "
+                           "pandas' missing-value texts, or one of na_values, is missing, never a class: "
+                           f"give {'these rows their labels' if n > 1 else 'this row its label'} or remove "
+                           f"{'them' if n > 1 else 'it'}")
+
+
+def _at_rows(rows, n, with_ids):
+    """"at data rows 4, 18" (the first :data:`SHOWN_ROWS` of ``n`` rows, 1 =
+    the first row after the header), and where their IDs are."""
+    plural = "s" if n > 1 else ""
+    more = ", ..." if n > len(rows) else ""
+    text = f"{'first ' if more else ''}at data row{plural} {', '.join(str(r + 1) for r in rows)}{more}"
+    if with_ids:
+        text += f"; {'their IDs are' if len(rows) > 1 else 'its ID is'} printed where the file was read"
+    return text
+
+
+def say_row_ids(what, about, rows, ids, stream=None):
+    """Print the IDs of the data rows an error names (``rows``: positions,
+    ``ids``: their IDs) on this process's own standard error.  A party's
+    IDs stay with it: its error message, which it sends to the master,
+    names data rows only."""
+    print(f"{what}: IDs of data row{'s' if len(rows) > 1 else ''} {', '.join(str(r + 1) for r in rows)} "
+          f"({about}): {', '.join(repr(str(i)) for i in ids)} (printed only here, where the file was read)",
+          file=stream or sys.stderr, flush=True)
+
+
 def _is_number(v):
     """A value that reads as a finite number (a number, or a text such as "12" or "-0.5")."""
     if isinstance(v, (bool, np.bool_)):
@@ -165,62 +254,108 @@ def _is_number(v):
     return False
 
 
-def check_mistyped_columns(df, path, what, id_column=None, skip=()):
-    """Refuse a column of numbers with a few stray tokens, which would
-    otherwise silently become a text column (its numbers sorted as texts).
+NUMBER_TEXT = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"   # a number as a CSV reader reads one
 
-    A text column is refused when, among its non-missing values, at most
-    :data:`MAX_STRAY_TOKENS` distinct values are not numbers, and the numbers
-    make up at least :data:`MIN_NUMERIC_SHARE` of its distinct values or of
-    its cells.  The error names the file, the column, the tokens and the first
-    rows holding them, and the two ways out: ``na_values`` or
-    ``categorical_columns``."""
+
+def _value_kinds(col):
+    """What the mistyped-column rule counts in a column: ``(tokens, cells
+    of each token, number cells, non-missing cells, distinct numbers,
+    distinct non-missing values)``, tokens being the distinct non-missing
+    values that are not numbers (:func:`_is_number`).  A column of texts is
+    classified by pyarrow (:data:`NUMBER_TEXT`, then finiteness): no Python
+    call per cell or per number; other values one by one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    texts = _text_array(col)
+    if texts is None:
+        counts = col.dropna().value_counts()
+        distinct = counts.index.to_numpy(dtype=object)
+        counts = counts.to_numpy(dtype=np.int64)
+        number = np.array([_is_number(v) for v in distinct], dtype=bool)
+        tokens = distinct[~number].tolist()
+    else:
+        found = pc.value_counts(texts.drop_null() if texts.null_count else texts)
+        distinct, counts = found.field("values"), found.field("counts").to_numpy().astype(np.int64)
+        number = pc.match_substring_regex(distinct, NUMBER_TEXT).to_numpy(zero_copy_only=False).astype(bool)
+        if number.any():
+            at = pa.array(np.flatnonzero(number))
+            try:
+                values = pc.cast(pc.utf8_trim_whitespace(distinct.take(at)), pa.float64())
+                number[at.to_numpy()] = np.isfinite(values.to_numpy(zero_copy_only=False))   # 1e999: no number
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                number[at.to_numpy()] = [_is_number(v) for v in distinct.take(at).to_pylist()]
+        tokens = distinct.filter(pa.array(~number)).to_pylist()
+    n_numbers = int(number.sum())
+    return tokens, counts[~number], int(counts[number].sum()), int(counts.sum()), n_numbers, number.size
+
+
+def mostly_numbers(n_number_cells, n_cells, n_number_values, n_values):
+    """The mistyped-column rule: numbers make up at least
+    :data:`MIN_NUMBER_CELLS` of the non-missing cells or at least
+    :data:`MIN_NUMBER_VALUES` of the distinct non-missing values."""
+    return n_number_cells >= MIN_NUMBER_CELLS * n_cells or n_number_values >= MIN_NUMBER_VALUES * n_values
+
+
+def check_mistyped_columns(df, path, what, id_column=None, skip=()):
+    """Refuse a text column that is mostly numbers (:func:`mostly_numbers`),
+    which would otherwise silently become a text column (its numbers sorted
+    as texts), whatever the number of its non-numeric values.
+
+    The error names the file, the column, its non-numeric values (the most
+    frequent :data:`SHOWN_TOKENS`, with the rows holding each), the first
+    rows holding them, and the two ways out: ``na_values`` (the values mark
+    missing cells) or ``categorical_columns`` (the column is categories)."""
     for name in df.columns:
         if name in skip:
             continue
         col = df[name]
         if not (col.dtype.kind == "O" or pd.api.types.is_string_dtype(col)):
             continue
-        values = col.dropna()
-        if values.empty:
+        tokens, token_cells, number_cells, cells, numbers, n_values = _value_kinds(col)
+        if n_values < 2 or not tokens or not numbers:
             continue
-        distinct = pd.unique(values)
-        if len(distinct) < 2:
-            continue
-        tokens = []
-        for v in distinct:          # stops at the first token too many (a text column)
-            if not _is_number(v):
-                tokens.append(v)
-                if len(tokens) > MAX_STRAY_TOKENS:
-                    break
-        n_numbers = len(distinct) - len(tokens)
-        if not tokens or len(tokens) > MAX_STRAY_TOKENS or n_numbers == 0:
-            continue
-        token_set = set(tokens)
-        is_token = values.isin(token_set).to_numpy(dtype=bool)
-        cell_share = 1.0 - is_token.sum() / len(values)
-        if n_numbers / len(distinct) < MIN_NUMERIC_SHARE and cell_share < MIN_NUMERIC_SHARE:
-            continue
-        raise InputError(what, _mistyped_message(df, path, name, tokens, values.index[is_token], id_column))
+        if mostly_numbers(number_cells, cells, numbers, n_values):
+            raise InputError(what, _mistyped_message(df, path, what, name, tokens, token_cells, number_cells,
+                                                     cells, id_column))
 
 
-def _mistyped_message(df, path, name, tokens, token_index, id_column):
-    tokens = sorted(tokens, key=str)
-    shown = ", ".join(repr(t) for t in tokens)
-    positions = [df.index.get_loc(i) for i in token_index[:5]]
-    plural = "s" if len(token_index) > 1 else ""
-    more = ", ..." if len(token_index) > 5 else ""
-    where = f"{'first ' if more else ''}at data row{plural} {', '.join(str(p + 1) for p in positions)}{more}"
-    if id_column is not None and id_column in df.columns:
-        ids = ", ".join(repr(str(df[id_column].iloc[p])) for p in positions)
-        where += f"; ID{plural} {ids}{more}"
-    listed = ", ".join(f'"{t}"' for t in tokens)
-    return (f"{path!r}: column {name!r} holds numbers and {len(tokens)} non-numeric "
-            f"value{'s' if len(tokens) > 1 else ''} {shown} ({where}); read as text its "
-            f"numbers would be sorted as texts.  If {'these mark' if len(tokens) > 1 else 'it marks'} "
-            f"missing values, set na_values = [{listed}] in the [job] table (or --na-values); if the "
-            f"column is categorical, list it in categorical_columns = [\"{name}\"] "
-            f"(or --categorical-columns)")
+def _token_rows(col, tokens):
+    """The positions of the cells of ``col`` that hold one of ``tokens``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    texts = _text_array(col)
+    if texts is not None and all(isinstance(t, str) for t in tokens):
+        hit = pc.is_in(texts, value_set=pa.array(list(tokens), type=pa.string()))
+        return np.flatnonzero(hit.fill_null(False).to_numpy(zero_copy_only=False))
+    return np.flatnonzero(col.isin(set(tokens)).to_numpy(dtype=bool))
+
+
+def _mistyped_message(df, path, what, name, tokens, token_counts, n_number_cells, n_cells, id_column):
+    order = sorted(range(len(tokens)), key=lambda i: (-token_counts[i], str(tokens[i])))
+    tokens, token_counts = [tokens[i] for i in order], [int(token_counts[i]) for i in order]
+    n_tokens, n_token_cells = len(tokens), sum(token_counts)
+    shown = tokens[:SHOWN_TOKENS]
+    each = ", ".join(f"{t!r} in {c} row{'s' if c > 1 else ''}" for t, c in zip(shown, token_counts))
+    if n_tokens > len(shown):
+        rest = n_token_cells - sum(token_counts[:len(shown)])
+        each += f" and {n_tokens - len(shown)} more in {rest} row{'s' if rest > 1 else ''}"
+    rows = _token_rows(df[name], shown if n_tokens == len(shown) else tokens)[:SHOWN_ROWS]
+    with_ids = id_column is not None and id_column in df.columns
+    if with_ids:
+        say_row_ids(what, f"{path!r}, column {name!r}, non-numeric values", rows,
+                    [df[id_column].iloc[r] for r in rows])
+    where = _at_rows(rows, n_token_cells, with_ids)
+    if n_tokens == len(shown):
+        listed = ", ".join(json.dumps(str(t)) for t in tokens)
+        na = f"set na_values = [{listed}]"
+    else:
+        na = f"list all {n_tokens} of them in na_values"
+    plural = n_tokens > 1
+    return (f"{path!r}: column {name!r} holds numbers ({n_number_cells} of its {n_cells} non-missing "
+            f"cells) and {n_tokens} non-numeric value{'s' if plural else ''}: {each} ({where}); read "
+            f"as text its numbers would be sorted as texts.  If {'these mark' if plural else 'it marks'} "
+            f"missing values, {na} in the [job] table (or --na-values); if the column is categorical, "
+            f"list it in categorical_columns = [{json.dumps(str(name))}] (or --categorical-columns)")
 
 
 def _id_text(v):

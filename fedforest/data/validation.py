@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..errors import InputError
+from .io import LABEL_NA_TEXTS
 from .tasks import CLASSIFICATION, REGRESSION  # noqa: F401  (CLASSIFICATION: re-exported)
 
 
@@ -44,15 +45,36 @@ def encode_labels(y, task, what="y"):
             raise InputError(what, f"is continuous (non-integer values such as {fraction[0].item()!r}, "
                                    f"{np.unique(y).size} distinct values): classification needs classes; "
                                    "use regression (task = \"regression\") for a continuous target")
-    elif y.dtype.kind == "O":
-        bad = [v for v in y if v is None or (isinstance(v, float) and not np.isfinite(v))]
-        if bad:
-            raise InputError(what, f"contains {len(bad)} missing labels")
+    elif y.dtype.kind in "OUS":
+        missing = missing_labels(y)
+        if missing.any():
+            at = np.flatnonzero(missing)
+            more = ", ..." if at.size > 5 else ""
+            raise InputError(what, f"contains {at.size} missing labels (no value, NaN, or a text that "
+                                   f"means missing: 'nan', 'NaN', 'NA', 'null', 'None', '', ...; at "
+                                   f"positions {', '.join(str(i) for i in at[:5])}{more}): a missing "
+                                   "label is never a class")
         y = y.astype(str)
     classes, codes = np.unique(y, return_inverse=True)
     if classes.size < 2:
         raise InputError(what, f"has only one class ({classes[0].item()!r}); classification needs at least two")
     return codes.astype(np.int32), classes
+
+
+def missing_labels(y):
+    """Which of the labels ``y`` (a 1-D array) are missing: None, NaN, or a
+    text of :data:`~fedforest.data.io.LABEL_NA_TEXTS` (pandas' missing-value
+    texts).  NumPy only: a rank that reads no table imports no pandas."""
+    if y.dtype.kind in "US":
+        return np.isin(y.astype(str), LABEL_NA_TEXTS)
+    if y.dtype.kind == "f":
+        return np.isnan(y)
+    if y.dtype.kind != "O":
+        return np.zeros(y.shape, dtype=bool)
+    texts = frozenset(LABEL_NA_TEXTS)
+    return np.fromiter((v is None or (isinstance(v, (float, np.floating)) and v != v)
+                        or (isinstance(v, str) and v in texts) or type(v).__name__ == "NAType"
+                        for v in y), dtype=bool, count=y.size)
 
 
 def label_text(v):

@@ -15,7 +15,7 @@ The handshake that carries them is :mod:`fedforest.horizontal.setup`'s.
 import numpy as np
 import pandas as pd
 
-from ..data.io import read_table
+from ..data.io import check_labels, read_table
 from ..errors import InputError
 from ..tree.rules import CATEGORICAL, NUMERIC
 
@@ -68,8 +68,8 @@ class ClientTable:
             raise InputError(what, f"{path!r} has no label column {label_column!r}")
         self.ids = df[id_column].astype(str).to_numpy() if id_column in df.columns else None
         self.y = df[label_column] if label_column in df.columns else None
-        if self.y is not None and self.y.isna().any():
-            raise InputError(what, f"{int(self.y.isna().sum())} rows have no label")
+        if self.y is not None:
+            check_labels(self.y, what, label_column, ids=self.ids, na_values=na_values or ())
         self.X = df[[c for c in df.columns if c not in (label_column, id_column)]]
         if self.X.shape[1] == 0:
             raise InputError(what, f"{path!r} has no feature columns")

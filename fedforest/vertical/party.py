@@ -78,6 +78,7 @@ def open_training(comm, cfg):
     # a table that cannot fit this rank's memory is refused before it is read
     check_table_memory(cfg.data[rank - 1], f"party {rank}", cfg.values.get("memory_mb"))
     table = PartyTable(cfg, rank, cfg.data[rank - 1], label_column=cfg.label_column)
+    table.store.check_labels(f"party {rank}", cfg.label_column)     # a missing label: refused here
     # the bounds of this party's memory are its own: the master sizes batches within them
     comm.send(MASTER, {"n_rows": len(table.ids), "n_features": len(table.columns),
                        "has_label": table.has_label, "fingerprint": table.fingerprint(),

@@ -284,7 +284,7 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
             # after label encryption the label holder only sends gains, ciphertexts and bits
             allowed = {"bits", "spec", "seconds", "blocks", "public_key", "split", "winner", "split_feature",
                        "split_bin", "split_missing_left", "n_rows", "n_features", "has_label", "n_trees",
-                       "public", "sealed", "digests", "tree_bytes_sent", "model_dir", "fingerprint",
+                       "public", "sealed", "digests", "n_spaced_ids", "tree_bytes_sent", "model_dir", "fingerprint",
                        "tree_batch", "batch_memory_mb"}
             allowed |= {k for k in msg if k.startswith("sealed")}
             allowed |= {"len." + k for k in allowed}   # per-tree entry counts of a batch reply
