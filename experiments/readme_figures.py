@@ -1,11 +1,14 @@
-"""The README's table of measured figures, rebuilt from the committed result JSON.
+"""The README's measured figures, rebuilt from the committed result JSON.
 
-    python experiments/readme_figures.py           # rewrite the block in README.md
+    python experiments/readme_figures.py           # rewrite the blocks in README.md
     python experiments/readme_figures.py --check   # exit 1 if README.md differs from the results
 
-The block sits between the markers ``<!-- figures:begin -->`` and
-``<!-- figures:end -->``; nothing else of README.md is touched.  Each row names
-the JSON file and key it comes from, so a figure cannot drift from its result.
+Two blocks: the table between ``<!-- figures:begin -->`` and
+``<!-- figures:end -->``, each row naming the JSON file and key it comes from,
+and the first-contact paragraph (set-up, compile and demo times) between
+``<!-- first-contact:begin -->`` and ``<!-- first-contact:end -->``, whose
+figures all come from ``bench_startup.json``.  Nothing else of README.md is
+touched, so a figure cannot drift from its result.
 """
 import argparse
 import json
@@ -16,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results")
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
+PROSE_BEGIN, PROSE_END = "<!-- first-contact:begin -->", "<!-- first-contact:end -->"
 
 
 def _get(doc, path):
@@ -116,12 +120,47 @@ def block():
     return "\n".join(lines)
 
 
+# the first-contact paragraph: its text with {key} for each figure of bench_startup.json (formatted as "s")
+FIRST_CONTACT = (
+    "`make demo` creates `.venv`, installs what a job needs from pip wheels (MPICH through the `mpich` wheel, "
+    "plus `mpi4py`, NumPy, numba, scikit-learn, pandas, pyarrow, cryptography, …), compiles the numba kernels "
+    "once (`fedforest warm-up`) and runs the job below. On a fresh clone of a 2-core machine with an empty "
+    "pip cache, the whole `make demo` took {fresh_clone_make_demo_seconds}: {fresh_clone_setup_seconds} to "
+    "create `.venv` (pip from a nearby package index) and compile the kernels, the rest for the demo. "
+    "Compiling the kernels of a vertical job takes {cold_compile_seconds_vertical} by itself, every kernel "
+    "{cold_compile_seconds_all}. Later runs load the kernels from numba's cache: a job's rank is ready to work "
+    "{rank_startup_seconds} after it starts, and the demo's four commands take {demo_wall_seconds}, of which "
+    "{demo_train_seconds} growing the trees with encrypted labels "
+    "(`experiments/results/bench_startup.json`, measured at commit {git_commit}).")
+
+
+def first_contact(doc):
+    """The first-contact paragraph from ``doc`` (bench_startup.json), wrapped at 100 columns."""
+    import string
+    import textwrap
+    keys = [name for _, name, _, _ in string.Formatter().parse(FIRST_CONTACT) if name]
+    missing = [k for k in keys if _get(doc, k) is None]
+    if missing:
+        raise SystemExit("experiments/results/bench_startup.json lacks " + ", ".join(missing)
+                         + ": run experiments/bench_startup.py (without --no-fresh-clone)")
+    values = {k: f"`{doc[k][:7]}`" if k == "git_commit" else _fmt(doc[k], "s") for k in keys}
+    return "\n".join(textwrap.wrap(FIRST_CONTACT.format(**values), 100, break_on_hyphens=False))
+
+
+def _replaced(text, begin, end, new):
+    if begin not in text or end not in text:
+        raise SystemExit(f"README.md has no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + new + tail
+
+
 def updated(text):
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + block() + tail
+    text = _replaced(text, BEGIN, END, block())
+    path = os.path.join(RESULTS, "bench_startup.json")
+    with open(path) as fh:
+        doc = json.load(fh)
+    return _replaced(text, PROSE_BEGIN, PROSE_END, "\n".join([PROSE_BEGIN, first_contact(doc), PROSE_END]))
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ third-party packages):
 
 * core: ``fedforest.transport``, ``fedforest.crypto``, ``fedforest.data``,
   ``fedforest.tree``, ``fedforest.errors``, ``fedforest.constraints``, ``fedforest.version``,
-  ``fedforest.logs``.  Imports: core.
+  ``fedforest.logs``, ``fedforest.optional``.  Imports: core.
 * federation: ``fedforest.federation`` (mode contract, registry, config, model files,
   metrics, rounds/aggregation).  Imports: core, federation.
 * horizontal common: ``fedforest.horizontal`` (its ``__init__``), the shared modules
@@ -61,7 +61,7 @@ HORIZONTAL_COMMON = "horizontal common"
 ALGORITHM = "algorithm"
 APPLICATION = "application"
 
-CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs")
+CORE_ROOTS = ("transport", "crypto", "data", "tree", "errors", "constraints", "version", "logs", "optional")
 APPLICATION_MODULES = {PACKAGE} | {f"{PACKAGE}.{m}" for m in ("__main__", "cli", "jobs", "demo")}
 HORIZONTAL = f"{PACKAGE}.horizontal"
 HORIZONTAL_COMMON_ROOTS = (HORIZONTAL,) + tuple(

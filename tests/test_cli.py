@@ -41,6 +41,10 @@ def test_vertical_predict_keeps_the_training_summary_and_refuses_training_flags(
     assert status and all(line.startswith("[rank 0] ") for line in status)   # only the master speaks
     assert any("ID alignment: 200 rows" in line for line in status)
     trained = (tmp_path / "train.json").read_text()
+    # plain labels: the summary says every rank received them in plaintext, and how many bytes each received
+    doc = json.loads(trained)
+    assert doc["labels_received"] == {str(r): {"form": "plaintext", "rows": 200} for r in range(3)}
+    assert sorted(doc["bytes_received"]) == ["0", "1", "2"] and all(v > 0 for v in doc["bytes_received"].values())
     paths = [str(tmp_path / f"party{p}.csv") for p in (1, 2)]
     proc = mpirun(3, ["predict", "--config", job, "--data", *paths, "--output", str(tmp_path / "p.csv"),
                       "--n-estimators", "9", "--max-depth", "2"])
@@ -93,6 +97,37 @@ def test_make_demo_runs_end_to_end(tmp_path):
     ref = [line for line in report.splitlines() if line.startswith("scikit-learn RandomForest")][0].split()
     assert float(fed[-2]) >= float(ref[-2]) - 0.03        # accuracy within 3 points of scikit-learn's
     assert os.path.isfile(os.path.join(out, "predictions.csv"))
+    # the labels stayed with party 1: the report says so from the training's own summary
+    with open(os.path.join(out, "train-summary.json")) as fh:
+        summary = json.load(fh)
+    assert summary["label_privacy"] == "paillier" and summary["key_length"] == 2048
+    assert sorted(summary["labels_received"]) == ["0", "2"]
+    assert {g["form"] for g in summary["labels_received"].values()} == {"paillier ciphertexts"}
+    took = [line for line in report.splitlines() if line.startswith("training took ")]
+    assert len(took) == 1 and f"{summary['total_seconds']:.1f} s" in took[0] and "2048-bit Paillier key" in took[0]
+    got = [line for line in report.splitlines() if line.startswith("received in training: ")]
+    assert len(got) == 1 and "the master " in got[0] and "party 2 " in got[0] and "party 1 " not in got[0], got
+    assert "labels only as Paillier ciphertexts" in got[0] and "no label in plaintext" in got[0], got
+
+
+def test_the_demo_report_says_what_each_rank_received_from_the_summary():
+    """The report's lines come from the run summary: plain labels are called plaintext."""
+    from fedforest.demo import training_lines
+    base = {"total_seconds": 3.31, "train_seconds": 2.5, "n_trees": 100,
+            "bytes_received": {"0": 2_000_000, "1": 3_000_000, "2": 4_500_000}}
+    plain = dict(base, label_privacy="plain",
+                 labels_received={r: {"form": "plaintext", "rows": 426} for r in ("0", "1", "2")})
+    took, got = training_lines(plain)
+    assert took == "training took 3.3 s (2.5 s growing the 100 trees)"
+    assert got == "received in training: the master 2.0 MB, party 1 3.0 MB, party 2 4.5 MB; the 426 labels in plaintext"
+    cipher = {"form": "paillier ciphertexts", "rows": 426, "bytes": 218_112, "key_holder": 1}
+    he = dict(base, label_privacy="paillier", key_length=2048, label_encrypt_seconds=0.74,
+              labels_received={"0": cipher, "2": cipher})
+    took, got = training_lines(he)
+    assert took == ("training took 3.3 s (0.7 s of it encrypting the labels under a 2048-bit Paillier key of "
+                    "party 1, 2.5 s growing the 100 trees)")
+    assert got == ("received in training: the master 2.0 MB, party 2 4.5 MB; the 426 labels only as Paillier "
+                   "ciphertexts (0.2 MB; the private key stays with party 1), no label in plaintext")
 
 
 def test_the_settings_reference_in_docs_matches_the_modes():

@@ -43,8 +43,27 @@ def test_readme_figures_agree_with_the_committed_results():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(os.path.join(ROOT, "README.md")) as fh:
-        block = fh.read().split("<!-- figures:begin -->")[1].split("<!-- figures:end -->")[0]
+        text = fh.read()
+    block = text.split("<!-- figures:begin -->")[1].split("<!-- figures:end -->")[0]
     assert block.count("\n| ") >= 8          # the figures are there, not an empty table
+    prose = text.split("<!-- first-contact:begin -->")[1].split("<!-- first-contact:end -->")[0]
+    assert "make demo" in prose and prose.count(" s") >= 7   # the paragraph is there, with its times
+
+
+def test_readme_first_contact_figures_come_from_bench_startup():
+    """Every time in README's first-contact paragraph is a field of bench_startup.json
+    (whatever it holds); a missing field stops the generator, naming it."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    import readme_figures
+    doc = {"fresh_clone_make_demo_seconds": 171.4, "fresh_clone_setup_seconds": 139.2,
+           "cold_compile_seconds_vertical": 58.31, "cold_compile_seconds_all": 117.6, "rank_startup_seconds": 0.8123,
+           "demo_wall_seconds": 27.44, "demo_train_seconds": 12.06, "git_commit": "0123456789abcdef"}
+    text = " ".join(readme_figures.first_contact(doc).split())
+    for shown in ("took 171 s: 139 s to create", "vertical job takes 58.3 s", "every kernel 118 s",
+                  "ready to work 0.812 s", "take 27.4 s, of which 12.1 s growing", "commit `0123456`"):
+        assert shown in text, (shown, text)
+    with pytest.raises(SystemExit, match="lacks demo_train_seconds, git_commit"):
+        readme_figures.first_contact({k: v for k, v in doc.items() if k not in ("demo_train_seconds", "git_commit")})
 
 
 def test_random_forest_peers_of_the_vertical_benchmarks():

@@ -322,6 +322,9 @@ class Comm:
         self.error_channels = {}
         self.bytes_sent = 0
         self.messages_sent = 0
+        # sealed data bytes per peer rank, as they went over the wire (run summaries report them)
+        self.bytes_sent_to = {}
+        self.bytes_received_from = {}
         self.rounds = 0
         self.reply_timeout = None  # master: seconds to wait for one message (None: no limit)
         # fault injection for tests: (src, dst, message_number) whose ciphertext gets one bit flipped
@@ -368,6 +371,7 @@ class Comm:
             ct[len(ct) // 2] ^= 0x01
         self.bytes_sent += len(ct)
         self.messages_sent += 1
+        self.bytes_sent_to[dest] = self.bytes_sent_to.get(dest, 0) + len(ct)
         self.raw.send_bytes(dest, ct, TAG_DATA, poll=self._poll_errors if self.is_master else None)
 
     def _waiting_poll(self, sources):
@@ -389,6 +393,7 @@ class Comm:
         return poll
 
     def _open(self, src, data):
+        self.bytes_received_from[src] = self.bytes_received_from.get(src, 0) + len(data)
         try:
             return decode(self.channels[src].open(data))
         except ProtocolError as exc:

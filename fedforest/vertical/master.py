@@ -145,6 +145,8 @@ def master_train(comm, cfg):
         classes = None
     else:
         y_raw = comm.exchange({label_party: {"op": protocol.SEND_LABELS}})[label_party]["y"]
+        # who got the labels, for the summary: the master, then every party in the set-up message below
+        he["labels_received"] = {r: {"form": "plaintext", "rows": int(np.size(y_raw))} for r in range(comm.size)}
         codes, classes = encode_labels(y_raw, cfg.task, what=f"label column {cfg.label_column!r}")
         n_classes = classes.size if is_clf else 1
         settings = SplitSettings(params, n_rows, is_clf, n_classes, sum(feature_counts))
@@ -231,6 +233,9 @@ def master_train(comm, cfg):
         "peak_rss_mb": peak_rss_mb(),
         "bytes_per_tree": (tree_bytes + party_bytes) / max(n_built, 1), "job_id": job_id,
         "model_dirs": {0: my_dir, **{r: acks[r]["model_dir"] for r in comm.clients}},
+        # sealed bytes each rank received in this run (a party: what the master sent it)
+        "bytes_received": {0: sum(comm.bytes_received_from.values()),
+                           **{r: comm.bytes_sent_to.get(r, 0) for r in comm.clients}},
         "label_privacy": cfg.label_privacy, **he,
     }
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
@@ -290,9 +295,13 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     # the forest's grower with the label channel of the label holder
     grower = TreeGrower(RemoteParties(comm), RowCount(n_rows), params, settings, feature_counts,
                         channel=LabelHolderChooses(label_party - 1, party_bins, spec, public))
+    # who got the labels, and in which form: the master and the other parties their ciphertexts only
+    got = {"form": "paillier ciphertexts", "rows": int(blocks.shape[0]), "bytes": int(blocks.nbytes),
+           "key_holder": label_party}
     he = {"key_length": public.key_length, "paillier_key_holder": "label_holder",
           "label_encrypt_seconds": float(rep.get("seconds", 0.0)), "slot_bits": spec.width,
-          "values_per_ciphertext": spec.per_ciphertext}
+          "values_per_ciphertext": spec.per_ciphertext,
+          "labels_received": {r: got for r in range(comm.size) if r != label_party}}
     log(cfg, f"labels encrypted by party {label_party} in {he['label_encrypt_seconds']:.1f}s ({n_rows} rows, "
               f"{spec.width}-bit slots, {spec.per_ciphertext} statistics vectors per ciphertext)")
     return grower, n_classes, he

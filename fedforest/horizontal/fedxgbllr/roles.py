@@ -20,7 +20,6 @@ import os
 import time
 
 import numpy as np
-import xgboost as xgb
 
 from ...data.io import read_npz
 from ...errors import InputError
@@ -29,11 +28,14 @@ from ...federation.aggregate import client_metrics, fedavg, in_rank_order
 from ...federation.files import atomic_write, replaced_folder, write_summary
 from ...federation.metrics import class_scores
 from ...federation.rounds import Done, ask, serve
+from ...optional import require
 from ..encoding import Encoding
 from ..message_checks import bad_message, field_of, job_seed_of, number_array, same_settings, whole_number
 from ..model_files import client_dir, server_dir, write_model_doc
 from ..setup import client_setup, job_seed, log, server_setup
 from . import DEFAULT_DEPTH, cnn
+
+xgb = require("xgboost", extra="xgboost", what="mode", feature="mode 'fedxgbllr'")
 
 SERVER = 0
 TRAIN_XGB = "train_xgb"      # server -> client: train your XGBoost ensemble, send it
