@@ -5,6 +5,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import threads as kernel_threads
+from .threads import prange_only
 
 MISSING_BIN = 255          # histogram code of a missing (NaN) value
 MAX_BINS = 255             # non-missing bins available per feature
@@ -135,7 +136,7 @@ def default_bins(codes, min_share=DEFAULT_BIN_SHARE):
 BIN_ROWS = 4096      # rows per block of fill_bin_codes (a block's columns one after another)
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def fill_bin_codes(X, edges, n_bins, out):
     """Bin code of every value into ``out`` (uint8): the number of the
     feature's edges below the value (``MISSING_BIN`` for NaN); blocks of

@@ -21,6 +21,8 @@ is a module-level ``njit(cache=True)`` function over flat arrays):
 import numpy as np
 from numba import njit, prange
 
+from .threads import prange_only
+
 from .impurity import GINI, NEWTON, impurity
 
 
@@ -58,7 +60,7 @@ def accumulate(acc, rows, s, e, ycls, yw, is_clf):
             acc[2] += yw[r, 2]
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def node_statistics(rows, starts, ends, ycls, yw, is_clf, S, crit, lam):
     """Per-node label statistics, weight, impurity and distinct-row count."""
     n_nodes = starts.shape[0]
@@ -149,7 +151,7 @@ def proxy_score(left, right, cnt_left, cnt_right, S, is_clf, crit, lam, min_samp
     return pl + pr
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def node_weights(rows, starts, ends, ycls, yw, is_clf, S, crit, lam):
     """Weight and impurity of every node segment (one node per thread)."""
     n_nodes = starts.shape[0]

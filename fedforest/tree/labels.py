@@ -53,11 +53,10 @@ class PlainLabels:
         """Per-row statistics of one tree from its bootstrap counts and the
         per-class weights (an empty array means no class weighting)."""
         if self.is_classification:
-            if not class_weight.size and self.sample_weight is None:
-                # the bootstrap counts themselves (one byte a row): the kernels add
-                # them as float64, the same sums as float64 weights give
-                return self.y, np.asarray(counts).reshape(-1, 1)
-            w = counts.astype(np.float64)
+            # float64 weights in every task and mode, so the split and partition
+            # kernels compile for one type of statistics (each type is a compile
+            # of its own: twice the warm-up)
+            w = np.asarray(counts).astype(np.float64)
             if class_weight.size:
                 w = w * class_weight[self.y]
             if self.sample_weight is not None:

@@ -3,6 +3,8 @@ partition of every node segment of a level (conventions as in :mod:`.criterion`)
 import numpy as np
 from numba import njit, prange
 
+from .threads import prange_only
+
 
 @njit(cache=True)
 def goes_left(x, rows, start, end, thr, missing_left):
@@ -35,7 +37,7 @@ def _left_bit(v, thr, ml, missing_code):
     return np.int64(1) if v <= thr else np.int64(0)
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, missing_code):
     """Left (1) / right (0) bit of every row of several node segments, each
     split on its own column, concatenated in segment order.  A value is
@@ -58,7 +60,7 @@ def partition_bits(X, rows, starts, ends, features, thresholds, missing_left, mi
     return out
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def apply_partition(rows, starts, ends, bits):
     """Stable in-place partition of each node segment by its left/right bits.
 
@@ -89,7 +91,7 @@ def apply_partition(rows, starts, ends, bits):
     return n_left
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def partition_stats(X, rows, starts, ends, features, thresholds, missing_left, missing_code,
                     ycls, yw, is_clf, S):
     """:func:`partition_bits` and, in the same pass, the label statistics of

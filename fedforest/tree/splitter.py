@@ -21,6 +21,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .threads import prange_only
+
 from .binning import MISSING_BIN
 from .criterion import accumulate, add_row, node_weights, proxy_score, split_gain, weight_of
 from .impurity import ENTROPY, GINI, NEWTON, SQUARED_ERROR, impurity
@@ -766,32 +768,16 @@ def _build_run(H, C, Xb, rows, rs, re, feat_of, base_of, n_bins, default_bin, li
                              ycls, yw, is_clf, S)
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
-                 w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
-                 parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
-                 exact_sums, default_bin, listed, sp_ptr, sp_feat, sp_code):
-    """:func:`best_splits_hist` on ``n_threads`` threads, in two phases.
-
-    1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel:
-       a node's own rows, or, for a node deriving its histograms whose
-       sibling is not in this call (or does not scan the feature), the
-       sibling's rows.  A histogram that a sibling derives its own from is
-       kept for phase 2 (at most the kept histograms' memory: only nodes
-       whose parent kept its histograms derive).
-    2. The pairs of nodes deriving their histograms from a sibling's built
-       in phase 1 (parent's kept histogram minus the sibling's), node by
-       node in parallel: those rows are added once for both children.
-    Every pair is then scanned; the sums of each histogram are the ones of
-    adding its rows in order, whichever phase builds it."""
+@njit(cache=True, nogil=True)
+def _hist_plan(n_bins, starts, ends, fmask, sib_starts, sib_ends, parent_slot, cache_index, keep,
+               n_threads, exact_sums, default_bin, listed, min_samples_leaf):
+    """The work of :func:`_hist_search`, planned before its parallel loops (in a
+    function of its own: the sequential code of a parallel kernel is compiled
+    with the parallel machinery, at several times the cost)."""
     n_nodes = starts.shape[0]
     n_feat = fmask.shape[1]
-    w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
     pair_node, pair_feat = _open_pairs(starts, ends, fmask, min_samples_leaf)
     n_pairs = pair_node.shape[0]
-    gain = np.full(n_pairs, -np.inf)
-    where = np.zeros(n_pairs, dtype=np.int32)
-    mls = np.zeros(n_pairs, dtype=np.uint8)
     # kept histograms, compact: a pair of feature f owns n_bins[f] + 1 rows from
     # index[j, f] on, its bins then its missing bin
     index = np.full((n_nodes, n_feat), -1, dtype=np.int64)
@@ -800,8 +786,6 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         if keep[pair_node[i]]:
             index[pair_node[i], pair_feat[i]] = n_kept
             n_kept += n_bins[pair_feat[i]] + 1
-    kept_hist = np.empty((n_kept, S))
-    kept_cnt = np.empty(n_kept, dtype=np.int32)
     # where each pair's histogram comes from: src, the parent's kept histogram (or -1:
     # built from the node's own rows); derive, the pair of the sibling's own histogram
     # it is the parent's less (or -1: built here); shared, a built pair's slot for
@@ -825,8 +809,6 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             derive[i] = d
             shared[d] = n_shared
             n_shared += n_bins[pair_feat[i]] + 1
-    LH = np.empty((n_shared, S))
-    LC = np.empty(n_shared, dtype=np.int64)
     # phase 1: the building pairs, in groups of one node and row source (its own rows or
     # its sibling's; runs in pair order).  A group is built in runs of its features
     # (:func:`_pair_units`), or in blocks of its rows, each block all the group's
@@ -909,8 +891,6 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
         lg_off[h] = total
         total += g_blocks[lg_of[h]] * size
         n_units += g_blocks[lg_of[h]]
-    PH = np.zeros((total, S))
-    PC = np.zeros(total, dtype=np.int64)
     u_group = np.empty(n_units, dtype=np.int64)
     u_block = np.empty(n_units, dtype=np.int64)
     u = 0
@@ -919,6 +899,91 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             u_group[u] = h
             u_block[u] = blk
             u += 1
+    return (pair_node, pair_feat, index, n_kept, src, derive, shared, n_shared, b_pair, b_node, unit_lo, unit_hi,
+            l_pair, l_base, lg_first, lg_of, lg_size, lg_off, n_g, g_blocks, u_group, u_block, total)
+
+
+@njit(cache=True, nogil=True)
+def _sum_blocks(PH, PC, n_g, lg_off, lg_size, g_blocks, lg_of, l_pair, lg_first, l_base, shared, LH, LC,
+                pair_feat, n_bins, S):
+    """The row blocks of each group of :func:`_hist_search` summed (into its
+    first region), the histograms a sibling derives from copied out."""
+    for h in range(n_g):
+        o = lg_off[h]
+        size = lg_size[h]
+        for blk in range(1, g_blocks[lg_of[h]]):
+            ob = o + blk * size
+            for r in range(size):
+                PC[o + r] += PC[ob + r]
+                for k in range(S):
+                    PH[o + r, k] += PH[ob + r, k]
+        _copy_shared(l_pair[lg_first[h]:lg_first[h + 1]], _plus(l_base[lg_first[h]:lg_first[h + 1]], o), PH, PC, shared,
+                     LH, LC, pair_feat, n_bins, S)
+
+
+@njit(cache=True, nogil=True)
+def _derived_pairs(n_nodes, pair_node, derive, shared):
+    """Per node, the pairs of :func:`_hist_search` that derive their
+    histograms from a sibling's (``d_pair[d_lo[j]:d_lo[j + 1]]``) and where
+    the sibling's histogram lies (``d_off``)."""
+    n_pairs = pair_node.shape[0]
+    d_lo = np.zeros(n_nodes + 1, dtype=np.int64)
+    for i in range(n_pairs):
+        if derive[i] >= 0:
+            d_lo[pair_node[i] + 1] += 1
+    for j in range(n_nodes):
+        d_lo[j + 1] += d_lo[j]
+    d_pair = np.empty(d_lo[n_nodes], dtype=np.int64)
+    d_off = np.empty(d_lo[n_nodes], dtype=np.int64)
+    fill = d_lo[:n_nodes].copy()
+    for i in range(n_pairs):
+        if derive[i] >= 0:
+            d_pair[fill[pair_node[i]]] = i
+            d_off[fill[pair_node[i]]] = shared[derive[i]]
+            fill[pair_node[i]] += 1
+    return d_lo, d_pair, d_off
+
+
+@njit(cache=True, parallel=prange_only(), nogil=True)
+def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
+                 w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
+                 parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
+                 exact_sums, default_bin, listed, sp_ptr, sp_feat, sp_code):
+    """:func:`best_splits_hist` on ``n_threads`` threads, in two phases.
+
+    1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel:
+       a node's own rows, or, for a node deriving its histograms whose
+       sibling is not in this call (or does not scan the feature), the
+       sibling's rows.  A histogram that a sibling derives its own from is
+       kept for phase 2 (at most the kept histograms' memory: only nodes
+       whose parent kept its histograms derive).
+    2. The pairs of nodes deriving their histograms from a sibling's built
+       in phase 1 (parent's kept histogram minus the sibling's), node by
+       node in parallel: those rows are added once for both children.
+    Every pair is then scanned; the sums of each histogram are the ones of
+    adding its rows in order, whichever phase builds it.  The plan of the work
+    (:func:`_hist_plan`) and the steps between the loops are functions of
+    their own, so the parallel kernel's own code is little more than its
+    loops."""
+    n_nodes = starts.shape[0]
+    n_feat = fmask.shape[1]
+    w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
+    (pair_node, pair_feat, index, n_kept, src, derive, shared, n_shared, b_pair, b_node, unit_lo, unit_hi,
+     l_pair, l_base, lg_first, lg_of, lg_size, lg_off, n_g, g_blocks, u_group, u_block,
+     total) = _hist_plan(n_bins, starts, ends, fmask, sib_starts, sib_ends, parent_slot, cache_index, keep,
+                         n_threads, exact_sums, default_bin, listed, min_samples_leaf)
+    n_pairs = pair_node.shape[0]
+    n_runs = unit_lo.shape[0]
+    n_units = u_group.shape[0]
+    gain = np.full(n_pairs, -np.inf)
+    where = np.zeros(n_pairs, dtype=np.int32)
+    mls = np.zeros(n_pairs, dtype=np.uint8)
+    kept_hist = np.empty((n_kept, S))
+    kept_cnt = np.empty(n_kept, dtype=np.int32)
+    LH = np.empty((n_shared, S))
+    LC = np.empty(n_shared, dtype=np.int64)
+    PH = np.zeros((total, S))
+    PC = np.zeros(total, dtype=np.int64)
     # one parallel loop builds both (each parallel loop compiles the kernels it calls again)
     for task in prange(n_runs + n_units):
         if task < n_runs:
@@ -962,40 +1027,17 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
             rs = sib_starts[j] if from_sibling else starts[j]
             n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
             _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
-                       l_base[lg_first[h]:lg_first[h + 1]] + (lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
+                       _plus(l_base[lg_first[h]:lg_first[h + 1]], lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
                        listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
-    # the blocks of each group summed (into its first region), the shared ones kept
-    for h in range(n_g):
-        o = lg_off[h]
-        size = lg_size[h]
-        for blk in range(1, g_blocks[lg_of[h]]):
-            ob = o + blk * size
-            for r in range(size):
-                PC[o + r] += PC[ob + r]
-                for k in range(S):
-                    PH[o + r, k] += PH[ob + r, k]
-        _copy_shared(l_pair[lg_first[h]:lg_first[h + 1]], l_base[lg_first[h]:lg_first[h + 1]] + o, PH, PC, shared,
-                     LH, LC, pair_feat, n_bins, S)
+    _sum_blocks(PH, PC, n_g, lg_off, lg_size, g_blocks, lg_of, l_pair, lg_first, l_base, shared, LH, LC,
+                pair_feat, n_bins, S)
     # phase 2: the derived pairs, node by node, in one parallel loop with the scans of
     # the groups built in blocks
-    d_lo = np.zeros(n_nodes + 1, dtype=np.int64)
-    for i in range(n_pairs):
-        if derive[i] >= 0:
-            d_lo[pair_node[i] + 1] += 1
-    for j in range(n_nodes):
-        d_lo[j + 1] += d_lo[j]
-    d_pair = np.empty(d_lo[n_nodes], dtype=np.int64)
-    d_off = np.empty(d_lo[n_nodes], dtype=np.int64)
-    fill = d_lo[:n_nodes].copy()
-    for i in range(n_pairs):
-        if derive[i] >= 0:
-            d_pair[fill[pair_node[i]]] = i
-            d_off[fill[pair_node[i]]] = shared[derive[i]]
-            fill[pair_node[i]] += 1
+    d_lo, d_pair, d_off = _derived_pairs(n_nodes, pair_node, derive, shared)
     for task in prange(n_g + n_nodes):
         if task < n_g:
             pairs = l_pair[lg_first[task]:lg_first[task + 1]]
-            offs = l_base[lg_first[task]:lg_first[task + 1]] + lg_off[task]
+            offs = _plus(l_base[lg_first[task]:lg_first[task + 1]], lg_off[task])
             H = PH
             C = PC
         else:
@@ -1011,6 +1053,17 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
     best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
                                                                 gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+@njit(cache=True, nogil=True)
+def _plus(a, c):
+    """``a + c`` as a new array (an array expression inside a ``prange`` body
+    needs numba's array-expression parfors, which :func:`.threads.prange_only`
+    leaves out)."""
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        out[i] = a[i] + c
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -1131,7 +1184,7 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
     return best_gain, best_feat, best_bin, best_ml
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=prange_only(), nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                       w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp, threshold_rule):
     """Best exact split of every open node.

@@ -39,7 +39,18 @@ def for_work(units):
     return n
 
 
-@njit(cache=True, parallel=True)
+def prange_only():
+    """numba's ``parallel=`` for the kernels: only their ``prange`` loops run in
+    parallel.  numba's default also turns every array expression and allocation
+    (``np.full``, ``a[mask]``, ``x < 0``) into a parallel loop of its own, each
+    compiled as a separate function: in the split kernels those small
+    allocations were most of the compile time and none of the run time.  A new
+    dict each call (numba consumes it)."""
+    return {"prange": True, "reduction": True, "comprehension": False, "inplace_binop": False,
+            "setitem": False, "numpy": False, "stencil": False, "fusion": False}
+
+
+@njit(cache=True, parallel=prange_only())
 def _touch(n):
     out = np.zeros(n)
     for i in prange(n):
