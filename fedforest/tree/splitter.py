@@ -1184,6 +1184,89 @@ def best_splits_from_hists(hists, cnts, pair_node, pair_feat, pair_nb, node_stat
     return best_gain, best_feat, best_bin, best_ml
 
 
+@njit(cache=True, nogil=True)
+def _exact_pair(X, rows, s, e, f, ycls, yw, is_clf, S, crit, lam, w_total, min_samples_leaf,
+                min_weight_leaf, w_node, imp_node, min_gap, threshold_rule):
+    """The best exact split of one (node, feature) pair of :func:`best_splits_exact`:
+    ``(gain, threshold, missing_left)`` (a function of its own: the parallel
+    loop's body compiles with the parallel machinery, at several times the cost)."""
+    n = e - s
+    miss = np.zeros(S)
+    tot = np.zeros(S)
+    left = np.zeros(S)
+    right = np.zeros(S)
+    lm = np.zeros(S)
+    rm = np.zeros(S)
+    vals = np.empty(n, dtype=np.float64)
+    nm_rows = np.empty(n, dtype=np.int32)
+    best = -np.inf
+    best_thr = 0.0
+    best_ml = 0
+    n_nonmiss = 0
+    for k in range(s, e):
+        r = rows[k]
+        v = X[r, f]
+        if np.isnan(v):
+            add_row(miss, r, ycls, yw, is_clf, 1.0)
+        else:
+            nm_rows[n_nonmiss] = r
+            vals[n_nonmiss] = v
+            n_nonmiss += 1
+            add_row(tot, r, ycls, yw, is_clf, 1.0)
+    n_miss = n - n_nonmiss
+    order = np.argsort(vals[:n_nonmiss], kind="mergesort")
+    for p in range(n_nonmiss):
+        r = nm_rows[order[p]]
+        add_row(left, r, ycls, yw, is_clf, 1.0)
+        cl = p + 1
+        cr = n_nonmiss - cl
+        last = cr == 0
+        if not last:
+            v0 = vals[order[p]]
+            v1 = vals[order[p + 1]]
+            if v1 <= v0 + min_gap:
+                continue
+            thr = v0 / 2.0 + v1 / 2.0
+            if threshold_rule == BELOW_FLOAT32_MIDPOINT:
+                below = np.float64(np.nextafter(np.float32(thr), np.float32(-np.inf)))
+                thr = below if below > v0 else v0
+            elif thr == v1 or thr == np.inf or thr == -np.inf:
+                thr = v0
+        else:
+            if n_miss == 0:
+                break
+            thr = np.inf
+        for k in range(S):
+            right[k] = tot[k] - left[k]
+        if n_miss == 0:
+            g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit, lam,
+                      min_samples_leaf, min_weight_leaf)
+            if g > best:
+                best = g
+                best_thr = thr
+                best_ml = 1 if cl > cr else 0
+            continue
+        for k in range(S):
+            rm[k] = right[k] + miss[k]
+        g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit, lam,
+                  min_samples_leaf, min_weight_leaf)
+        if g > best:
+            best = g
+            best_thr = thr
+            best_ml = 0
+        if last:
+            break
+        for k in range(S):
+            lm[k] = left[k] + miss[k]
+        g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit, lam,
+                  min_samples_leaf, min_weight_leaf)
+        if g > best:
+            best = g
+            best_thr = thr
+            best_ml = 1
+    return best, best_thr, best_ml
+
+
 @njit(cache=True, parallel=prange_only(), nogil=True)
 def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                       w_total, min_samples_leaf, min_weight_leaf, node_w, node_imp, threshold_rule):
@@ -1215,86 +1298,7 @@ def best_splits_exact(X, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, l
     mls = np.zeros(n_pairs, dtype=np.uint8)
     for i in prange(n_pairs):
         j = pair_node[i]
-        f = pair_feat[i]
-        s = starts[j]
-        e = ends[j]
-        n = e - s
-        w_node = w_nodes[j]
-        imp_node = imp_nodes[j]
-        miss = np.zeros(S)
-        tot = np.zeros(S)
-        left = np.zeros(S)
-        right = np.zeros(S)
-        lm = np.zeros(S)
-        rm = np.zeros(S)
-        vals = np.empty(n, dtype=np.float64)
-        nm_rows = np.empty(n, dtype=np.int32)
-        best = -np.inf
-        best_thr = 0.0
-        best_ml = 0
-        n_nonmiss = 0
-        for k in range(s, e):
-            r = rows[k]
-            v = X[r, f]
-            if np.isnan(v):
-                add_row(miss, r, ycls, yw, is_clf, 1.0)
-            else:
-                nm_rows[n_nonmiss] = r
-                vals[n_nonmiss] = v
-                n_nonmiss += 1
-                add_row(tot, r, ycls, yw, is_clf, 1.0)
-        n_miss = n - n_nonmiss
-        order = np.argsort(vals[:n_nonmiss], kind="mergesort")
-        for p in range(n_nonmiss):
-            r = nm_rows[order[p]]
-            add_row(left, r, ycls, yw, is_clf, 1.0)
-            cl = p + 1
-            cr = n_nonmiss - cl
-            last = cr == 0
-            if not last:
-                v0 = vals[order[p]]
-                v1 = vals[order[p + 1]]
-                if v1 <= v0 + min_gap:
-                    continue
-                thr = v0 / 2.0 + v1 / 2.0
-                if threshold_rule == BELOW_FLOAT32_MIDPOINT:
-                    below = np.float64(np.nextafter(np.float32(thr), np.float32(-np.inf)))
-                    thr = below if below > v0 else v0
-                elif thr == v1 or thr == np.inf or thr == -np.inf:
-                    thr = v0
-            else:
-                if n_miss == 0:
-                    break
-                thr = np.inf
-            for k in range(S):
-                right[k] = tot[k] - left[k]
-            if n_miss == 0:
-                g = split_gain(left, right, cl, cr, w_node, imp_node, w_total, is_clf, crit, lam,
-                          min_samples_leaf, min_weight_leaf)
-                if g > best:
-                    best = g
-                    best_thr = thr
-                    best_ml = 1 if cl > cr else 0
-                continue
-            for k in range(S):
-                rm[k] = right[k] + miss[k]
-            g = split_gain(left, rm, cl, cr + n_miss, w_node, imp_node, w_total, is_clf, crit, lam,
-                      min_samples_leaf, min_weight_leaf)
-            if g > best:
-                best = g
-                best_thr = thr
-                best_ml = 0
-            if last:
-                break
-            for k in range(S):
-                lm[k] = left[k] + miss[k]
-            g = split_gain(lm, right, cl + n_miss, cr, w_node, imp_node, w_total, is_clf, crit, lam,
-                      min_samples_leaf, min_weight_leaf)
-            if g > best:
-                best = g
-                best_thr = thr
-                best_ml = 1
-        gains[i] = best
-        thrs[i] = best_thr
-        mls[i] = best_ml
+        gains[i], thrs[i], mls[i] = _exact_pair(X, rows, starts[j], ends[j], pair_feat[i], ycls, yw, is_clf, S,
+                                                crit, lam, w_total, min_samples_leaf, min_weight_leaf,
+                                                w_nodes[j], imp_nodes[j], min_gap, threshold_rule)
     return _best_per_node(n_nodes, pair_node, pair_feat, gains, thrs, mls)
