@@ -120,18 +120,27 @@ def block():
     return "\n".join(lines)
 
 
-# the first-contact paragraph: its text with {key} for each figure of bench_startup.json (formatted as "s")
+# the first-contact paragraph: its text with {key} for each field of bench_startup.json
+# (times formatted as "s", the commit shortened, the load average with one decimal)
 FIRST_CONTACT = (
     "`make demo` creates `.venv`, installs what a job needs from pip wheels (MPICH through the `mpich` wheel, "
     "plus `mpi4py`, NumPy, numba, scikit-learn, pandas, pyarrow, cryptography, …), compiles the numba kernels "
     "once (`fedforest warm-up`) and runs the job below. On a fresh clone of a 2-core machine with an empty "
     "pip cache, the whole `make demo` took {fresh_clone_make_demo_seconds}: {fresh_clone_setup_seconds} to "
-    "create `.venv` (pip from a nearby package index) and compile the kernels, the rest for the demo. "
-    "Compiling the kernels of a vertical job takes {cold_compile_seconds_vertical} by itself, every kernel "
+    "create `.venv` (pip from a nearby package index) and compile the kernels, {fresh_clone_demo_seconds} for "
+    "the demo, whose training with encrypted labels took {fresh_clone_demo_train_seconds}. Compiling the "
+    "kernels of a vertical job takes {cold_compile_seconds_vertical} by itself, every kernel "
     "{cold_compile_seconds_all}. Later runs load the kernels from numba's cache: a job's rank is ready to work "
-    "{rank_startup_seconds} after it starts, and the demo's four commands take {demo_wall_seconds}, of which "
-    "{demo_train_seconds} growing the trees with encrypted labels "
-    "(`experiments/results/bench_startup.json`, measured at commit {git_commit}).")
+    "{rank_startup_seconds} after it starts (`experiments/results/bench_startup.json`, measured at commit "
+    "{git_commit} with a load average of {load_average_start} when the measurement started).")
+
+
+def _prose_value(key, value):
+    if key == "git_commit":
+        return f"`{value[:7]}`"
+    if key.startswith("load_average"):
+        return f"{value:.1f}"
+    return _fmt(value, "s").replace(" ", "\u00a0")     # no line break between a number and its unit
 
 
 def first_contact(doc):
@@ -143,8 +152,8 @@ def first_contact(doc):
     if missing:
         raise SystemExit("experiments/results/bench_startup.json lacks " + ", ".join(missing)
                          + ": run experiments/bench_startup.py (without --no-fresh-clone)")
-    values = {k: f"`{doc[k][:7]}`" if k == "git_commit" else _fmt(doc[k], "s") for k in keys}
-    return "\n".join(textwrap.wrap(FIRST_CONTACT.format(**values), 100, break_on_hyphens=False))
+    text = FIRST_CONTACT.format(**{k: _prose_value(k, doc[k]) for k in keys})
+    return "\n".join(textwrap.wrap(text, 100, break_on_hyphens=False)).replace("\u00a0", " ")
 
 
 def _replaced(text, begin, end, new):
