@@ -944,37 +944,37 @@ def _derived_pairs(n_nodes, pair_node, derive, shared):
     return d_lo, d_pair, d_off
 
 
-@njit(cache=True, parallel=prange_only(), nogil=True)
 def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, crit, lam,
                  w_total, min_samples_leaf, min_weight_leaf, sib_starts, sib_ends,
                  parent_slot, cache_index, cache_hist, cache_cnt, keep, node_w, node_imp, n_threads,
                  exact_sums, default_bin, listed, sp_ptr, sp_feat, sp_code):
     """:func:`best_splits_hist` on ``n_threads`` threads, in two phases.
 
-    1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel:
-       a node's own rows, or, for a node deriving its histograms whose
-       sibling is not in this call (or does not scan the feature), the
-       sibling's rows.  A histogram that a sibling derives its own from is
-       kept for phase 2 (at most the kept histograms' memory: only nodes
-       whose parent kept its histograms derive).
+    1. The pairs that add rows, in runs (:func:`_pair_units`) in parallel
+       (:func:`_hist_tasks`): a node's own rows, or, for a node deriving its
+       histograms whose sibling is not in this call (or does not scan the
+       feature), the sibling's rows.  A histogram that a sibling derives its
+       own from is kept for phase 2 (at most the kept histograms' memory: only
+       nodes whose parent kept its histograms derive).
     2. The pairs of nodes deriving their histograms from a sibling's built
        in phase 1 (parent's kept histogram minus the sibling's), node by
-       node in parallel: those rows are added once for both children.
+       node in parallel (:func:`_hist_tasks` again): those rows are added
+       once for both children.
     Every pair is then scanned; the sums of each histogram are the ones of
-    adding its rows in order, whichever phase builds it.  The plan of the work
-    (:func:`_hist_plan`) and the steps between the loops are functions of
-    their own, so the parallel kernel's own code is little more than its
-    loops."""
+    adding its rows in order, whichever phase builds it.
+
+    The steps are separate kernels called from here, not one kernel: numba
+    compiles a kernel together with every kernel it calls, again for each
+    caller and for each parallel loop, and a parallel kernel's own code with
+    the parallel machinery, so one kernel holding the whole search took
+    several times as long to compile (the calls cost microseconds)."""
     n_nodes = starts.shape[0]
-    n_feat = fmask.shape[1]
     w_node, imp_node = _node_weights_of(rows, starts, ends, ycls, yw, is_clf, S, crit, lam, node_w, node_imp)
     (pair_node, pair_feat, index, n_kept, src, derive, shared, n_shared, b_pair, b_node, unit_lo, unit_hi,
      l_pair, l_base, lg_first, lg_of, lg_size, lg_off, n_g, g_blocks, u_group, u_block,
      total) = _hist_plan(n_bins, starts, ends, fmask, sib_starts, sib_ends, parent_slot, cache_index, keep,
                          n_threads, exact_sums, default_bin, listed, min_samples_leaf)
     n_pairs = pair_node.shape[0]
-    n_runs = unit_lo.shape[0]
-    n_units = u_group.shape[0]
     gain = np.full(n_pairs, -np.inf)
     where = np.zeros(n_pairs, dtype=np.int32)
     mls = np.zeros(n_pairs, dtype=np.uint8)
@@ -984,75 +984,98 @@ def _hist_search(Xb, n_bins, rows, starts, ends, fmask, ycls, yw, is_clf, S, cri
     LC = np.empty(n_shared, dtype=np.int64)
     PH = np.zeros((total, S))
     PC = np.zeros(total, dtype=np.int64)
-    # one parallel loop builds both (each parallel loop compiles the kernels it calls again)
-    for task in prange(n_runs + n_units):
-        if task < n_runs:
-            # a feature run: built, kept where a sibling derives its own from it, and scanned
-            lo = unit_lo[task]
-            m = unit_hi[task] - lo
-            j = b_node[lo]
-            pairs = b_pair[lo:lo + m]
-            feats = pair_feat[pairs]
-            base = np.empty(m, dtype=np.int64)
-            size = 0
-            for q in range(m):
-                base[q] = size
-                size += n_bins[feats[q]] + 1
-            H = np.zeros((size, S))
-            C = np.zeros(size, dtype=np.int64)
-            # a run's pairs add the node's own rows or the sibling's, runs of each in pair order
-            q = 0
-            while q < m:
-                from_sibling = src[pairs[q]] >= 0
-                e = q
-                while e < m and (src[pairs[e]] >= 0) == from_sibling:
-                    e += 1
-                rs = sib_starts[j] if from_sibling else starts[j]
-                re = sib_ends[j] if from_sibling else ends[j]
-                _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
-                           sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
-                q = e
-            _copy_shared(pairs, base, H, C, shared, LH, LC, pair_feat, n_bins, S)
-            _scan_pairs(pairs, base, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
-                        kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                        min_samples_leaf, min_weight_leaf, gain, where, mls)
-        else:
-            # a row block of a group: built into its region
-            h = u_group[task - n_runs]
-            blk = u_block[task - n_runs]
-            nblk = g_blocks[lg_of[h]]
-            pairs = l_pair[lg_first[h]:lg_first[h + 1]]
-            j = pair_node[pairs[0]]
-            from_sibling = src[pairs[0]] >= 0
-            rs = sib_starts[j] if from_sibling else starts[j]
-            n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
-            _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
-                       _plus(l_base[lg_first[h]:lg_first[h + 1]], lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
-                       listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+    d_lo, d_pair, d_off = _derived_pairs(n_nodes, pair_node, derive, shared)
+    args = (Xb, n_bins, rows, starts, ends, ycls, yw, is_clf, S, crit, lam, w_total, min_samples_leaf,
+            min_weight_leaf, sib_starts, sib_ends, cache_hist, cache_cnt, default_bin, listed, sp_ptr, sp_feat,
+            sp_code, w_node, imp_node, pair_node, pair_feat, index, src, shared, b_pair, b_node, unit_lo, unit_hi,
+            l_pair, l_base, lg_first, lg_of, lg_size, lg_off, g_blocks, u_group, u_block, d_lo, d_pair, d_off,
+            kept_hist, kept_cnt, LH, LC, PH, PC, gain, where, mls)
+    _hist_tasks(1, *args)
     _sum_blocks(PH, PC, n_g, lg_off, lg_size, g_blocks, lg_of, l_pair, lg_first, l_base, shared, LH, LC,
                 pair_feat, n_bins, S)
-    # phase 2: the derived pairs, node by node, in one parallel loop with the scans of
-    # the groups built in blocks
-    d_lo, d_pair, d_off = _derived_pairs(n_nodes, pair_node, derive, shared)
-    for task in prange(n_g + n_nodes):
-        if task < n_g:
-            pairs = l_pair[lg_first[task]:lg_first[task + 1]]
-            offs = _plus(l_base[lg_first[task]:lg_first[task + 1]], lg_off[task])
-            H = PH
-            C = PC
-        else:
-            j = task - n_g
-            pairs = d_pair[d_lo[j]:d_lo[j + 1]]
-            offs = d_off[d_lo[j]:d_lo[j + 1]]
-            H = LH
-            C = LC
-        if pairs.shape[0] > 0:
-            _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
-                        kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
-                        min_samples_leaf, min_weight_leaf, gain, where, mls)
-    best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat,
-                                                                gain, where, mls)
+    _hist_tasks(2, *args)
+    best_gain, best_feat, best_where, best_ml = _best_per_node(n_nodes, pair_node, pair_feat, gain, where, mls)
     return best_gain, best_feat, best_where, best_ml, index, kept_hist, kept_cnt
+
+
+@njit(cache=True, parallel=prange_only(), nogil=True)
+def _hist_tasks(phase, Xb, n_bins, rows, starts, ends, ycls, yw, is_clf, S, crit, lam, w_total, min_samples_leaf,
+                min_weight_leaf, sib_starts, sib_ends, cache_hist, cache_cnt, default_bin, listed, sp_ptr, sp_feat,
+                sp_code, w_node, imp_node, pair_node, pair_feat, index, src, shared, b_pair, b_node, unit_lo,
+                unit_hi, l_pair, l_base, lg_first, lg_of, lg_size, lg_off, g_blocks, u_group, u_block, d_lo,
+                d_pair, d_off, kept_hist, kept_cnt, LH, LC, PH, PC, gain, where, mls):
+    """The parallel loop of :func:`_hist_search`'s ``phase``: 1, the feature
+    runs (built, kept where a sibling derives its own from them, scanned) and
+    the row blocks; 2, the scans of the groups built in row blocks and of the
+    nodes deriving their histograms.  Both phases are one kernel so that the
+    kernels they call are compiled into one parallel loop, not two."""
+    n_feat = default_bin.shape[0]
+    n_nodes = starts.shape[0]
+    n_runs = unit_lo.shape[0]
+    n_units = u_group.shape[0]
+    n_g = lg_size.shape[0]
+    n_tasks = n_runs + n_units if phase == 1 else n_g + n_nodes
+    for task in prange(n_tasks):
+        if phase == 1:
+            if task < n_runs:
+                # a feature run: built, kept where a sibling derives its own from it, and scanned
+                lo = unit_lo[task]
+                m = unit_hi[task] - lo
+                j = b_node[lo]
+                pairs = b_pair[lo:lo + m]
+                feats = pair_feat[pairs]
+                base = np.empty(m, dtype=np.int64)
+                size = 0
+                for q in range(m):
+                    base[q] = size
+                    size += n_bins[feats[q]] + 1
+                H = np.zeros((size, S))
+                C = np.zeros(size, dtype=np.int64)
+                # a run's pairs add the node's own rows or the sibling's, runs of each in pair order
+                q = 0
+                while q < m:
+                    from_sibling = src[pairs[q]] >= 0
+                    e = q
+                    while e < m and (src[pairs[e]] >= 0) == from_sibling:
+                        e += 1
+                    rs = sib_starts[j] if from_sibling else starts[j]
+                    re = sib_ends[j] if from_sibling else ends[j]
+                    _build_run(H, C, Xb, rows, rs, re, feats[q:e], base[q:e], n_bins, default_bin, listed, n_feat,
+                               sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+                    q = e
+                _copy_shared(pairs, base, H, C, shared, LH, LC, pair_feat, n_bins, S)
+                _scan_pairs(pairs, base, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                            kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                            min_samples_leaf, min_weight_leaf, gain, where, mls)
+            else:
+                # a row block of a group: built into its region
+                h = u_group[task - n_runs]
+                blk = u_block[task - n_runs]
+                nblk = g_blocks[lg_of[h]]
+                pairs = l_pair[lg_first[h]:lg_first[h + 1]]
+                j = pair_node[pairs[0]]
+                from_sibling = src[pairs[0]] >= 0
+                rs = sib_starts[j] if from_sibling else starts[j]
+                n_r = (sib_ends[j] if from_sibling else ends[j]) - rs
+                _build_run(PH, PC, Xb, rows, rs + n_r * blk // nblk, rs + n_r * (blk + 1) // nblk, pair_feat[pairs],
+                           _plus(l_base[lg_first[h]:lg_first[h + 1]], lg_off[h] + blk * lg_size[h]), n_bins, default_bin,
+                           listed, n_feat, sp_ptr, sp_feat, sp_code, ycls, yw, is_clf, S)
+        else:
+            if task < n_g:
+                pairs = l_pair[lg_first[task]:lg_first[task + 1]]
+                offs = _plus(l_base[lg_first[task]:lg_first[task + 1]], lg_off[task])
+                H = PH
+                C = PC
+            else:
+                j = task - n_g
+                pairs = d_pair[d_lo[j]:d_lo[j + 1]]
+                offs = d_off[d_lo[j]:d_lo[j + 1]]
+                H = LH
+                C = LC
+            if pairs.shape[0] > 0:
+                _scan_pairs(pairs, offs, H, C, pair_node, pair_feat, n_bins, src, cache_hist, cache_cnt, index,
+                            kept_hist, kept_cnt, starts, ends, w_node, imp_node, w_total, is_clf, S, crit, lam,
+                            min_samples_leaf, min_weight_leaf, gain, where, mls)
 
 
 @njit(cache=True, nogil=True)
