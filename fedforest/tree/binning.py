@@ -63,7 +63,10 @@ def transform_bins(X, edges, n_bins):
     X = np.asarray(X, dtype=np.float64)
     n_bins = np.asarray(n_bins, dtype=np.int32)
     out = np.empty(X.shape, dtype=np.uint8, order="F")
-    fill_bin_codes(X, _padded_edges(edges, n_bins), n_bins, out)
+    # the kernel takes both transposed, C-contiguous (a column-major X's
+    # transpose is, without a copy): one type of arguments whatever the layout
+    # and column count (a one-column array would be typed otherwise)
+    fill_bin_codes(np.ascontiguousarray(X.T), _padded_edges(edges, n_bins), n_bins, out.T)
     return out
 
 
@@ -137,8 +140,9 @@ BIN_ROWS = 4096      # rows per block of fill_bin_codes (a block's columns one a
 
 
 @njit(cache=True, parallel=prange_only(), nogil=True)
-def fill_bin_codes(X, edges, n_bins, out):
-    """Bin code of every value into ``out`` (uint8): the number of the
+def fill_bin_codes(XT, edges, n_bins, outT):
+    """Bin code of every value of ``XT`` (features by rows, the transpose of
+    the data) into ``outT`` (uint8, the same shape): the number of the
     feature's edges below the value (``MISSING_BIN`` for NaN); blocks of
     rows in parallel, one column at a time within a block.  ``edges`` padded
     with ``inf`` to ``MAX_BINS`` columns (:func:`_padded_edges`).
@@ -148,7 +152,7 @@ def fill_bin_codes(X, edges, n_bins, out):
     below the value, so the processor never mispredicts a comparison (twice
     as fast as a branching binary search on random values); a NaN compares
     below no edge and takes the missing bin."""
-    n, n_feat = X.shape
+    n_feat, n = XT.shape
     n_blocks = (n + BIN_ROWS - 1) // BIN_ROWS
     for blk in prange(n_blocks):
         lo = blk * BIN_ROWS
@@ -159,9 +163,9 @@ def fill_bin_codes(X, edges, n_bins, out):
                 levels += 1
             e = edges[f]
             for i in range(lo, hi):
-                v = X[i, f]
+                v = XT[f, i]
                 b = 0
                 for level in range(levels - 1, -1, -1):
                     step = 1 << level
                     b += step * (e[b + step - 1] < v)
-                out[i, f] = MISSING_BIN if np.isnan(v) else b
+                outT[f, i] = MISSING_BIN if np.isnan(v) else b
