@@ -9,8 +9,16 @@ def run(argv=None):
         from .version import __version__
         print(f"fedforest {__version__}")
         return 0
-    from .cli import main
-    return main(argv)
+    try:
+        from .cli import main
+        return main(argv)
+    except KeyboardInterrupt:       # Ctrl-C while the command line loads: one line, not a traceback
+        from .errors import Stopped
+        from .transport.watch import launcher_rank_size
+        found = launcher_rank_size()
+        stop = Stopped("SIGINT (Ctrl-C)")
+        stop.say(found[0] if found else 0)
+        return stop.exit_code
 
 
 if __name__ == "__main__":

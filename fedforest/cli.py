@@ -18,10 +18,11 @@ import gc
 import signal
 import sys
 
-from .errors import InputError, Stopped
+from .errors import NOTHING_SAVED, InputError, Stopped, training_stop
 from .logs import configure as configure_logging
 from .version import __version__
 from .federation.config import JOB_PARAMS, job_setting, parse_flag_value, resolve
+from .federation.paths import check_job_paths, check_output_file, check_output_folder
 from .federation.registry import REGISTRY
 
 
@@ -102,37 +103,74 @@ def _flags(args):
 
 def _mpi_command(args, server_role, client_role):
     """Run one role of a job on this MPI rank."""
+    # a stop signal while the rank starts (MPI among the ranks, the settings) waits until
+    # the rank can tell the master: a rank that ended by itself before the job would leave
+    # the others waiting for it
+    _DEFERRED[0] = True
     from .transport.watch import maybe_supervise
     maybe_supervise()       # a rank that gets killed is named by its watcher (transport/watch.py)
     from .transport.base import Comm
     from .transport.mpi import world_transport
     from .transport.runner import run_master, run_rank
     comm = Comm(world_transport())
-    configure_logging(rank=comm.rank if comm.size > 1 else None)
-    unconnected = _pmi_not_connected(comm.size)
-    if unconnected:
-        if _launcher_rank() == 0:
-            print(f"error: {unconnected}", file=sys.stderr, flush=True)
-        return 2
+    command = "train" if server_role == "server_train" else "predict"
+    cfg = early = None
     try:
-        cfg = resolve(args.config, _flags(args))
-        role = cfg.spec.role(server_role if comm.rank == 0 else client_role)
-    except InputError as exc:
-        # every rank reads the same settings and fails the same way: rank 0 says so, all stop
-        if comm.rank == 0:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    cfg.spec.prepare_rank(cfg, "train" if server_role == "server_train" else "predict")
-    if comm.rank == 0 and job_setting(args.config, _flags(args), "progress") is None:
-        # left open: the master's stderr is the launcher's pipe, so look further (logs.py)
-        from .logs import progress_choice
-        cfg.set("progress", progress_choice(under_launcher=comm.size > 1))
+        _DEFERRED[0] = False
+        if Stopped.requested is not None:
+            raise Stopped.requested
+        configure_logging(rank=comm.rank if comm.size > 1 else None)
+        unconnected = _pmi_not_connected(comm.size)
+        if unconnected:
+            if _launcher_rank() == 0:
+                print(f"error: {unconnected}", file=sys.stderr, flush=True)
+            return 2
+        try:
+            cfg = resolve(args.config, _flags(args))
+        except InputError as exc:
+            # every rank reads the same settings and fails the same way: rank 0 says so, all stop
+            if comm.rank == 0:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        if comm.rank == 0 and job_setting(args.config, _flags(args), "progress") is None:
+            # left open: the master's stderr is the launcher's pipe, so look further (logs.py)
+            from .logs import progress_choice
+            cfg.set("progress", progress_choice(under_launcher=comm.size > 1))
+    except BaseException as exc:     # noqa: BLE001 - a stop: said in the job, which names the rank
+        if Stopped.of(exc) is None:
+            raise
+        early = exc
+
+    def job(c):
+        # in the job, what a rank's own machine decides (installed packages, its files) and
+        # a signal while it loads its kernels fail as that rank's failure, which names it
+        try:
+            if early is not None:
+                raise early
+            role = cfg.spec.role(server_role if c.rank == 0 else client_role)
+            # before anything is read: no output names an input, each output can be written
+            check_job_paths(cfg, command, args.config)
+            _DEFERRED[0] = True     # numba's loading (or compiling) of the kernels is not interrupted
+            try:
+                cfg.spec.prepare_rank(cfg, command)
+            finally:
+                _DEFERRED[0] = False
+            if Stopped.requested is not None:
+                raise Stopped.requested
+            return role(c, cfg)
+        except BaseException as exc:
+            stop = training_stop(exc) if c.rank == 0 and command == "train" else exc
+            if stop is exc:
+                raise
+            raise stop from None
+
     if comm.rank != 0:
-        cfg.set("progress", False)
-        cfg.set("quiet", True)
-        run_rank(comm, None, lambda c: role(c, cfg))
+        if cfg is not None:
+            cfg.set("progress", False)
+            cfg.set("quiet", True)
+        run_rank(comm, None, job)
     else:
-        run_master(comm, lambda c: role(c, cfg), verbose=lambda: bool(cfg.verbose))
+        run_master(comm, job, verbose=lambda: bool(cfg is not None and cfg.verbose))
     return 0
 
 
@@ -216,6 +254,7 @@ def cmd_predict(args):
     from .horizontal.model_files import predict_file
     if not isinstance(cfg.data, list) or len(cfg.data) != 1:
         raise InputError("data", "horizontal prediction reads one rows file (--data FILE)")
+    check_job_paths(cfg, "predict", args.config)
     out = predict_file(cfg.model_dir, cfg.data[0], cfg.output, id_column=cfg.id_column, na_values=cfg.na_values)
     if not cfg.quiet:
         note = f"; {out['n_unseen']} values of categories not seen in training" if out["n_unseen"] else ""
@@ -271,6 +310,8 @@ def cmd_modes(args):
 
 def cmd_evaluate(args):
     from .federation.metrics import evaluate_files, format_metrics
+    check_output_file("--json", args.json, [("the predictions file (--predictions)", args.predictions),
+                                            ("the file of true labels (--truth)", args.truth)])
     metrics = evaluate_files(args.predictions, args.truth, args.id_column, args.label_column, args.task,
                              positive_class=args.positive_class, na_values=args.na_values,
                              by_position=args.by_position)
@@ -281,8 +322,23 @@ def cmd_evaluate(args):
     return 0
 
 
+def _split_outputs(args):
+    """The files ``split`` writes into ``--out``."""
+    if args.by == "rows":
+        names = [f"client{k}{part}.csv" for k in range(1, args.parties + 1)
+                 for part in ("", "-test")[:2 if args.test_size else 1]]
+    else:
+        names = [f"{part}-party{p}.csv" for part in ("train", "test")[:2 if args.test_size else 1]
+                 for p in range(1, args.parties + 1)]
+    import os
+    return [os.path.join(args.out, name) for name in names]
+
+
 def cmd_split(args):
     from .data.split import split_file, split_rows_file
+    check_output_folder("--out", args.out)
+    for path in _split_outputs(args):
+        check_output_file("--out", path, [("the table to split (--input)", args.input)])
     if args.by == "rows":
         paths = split_rows_file(args.input, args.parties, args.label_column, args.out, args.scheme,
                                 args.alpha, args.test_size, args.seed, id_column=args.id_column,
@@ -495,21 +551,62 @@ def main(argv=None):
     if args.func in (cmd_train, cmd_predict, cmd_serve, cmd_join):
         # a scheduler's SIGTERM (time limit, scancel) ends the rank like Ctrl-C: one line, no traceback
         signal.signal(signal.SIGTERM, _stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
+        sys.unraisablehook = _unraisable
     try:
         return args.func(args)
     except InputError as exc:
-        if _launcher_rank() == 0:      # under mpiexec every rank fails alike: one says so
-            print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Stopped) as exc:     # before the job's ranks took over
+        if Stopped.requested is None:
+            if _launcher_rank() == 0:      # under mpiexec every rank fails alike: one says so
+                print(f"error: {exc}", file=sys.stderr)
+            return 2
+        stopped = Stopped.requested
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.split(".")[0] == "fedforest" or Stopped.requested is not None:
+            raise
+        from .transport.runner import missing_module_line
+        print(f"error: {missing_module_line(None, exc.name)}", file=sys.stderr)
+        return 1
+    except BaseException as exc:     # noqa: BLE001 - a stop before the job's ranks took over
         stopped = Stopped.of(exc)
-        stopped.say(_launcher_rank())
-        return stopped.exit_code
+        if stopped is None:
+            raise
+    rank = None if args.func is cmd_join else _launcher_rank()     # a party's rank comes with the job
+    if args.func is cmd_train and rank == 0 and stopped.kept is None:
+        stopped.kept = NOTHING_SAVED      # the job had not started
+    stopped.say(rank)
+    return stopped.exit_code
+
+
+_DEFERRED = [False]    # a job rank is starting: a stop signal is raised once it can be reported
 
 
 def _stop(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)    # one line, whatever follows
-    raise Stopped("SIGTERM")
+    stop = Stopped.request("SIGTERM")
+    if not _DEFERRED[0]:
+        raise stop
+
+
+def _interrupt(signum, frame):
+    """Ctrl-C: the first one stops the rank (it comes from the terminal and
+    again from the rank's watcher and the launcher: one line, whatever follows).
+    It is raised as :class:`Stopped`, not KeyboardInterrupt: Python ends a
+    process by SIGINT when a KeyboardInterrupt left code run by ``exec`` (a
+    library's generated code), even when it was caught later, and the launcher
+    then reports the rank as killed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = Stopped.request("SIGINT (Ctrl-C)")
+    if not _DEFERRED[0]:
+        raise stop
+
+
+def _unraisable(unraisable):
+    """A library could not raise a stop where the signal came (a callback from
+    native code): the stop is said in its one line, not as a traceback."""
+    if Stopped.requested is None and not isinstance(unraisable.exc_value, (KeyboardInterrupt, Stopped)):
+        sys.__unraisablehook__(unraisable)
 
 
 def _launcher_rank():

@@ -5,6 +5,7 @@ transport, with encrypted channels; vertical party data may be given as
 pandas DataFrames instead of files.  Meant for tests, experiments and trials.
 """
 from .federation.config import resolve
+from .federation.paths import check_job_paths
 from .transport.inprocess import run_inprocess
 
 _COMMANDS = {"train": ("server_train", "client_train"), "predict": ("server_predict", "client_predict")}
@@ -21,7 +22,9 @@ def run_job(command, data, tamper=None, **options):
         raise ValueError(f"command must be 'train' or 'predict', got {command!r}")
     options = dict({"progress": False, "quiet": True}, **options)
     options["data"] = list(data)
-    mode = resolve(None, options).spec
+    resolved = resolve(None, options)
+    check_job_paths(resolved, command)      # no output names an input, each can be written
+    mode = resolved.spec
     server_role, client_role = _COMMANDS[command]
     server_fn, client_fn = mode.role(server_role), mode.role(client_role)
 

@@ -778,6 +778,67 @@ def test_mpi_rank_count_not_matching_the_config_is_refused(tmp_path, ranks):
     assert not (tmp_path / "model").exists(), "model dir created despite the error"
 
 
+def test_mpi_data_list_shorter_than_the_launch_never_advises_dropping_a_party(tmp_path):
+    """One data file, three ranks: was "start it with mpiexec -n 2" only."""
+    write_csv(party1(), tmp_path / "p1.csv")
+    job = write_job(tmp_path, ["p1.csv"])
+    code, output = run_mpi(3, "train", "--config", job)
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        "error: n_parties: the data list has 1 file, but the job was started with 3 ranks, that is 2 parties: "
+        "add a data file for each of the 2 parties (in rank order), or, if only 1 party is meant, start it "
+        "with mpiexec -n 2"], output
+    assert not (tmp_path / "model").exists(), "model dir created despite the error"
+
+
+def test_mpi_a_module_missing_on_one_rank_is_one_line_naming_the_rank(tmp_path):
+    """Rank 2 cannot import pyarrow (a site hook hides it there): one line that names
+    the rank and what to install, not the chained tracebacks."""
+    write_csv(party1(), tmp_path / "p1.csv")
+    write_csv(party2(), tmp_path / "p2.csv")
+    job = write_job(tmp_path, ["p1.csv", "p2.csv"])
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class _Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pyarrow':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "if os.environ.get('PMI_RANK') == '2':\n"
+        "    sys.meta_path.insert(0, _Hide())\n")
+    env = _mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([find_mpiexec(), "-n", "3", PYTHON, "-m", "fedforest", "train", "--config", job],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=MPI_TIMEOUT)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 2" in lines[0] and "'pyarrow'" in lines[0] and "pip install" in lines[0], \
+        proc.stderr
+    assert not (tmp_path / "model").exists(), "model dir created despite the error"
+
+
+def test_a_missing_module_is_one_line_naming_the_extra_that_installs_it():
+    from fedforest.transport.runner import describe_failure, missing_module_line
+    trace = "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'xgboost'\n"
+    exc = RemoteError(2, "ModuleNotFoundError", "No module named 'xgboost'", trace)
+    assert describe_failure(exc) == \
+        "error: rank 2: the module 'xgboost' is missing: pip install 'fedforest[xgboost]'"
+    assert trace in describe_failure(exc, verbose=True)         # --verbose keeps the traceback
+    assert missing_module_line(1, "sklearn.tree") == "rank 1: the module 'sklearn.tree' is missing: pip install " \
+                                                    "scikit-learn"
+    assert missing_module_line(None, "nosuchthing") == "the module 'nosuchthing' is missing: pip install nosuchthing"
+    # the master's own: one line too
+    try:
+        import nosuchthing  # noqa: F401
+    except ModuleNotFoundError as own:
+        assert describe_failure(own) == "error: rank 0: the module 'nosuchthing' is missing: pip install nosuchthing"
+    # a message that is not Python's is shown as it came, with the traceback
+    odd = RemoteError(2, "ModuleNotFoundError", "No module named 'x'\nerror: forged", trace)
+    assert "--- traceback from rank 2 ---" in describe_failure(odd)
+
+
 def test_mpi_missing_file_for_party_2_is_reported_with_its_rank(tmp_path):
     write_csv(party1(), tmp_path / "p1.csv")
     job = write_job(tmp_path, ["p1.csv", "missing-party2.csv"])

@@ -23,6 +23,7 @@ Ciphertexts cross the transport as fixed-size big-endian byte blocks.
 import hashlib
 import os
 import secrets
+import signal
 from bisect import bisect_right
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
@@ -195,19 +196,62 @@ class PrivateKey:
         return (p, q) + self._bases
 
 
+#: signals a worker leaves to its rank: Ctrl-C reaches every process of the terminal's
+#: group and a batch system's SIGTERM every process of the job, but only the rank
+#: stops (in one line) and shuts its workers down
+_RANK_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _worker_start(parent):
-    """A worker process of :func:`worker_pool`: it dies with its parent (a rank
-    killed with SIGKILL leaves no worker behind)."""
+    """A worker process of :func:`worker_pool`: it ignores the signals that
+    stop its rank (its rank ends it) and dies with its parent (a rank killed
+    with SIGKILL leaves no worker behind)."""
+    for signum in _RANK_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)     # a signal that came while it started is dropped
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _RANK_SIGNALS)
     set_parent_death_signal()
     if os.getppid() != parent:      # the parent went before the death signal was set
         os._exit(1)
 
 
+class WorkerPool(ProcessPoolExecutor):
+    """:class:`ProcessPoolExecutor` whose workers start with the rank's stop
+    signals blocked (until :func:`_worker_start` ignores them: a Ctrl-C while
+    one starts prints nothing there) and that, when the block it runs
+    leaves by a signal (KeyboardInterrupt, :class:`~fedforest.errors.Stopped`),
+    ends its workers at once instead of waiting for their tasks."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        # the workers start from the submitting thread: they inherit its signal mask
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _RANK_SIGNALS)
+        try:
+            return super().submit(fn, *args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def stop_now(self):
+        """End the workers now (a stopped rank does not wait for their tasks)."""
+        processes = list((self._processes or {}).values())
+        self.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            try:
+                process.kill()
+            except (OSError, ValueError):
+                pass
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.stop_now()
+            return False
+        return super().__exit__(exc_type, exc, tb)
+
+
 def worker_pool(workers):
     """Processes for the big-integer work (spawned: ranks hold MPI and kernel
-    threads, which a fork would copy half-made); each dies with this process."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                               initializer=_worker_start, initargs=(os.getpid(),))
+    threads, which a fork would copy half-made); each dies with this process
+    and leaves signals to it (:class:`WorkerPool`)."""
+    return WorkerPool(max_workers=workers, mp_context=get_context("spawn"),
+                      initializer=_worker_start, initargs=(os.getpid(),))
 
 
 #: big-integer products modulo ``n²`` that pay for one more thread of
@@ -219,11 +263,22 @@ def _release_gil():
     gmpy2.get_context().allow_release_gil = True
 
 
+class _Threads(ThreadPoolExecutor):
+    """A block left by a signal (KeyboardInterrupt, :class:`~fedforest.errors.Stopped`)
+    does not wait for the threads' work: the rank says its line at once."""
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.shutdown(wait=False, cancel_futures=True)
+            return False
+        return super().__exit__(exc_type, exc, tb)
+
+
 def gil_free_threads(workers):
     """Threads whose gmpy2 arithmetic on big numbers releases the GIL (a
     context setting of each thread), so that products and powers modulo
     ``n²`` run on ``workers`` cores at once within one process."""
-    return ThreadPoolExecutor(max_workers=workers, initializer=_release_gil)
+    return _Threads(max_workers=workers, initializer=_release_gil)
 
 
 def parallel_map(fn, items, workers=1):
@@ -323,20 +378,24 @@ class RandomnessMaker:
             raise RuntimeError(f"{started} factors were made ahead, {count} are needed")
         return [gmpy2.mpz(v) for f in futures for v in f.result()]
 
-    def close(self):
+    def close(self, now=False):
+        """Shut the workers down (``now``: without waiting for their tasks)."""
         if self._ahead is not None:
             for f in self._ahead[1]:
                 f.cancel()
             self._ahead = None
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            if now:
+                self._pool.stop_now()
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        self.close(now=exc_type is not None and not issubclass(exc_type, Exception))
 
 
 TRIAL_BOUND = 1 << 20   # p - 1 is searched for prime factors below this (see _generator_base)

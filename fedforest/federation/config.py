@@ -155,6 +155,27 @@ class JobConfig:
         if len(self.data) != self.n_parties:
             raise InputError("data", f"lists {len(self.data)} files but n_parties is {self.n_parties}")
 
+    def check_world(self, size, who="party"):
+        """The job was started with one rank per party/client (``who``) plus the
+        master (``size`` ranks in all).  Where ``data`` alone set the number of
+        parties, the advice never drops one: a launch with more parties than
+        data files shows both ways (another file, or fewer ranks)."""
+        n, launched = self.n_parties, size - 1
+
+        def count(k, what):
+            return f"{k} {what}" if k == 1 else f"{k} {what[:-1]}ies" if what.endswith("y") else f"{k} {what}s"
+        if launched == n:
+            return
+        parties = "parties" if who == "party" else "clients"
+        if "n_parties" in self.given or not isinstance(self.data, list) or launched < n:
+            raise InputError("n_parties", f"the job names {count(n, who)} but runs {size} ranks; start it "
+                                          f"with mpiexec -n {n + 1}")
+        raise InputError("n_parties", f"the data list has {count(n, 'file')}, but the job was started with "
+                                      f"{size} ranks, that is {count(launched, who)}: add a data file for each "
+                                      f"of the {launched} {parties} (in rank order), or, if only "
+                                      f"{count(n, who)} {'is' if n == 1 else 'are'} meant, start it with "
+                                      f"mpiexec -n {n + 1}")
+
     def check_train(self):
         """Settings every training job needs."""
         if self.task is None:

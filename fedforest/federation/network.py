@@ -23,7 +23,7 @@ import time
 
 from ..constraints import Interval, Options, check
 from ..crypto.identity import Certificate, check_name, client_context, normalize_fingerprint, server_context
-from ..errors import FedForestError, InputError, RemoteError
+from ..errors import FedForestError, InputError, RemoteError, Stopped, training_stop
 from ..transport.base import Comm, JobAborted
 from ..transport.runner import INPUT_ERRORS, describe_failure, run_rank
 from ..transport.watch import DIED
@@ -31,6 +31,7 @@ from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, JoinFailed, Party
                              connect_master, resolve_hosts, split_address)
 from ..version import __version__
 from .config import JOB_INDEX, JOB_PARAMS, load_toml, relative_to, resolve
+from .paths import check_job_paths
 from .mode import VERTICAL
 from .registry import REGISTRY
 
@@ -381,6 +382,7 @@ def serve(config_path, flags, command="train", on_listen=None):
     flags = dict(flags, n_parties=len(names), data=[f"<data of party {n}>" for n in names])
     cfg = resolve(config_path, flags, skip_tables=(NETWORK,))
     cfg = _network_defaults(cfg, config_path, flags, command)
+    check_job_paths(cfg, command, config_path)
     role = cfg.spec.role(COMMANDS[command][0])
     cfg.spec.prepare_rank(cfg, command)
     ctx = server_context(net.certificate, net.key, net.trusted, "network")
@@ -406,7 +408,12 @@ def serve(config_path, flags, command="train", on_listen=None):
             isinstance(exc, RemoteError) and exc.exc_type in INPUT_ERRORS) else 1
         if isinstance(exc, PeerLost):
             code = DIED     # a party's process died or was stopped: the exit code of a dead rank
-        print(_master_failure(raw, exc, bool(cfg.verbose)), file=sys.stderr, flush=True)
+        stopped = Stopped.of(exc)
+        if stopped is not None:     # a signal: one line, with what the checkpoint holds
+            code = stopped.exit_code
+            (training_stop(exc) if command == "train" else stopped).say(0)
+        else:
+            print(_master_failure(raw, exc, bool(cfg.verbose)), file=sys.stderr, flush=True)
         raw.abort(code)
         return code
     raw.finish()
@@ -604,6 +611,7 @@ def _accept_job(msg, local, policy, name):
     for k in PARTY_WRITES:
         if cfg.values.get(k) is not None:
             policy.confine(k, cfg.values[k])
+    check_job_paths(cfg, command)
     if cfg.spec.family == VERTICAL:
         _check_label(cfg, rank, local)
     if policy.columns is not None:
@@ -727,7 +735,8 @@ def join(config_path, resume=False, data=None, overwrite=False):
             raise
         except BaseException as exc:  # noqa: BLE001 - said here, then reported to the master
             failed.append(exc)
-            print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
+            if Stopped.of(exc) is None:     # a signal's one line is run_rank's
+                print(f"error: {me}: {exc}", file=sys.stderr, flush=True)
             raise
     comm = Comm(raw)
     out = run_rank(comm, None, run)

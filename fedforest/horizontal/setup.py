@@ -41,9 +41,7 @@ def check_clients(cfg):
 
 
 def check_world(comm, cfg):
-    if comm.size - 1 != cfg.n_parties:
-        raise InputError("n_parties", f"the job names {cfg.n_parties} clients but runs {comm.size} "
-                                      f"ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+    cfg.check_world(comm.size, "client")
 
 
 def job_seed(cfg):

@@ -1,9 +1,10 @@
 """Running one rank of a job with failure handling shared by all transports."""
+import re
 import sys
 import time
 import traceback
 
-from ..errors import InputError, RemoteError, Stopped
+from ..errors import InputError, RemoteError, Stopped, checkpoint_note
 from .base import JobAborted, JobStopped
 
 
@@ -45,6 +46,48 @@ def run_rank(comm, master_fn, party_fn, results=None):
 INPUT_ERRORS = ("InputError", "PartialTreeMismatch")
 STOP_WAIT_SECONDS = 10.0   # a stopped party waits this long for the master to end the job
 ABORT_GRACE_SECONDS = 1.0
+MISSING_MODULE = re.compile(r"No module named '([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)'")
+# modules whose pip distribution has another name
+DISTRIBUTIONS = {"sklearn": "scikit-learn", "xgboost": "xgboost-cpu", "yaml": "pyyaml", "PIL": "pillow"}
+
+
+def _extras_of(distribution):
+    """The extras of fedforest's installed metadata that list ``distribution``
+    (none when fedforest's own requirements list it), or None when no
+    requirement names it."""
+    from importlib import metadata
+    try:
+        requires = metadata.requires("fedforest") or []
+    except metadata.PackageNotFoundError:
+        return None
+    name = re.compile(r"[-_.]+")
+    want = name.sub("-", distribution).lower()
+    extras, found = [], False
+    for req in requires:
+        head, _, marker = req.partition(";")
+        if name.sub("-", re.split(r"[\s<>=!~\[(]", head.strip(), maxsplit=1)[0]).lower() != want:
+            continue
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
+        if extra is None:
+            return []
+        found = True
+        extras.append(extra.group(1))
+    return extras if found else None
+
+
+def missing_module_line(rank, module):
+    """The one line of a rank (None: a local command) that could not import
+    ``module``: what to install (the extra of setup.cfg where an optional
+    feature needs it)."""
+    top = module.split(".")[0]
+    if top == "fedforest":
+        how = "the fedforest installation is incomplete: pip install --force-reinstall fedforest"
+    else:
+        distribution = DISTRIBUTIONS.get(top, top)
+        extras = _extras_of(distribution)
+        named = [e for e in extras or () if e not in ("all", "test")]
+        how = f"pip install 'fedforest[{named[0]}]'" if named else f"pip install {distribution}"
+    return ("" if rank is None else f"rank {rank}: ") + f"the module {module!r} is missing: {how}"
 
 
 def describe_failure(exc, verbose=False):
@@ -52,10 +95,15 @@ def describe_failure(exc, verbose=False):
     if isinstance(exc, RemoteError):
         if exc.exc_type in INPUT_ERRORS + ("Stopped",) and not verbose:   # one line, no traceback
             return f"error on rank {exc.rank}: {exc.remote_message}"
+        missing = MISSING_MODULE.fullmatch(exc.remote_message or "")
+        if exc.exc_type == "ModuleNotFoundError" and missing and not verbose:
+            return f"error: {missing_module_line(exc.rank, missing.group(1))}"
         return f"error on rank {exc.rank}: {exc.exc_type}: {exc.remote_message}\n" \
                f"--- traceback from rank {exc.rank} ---\n{exc.remote_traceback}"
     if isinstance(exc, InputError) and not verbose:
         return f"error: {exc}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name and not verbose:
+        return f"error: {missing_module_line(0, exc.name)}"
     return "error on rank 0 (master):\n" + "".join(
         traceback.format_exception(type(exc), exc, exc.__traceback__))
 
@@ -76,12 +124,15 @@ def run_master(comm, master_fn, verbose=lambda: False):
             stopped.say(0)
         elif isinstance(exc, RemoteError) and exc.exc_type == "Stopped":
             code = Stopped(exc.remote_message.replace("stopped by ", "", 1)).exit_code
-            print(f"error on rank {exc.rank}: {exc.remote_message}; the job stops", file=sys.stderr, flush=True)
+            note = checkpoint_note(getattr(exc, "kept", None))
+            print(f"error on rank {exc.rank}: {exc.remote_message}; the job stops." + (f" {note}" if note else ""),
+                  file=sys.stderr, flush=True)
         else:
             print(describe_failure(exc, verbose()), file=sys.stderr, flush=True)
-        if stopped is None and comm.raw.cooperative_stop and comm.stop_parties(code):
-            # every party confirmed and ends with the same code: no MPI_Abort, so a
-            # batch system (srun) reports the job's own exit code, not a kill
+        if comm.raw.cooperative_stop and comm.stop_parties(code):
+            # every party confirmed and ends with the same code (a stopped party waits for
+            # this): no MPI_Abort, so the launcher and a batch system (srun) report the
+            # job's own exit code, not a kill
             raise SystemExit(code)
         # MPI_Abort tears the job down at once: give the launcher a moment to
         # forward what was just printed before it kills the output channels

@@ -52,9 +52,7 @@ def report_training(cfg, summary):
 
 
 def check_world(comm, cfg):
-    if comm.size - 1 != cfg.n_parties:
-        raise InputError("n_parties", f"the config names {cfg.n_parties} parties but the job has "
-                                      f"{comm.size} ranks; start it with mpiexec -n {cfg.n_parties + 1}")
+    cfg.check_world(comm.size, "party")
 
 
 def peak_rss_mb():

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..version import __version__
 from ..data.io import read_npz
-from ..errors import InputError, Stopped
+from ..errors import NOTHING_SAVED, InputError, RemoteError, Stopped
 from ..federation.files import atomic_write, atomic_write_many
 
 FORMAT = "fedforest-vertical"
@@ -179,17 +179,25 @@ def kept_on_stop(folder, total, unit="trees", per=1):
     """Around a master's training loop: a signal that stops it (SIGTERM,
     Ctrl-C) leaves as :class:`~fedforest.errors.Stopped` telling how much of
     the model the last complete checkpoint in ``folder`` holds (its manifest's
-    trees, divided by ``per``, of ``total`` ``unit``), for the master's one line."""
+    trees, divided by ``per``, of ``total`` ``unit``; :data:`~fedforest.errors.NOTHING_SAVED`
+    before the first), for the master's one line.  A party's report that a
+    signal stopped it (:class:`~fedforest.errors.RemoteError`) learns the same."""
     try:
         yield
-    except (Stopped, KeyboardInterrupt) as exc:
+    except BaseException as exc:
         stop = Stopped.of(exc)
+        stopped_party = isinstance(exc, RemoteError) and exc.exc_type == "Stopped"
+        if stop is None and not stopped_party:
+            raise
         try:
             n = int((existing_model(folder) or {}).get("n_trees", 0)) // per
         except (InputError, OSError, ValueError, TypeError):
             n = None
-        if n is not None:
-            stop.kept = f"{n} of {total} {unit} in {folder}"
+        kept = None if n is None else f"{n} of {total} {unit} in {folder}" if n else NOTHING_SAVED
+        if stop is None:
+            exc.kept = kept
+            raise
+        stop.kept = kept
         if stop is exc:
             raise
         raise stop from None
