@@ -527,13 +527,16 @@ def warm_up(split_method, is_classification=True):
     _WARM.add((split_method, bool(is_classification)))
 
 
+_WARM_BESIDE = []
+
+
 def _warm_up_beside_growth():
     """Load (or compile) the kernels a vertical job runs beside the plain
     growth, on empty inputs of the types the job passes: the label holder's
     split choice from decrypted histograms and a passive party's partition
     bits (encrypted labels), and the ID hashes of reading a table.  Without
     them every rank of a first job would compile these itself."""
-    if "beside" in _WARM:
+    if _WARM_BESIDE:
         return
     from ..data.text_hash import text_hashes
     from ..tree import splitter
@@ -544,7 +547,7 @@ def _warm_up_beside_growth():
                                np.zeros(0, dtype=np.uint8), MISSING_BIN)
     splitter.best_splits_from_hists(np.zeros((0, MISSING_BIN + 1, 2)), np.zeros((0, MISSING_BIN + 1), dtype=np.int64),
                                     i32, i32, i32, np.zeros((0, 2)), i64, True, 2, 0, 0.0, 0.0, 1, 0.0)
-    _WARM.add("beside")
+    _WARM_BESIDE.append(True)
 
 
 def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
