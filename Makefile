@@ -36,6 +36,7 @@ bench: $(VENV)/.test-installed
 	$(PY) experiments/bench_vertical.py
 	$(PY) experiments/bench_paillier.py --dense-rows 100000
 	$(PY) experiments/bench_vertical_boost.py
+	$(PY) experiments/bench_leakage.py
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
