@@ -27,11 +27,11 @@ def _frame(n=N):
     b[::7] = np.nan
     city = rng.choice(["Zürich", "Bern", "Aarau", "bern"], size=n).astype(object)
     city[5] = None
-    late_text = np.arange(n).astype(object)        # numbers in the first blocks, text near the end
-    late_text[n - 3] = "x"
-    late_text[n - 10] = "y"
-    late_text[n - 20] = "z"
-    late_text[n - 30] = "w"
+    # numbers in the first blocks, text from row 0.45 n on (a text column: fewer
+    # than half its cells and of its distinct values are numbers)
+    late_text = np.arange(n).astype(object)
+    for i in range(int(0.45 * n), n):
+        late_text[i] = f"t{i}"
     return pd.DataFrame({"id": [f"r{i:05d}" for i in rng.permutation(n)], "a": a, "b": b, "city": city,
                          "late": late_text, "flag": rng.random(n) > 0.5, "code": rng.integers(0, 5, n),
                          "label": (a > 0).astype(int)})
