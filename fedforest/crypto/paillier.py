@@ -49,6 +49,16 @@ def check_key_length(key_length, insecure=False):
         raise InputError("key_length", f"must be a multiple of 8 bits >= 256, got {key_length!r}")
 
 
+def check_key_bound(key_length, max_key_length, who="this party"):
+    """Refuse a job's Paillier key longer than ``max_key_length``, the bound a
+    party's own file sets (``max_key_length``, default 4096): key generation
+    and every decryption grow with the cube of the length, so a master that
+    asks for a huge key could tie up the label holder and the other parties."""
+    if key_length > max_key_length:
+        raise InputError("key_length", f"{key_length} is above {who}'s max_key_length {max_key_length} "
+                                       f"(set max_key_length in {who}'s own file to allow it)")
+
+
 def generate_keypair(key_length=2048, insecure=False):
     """A fresh key pair (see :func:`check_key_length` for the allowed lengths)."""
     check_key_length(key_length, insecure)

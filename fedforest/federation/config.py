@@ -20,7 +20,7 @@ import sys
 from ..constraints import Interval, Options, Paths, Texts, check
 from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
-from .mode import HORIZONTAL, Param
+from .mode import HORIZONTAL, VERTICAL, Param
 from .registry import REGISTRY
 
 if sys.version_info >= (3, 11):
@@ -58,6 +58,10 @@ JOB_PARAMS = (
           "show progress bars (none: only when the output is a terminal, so batch logs stay clean)"),
     Param("verbose", False, (bool,), "print remote tracebacks with errors"),
     Param("quiet", False, (bool,), "no progress bars or summary lines"),
+    Param("max_key_length", 4096, (Interval(int, 2048, 16_384),),
+          "the longest Paillier key (bits) this party takes part with: it refuses, before any work, a "
+          "job whose key_length is above it (key generation and decryption time grow with the cube "
+          "of the length); a party's own setting, never the master's", families=(VERTICAL,)),
 )
 JOB_INDEX = {p.name: p for p in JOB_PARAMS}
 

@@ -556,7 +556,9 @@ def _seed(value, params):
 def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
     """The label holder, encrypted mode: make its own key pair and its base
     margins (from its training labels); the master gets the public key and the
-    number of classes only."""
+    number of classes only.  A key_length above this party's own
+    max_key_length is refused before any work."""
+    paillier.check_key_bound(cfg.key_length, cfg.max_key_length, f"party {comm.rank}")
     seed = _seed(msg.get("random_state"), params)
     is_clf = cfg.task == CLASSIFICATION
     n_classes = classes.size if is_clf else 1

@@ -325,7 +325,8 @@ def _check_batch_trees(trees, first, end, commit):
 
 def public_key(data, cfg):
     """The label holder's Paillier public key (relayed by the master), of the
-    length this party's settings ask."""
+    length this party's settings ask, and no longer than its own max_key_length."""
+    paillier.check_key_bound(cfg.key_length, cfg.max_key_length)
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
             and 0 < data.size <= 16_384 // 8):
         raise bad_message(f"'public_key' must be the bytes of a Paillier key, got {shown(data)}")
@@ -341,7 +342,9 @@ def _encrypt_labels(comm, cfg, msg, y):
     """The label holder: make its own key pair, encode its labels and encrypt
     them with its own randomness; the public key, the public slot layout and
     the ciphertexts go to the master (which relays them), the private key and
-    the grid step stay here."""
+    the grid step stay here.  A key_length above this party's own
+    max_key_length is refused before any work."""
+    paillier.check_key_bound(cfg.key_length, cfg.max_key_length, f"party {comm.rank}")
     what = f"label column {cfg.label_column!r}"
     codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
     params = validate(forest_params(cfg), cfg.task)
