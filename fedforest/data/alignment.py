@@ -18,7 +18,8 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from ..crypto.ids import DIGEST_BYTES, hash_ids
-from ..crypto.keys import KEY_BYTES, KeyPair, random_secret, seal_to
+from ..crypto.channel import PeerSeal
+from ..crypto.keys import KEY_BYTES, KeyPair, pair_keys, random_secret, seal_to
 from ..errors import ChannelError, InputError
 from ..logs import status
 from ..transport.base import ProtocolError, expect
@@ -64,7 +65,10 @@ def master_align(comm, cfg, n_rows_by_party):
     n_shared = positions[first].size
     if not n_shared:
         raise InputError("ID alignment", no_shared_id_message(spaced, n_rows_by_party))
-    comm.scatter({r: {"op": ALIGN, "positions": positions[r]} for r in parties})
+    # with the positions, every party's public key: each pair of parties derives the keys of
+    # the payloads it seals for the other (relayed by the master, opened only by the other)
+    every = np.vstack([np.asarray(pubs[r], dtype=np.uint8).reshape(1, -1) for r in parties])
+    comm.scatter({r: {"op": ALIGN, "positions": positions[r], "peer_keys": every} for r in parties})
     lost = {r: n_rows_by_party[r] - n_shared for r in parties}
     status(cfg, f"ID alignment: {n_shared} rows shared by all parties; rows dropped per party: "
          + ", ".join(f"party {r}: {lost[r]}" for r in parties)
@@ -335,4 +339,25 @@ def party_align(comm, rank, ids, n_parties=None):
     spaced = spaced_ids(ids)
     warn_spaced_ids(rank, ids, spaced)
     comm.send(MASTER, {"digests": hash_ids(ids, secret), "n_spaced_ids": int(spaced.size)})
-    return check_positions(expect(comm.recv(MASTER), ALIGN).get("positions"), len(ids))
+    msg = expect(comm.recv(MASTER), ALIGN)
+    positions = check_positions(msg.get("positions"), len(ids))
+    comm.peers = _peer_seals(kp, msg.get("peer_keys"), rank, n_parties)
+    return positions
+
+
+def _peer_seals(kp, keys, rank, n_parties):
+    """The sealed payload channels with every other party (rank -> PeerSeal),
+    from every party's public key (rank order); this party's own must be its own."""
+    n = keys.shape[0] if isinstance(keys, np.ndarray) else -1
+    if not (isinstance(keys, np.ndarray) and keys.dtype == np.uint8 and keys.ndim == 2
+            and keys.shape[1] == KEY_BYTES and n >= rank and (n_parties is None or n == n_parties)):
+        raise _refuse(f"'peer_keys' must hold a {KEY_BYTES}-byte public key per party, got "
+                      f"{getattr(keys, 'shape', type(keys).__name__)}")
+    if bytes(keys[rank - 1]) != kp.public:
+        raise _refuse("'peer_keys' gives this party another public key than its own")
+    seals = {}
+    for r in range(1, n + 1):
+        if r != rank:
+            send, recv = pair_keys(kp, bytes(keys[r - 1]), rank, r, b"peer")
+            seals[r] = PeerSeal(rank, r, send, recv)
+    return seals

@@ -320,6 +320,9 @@ class Comm:
         self.size = raw.size
         self.channels = {}
         self.error_channels = {}
+        # party -> party payloads relayed by the master (crypto.channel.PeerSeal per other
+        # party; set up with the ID alignment, data.alignment.party_align)
+        self.peers = {}
         self.bytes_sent = 0
         self.messages_sent = 0
         # sealed data bytes per peer rank, as they went over the wire (run summaries report them)

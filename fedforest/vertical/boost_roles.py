@@ -44,6 +44,7 @@ from .party import check_setup, party_predict as client_predict
 from .party import public_key as party_public_key
 from .party import setup_parties
 from .master import received_key, relay_bins
+from .paillier import sealed
 from .paillier.holder import GradientRounds, KeyHolder, check_leaves
 from .paillier.relay import LabelHolderChooses, RowCount
 from .party import open_training as party_open_training
@@ -216,10 +217,10 @@ class _EncryptedGradients:
                 "feature_counts": list(self.feature_counts), "label_party": self.lh}
 
     def grower(self, comm, gparams, settings, feature_counts, fuse):
-        party_bins = relay_bins(comm, self.lh)
+        relay_bins(comm, self.lh)
         # the boosting grower with the label channel of the label holder
         return B.BoostGrower(RemoteParties(comm), RowCount(self.train.size), gparams, settings, feature_counts,
-                             channel=LabelHolderChooses(self.lh - 1, party_bins, self.spec, self.public))
+                             channel=LabelHolderChooses(self.lh - 1, self.spec, self.public))
 
     def manifest(self):
         return {}
@@ -478,15 +479,17 @@ def client_train(comm, cfg):
             holder = GradientRounds(spec, info["private"], objective, np.asarray(codes, dtype=np.float64), train,
                                     valid, info["base"], params.learning_rate, stopping,
                                     cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
+            sealer = sealed.Sealer.of(comm)
             splitter = PartySplitter(X[train], settings, holder,
-                                     KeyHolder(B.BoostTrees(settings), spec, info["private"], rank - 1, fc))
-            splitter.channel.set_bins(expect(comm.recv(MASTER), protocol.BINS))
+                                     KeyHolder(B.BoostTrees(settings), spec, info["private"], rank - 1, fc, sealer))
+            splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
             comm.send(MASTER, {})
         else:
+            sealer = sealed.Sealer.of(comm)
             splitter = PartySplitter(X[train], settings, EG.EncryptedGradients(public),
-                                     encrypted.CipherSums(spec, public))
+                                     encrypted.CipherSums(spec, public, sealer, lp - 1))
             expect(comm.recv(MASTER), protocol.BINS)
-            comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
+            comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
     if not (paillier_mode and table.has_label):
         holder = None
     splitter.count_max = 1

@@ -35,9 +35,10 @@ from ..tree import partitioner
 from ..tree.growth import PARTY_COLUMNS, Nodes, may_split
 from .messages import MASK_DTYPES, bad_message, check_fields, int_array, node_list, shown, sorted_subset
 from .party_splitter import OwnSplits
+from .paillier import sealed as S
 
 # a partition's fields for applying the level and summing the next one at once
-AHEAD_KEYS = ("level_nodes", "holder_bits", "child_fmask")
+AHEAD_KEYS = ("level_nodes", "child_fmask")
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
 
@@ -365,20 +366,29 @@ class CipherSums(OwnSplits):
     feature's most frequent bin, packing many bins into one ciphertext), and
     it partitions on the splits the label holder chose from them.  Its
     ``labels`` give a tree's row ciphertexts (:class:`EncryptedLabels`, or a
-    boosting round's from the tree's first message)."""
+    boosting round's from the tree's first message).
+
+    What it tells another party travels sealed for that party
+    (:mod:`.paillier.sealed`, ``sealer``): its sums, row counts and weights
+    for the label holder (party index ``label_party``), its partition bits
+    for every other party; the label holder's decision reaches it sealed.
+    The master relays them and sees only their sizes and each split's
+    number of left rows."""
 
     tree_threads = False  # the homomorphic sums use the party's threads themselves (P.group_products)
     child_stats = False   # no plain labels here
-    # a partition may also hold the level's other splits with the label holder's
-    # bits and the masks of every child: the party then applies the level itself
-    # and sums the next level at once (see docs/protocol.md)
+    # a partition may also hold the level's other splits and the masks of every child: the
+    # party then applies the level itself and sums the next level at once (docs/protocol.md)
     op_keys = {"find": ("nodes", "fmask"),
-               "partition": ("nodes", "feature", "bin", "missing_left") + AHEAD_KEYS,
+               "partition": ("nodes", "decision") + AHEAD_KEYS,
                "finish": ("importance",), "apply": ()}
+    apply_keys = ("split_nodes", "winners") + S.IN_KEYS
 
-    def __init__(self, spec, public_key):
+    def __init__(self, spec, public_key, sealer, label_party):
         self.spec = spec
         self.key = public_key
+        self.sealer = sealer
+        self.lh = int(label_party)
 
     def attach(self, sp):
         if sp.settings.split_method != "hist":
@@ -391,7 +401,7 @@ class CipherSums(OwnSplits):
         counts = np.asarray(msg["counts"])
         wc = sp.labels.ciphertexts(counts, *(msg[k] for k in getattr(sp.labels, "begin_keys", ())))
         return {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc, "family": None,
-                "held": set(), "level": 0}
+                "held": set(), "level": 0, "decision": None, "own_bits": None}
 
     def check_find(self, sp, msg):
         """A ``find``: open leaves and a feature mask of this party's columns
@@ -401,7 +411,11 @@ class CipherSums(OwnSplits):
         return sp.check_find(msg)
 
     def find(self, sp, msg):
-        """The encrypted per-bin sums of this level's plan (:func:`sum_plan`)."""
+        """The encrypted per-bin sums of this level's plan (:func:`sum_plan`),
+        sealed for the label holder."""
+        return S.outgoing(self._sealed_sums(sp, msg))
+
+    def _sealed_sums(self, sp, msg):
         t = sp._tree
         tree = t["nodes"]
         nodes, mask = msg["nodes"], msg["fmask"]
@@ -418,22 +432,19 @@ class CipherSums(OwnSplits):
         t0 = time.perf_counter()
         out = self.sums(sp, pairs[:, 0], pairs[:, 1])
         sp.timed("party_sums", time.perf_counter() - t0)
-        return out
+        return [(self.lh, S.SUMS, self.sealer.seal(self.lh, S.SUMS, sp.tree_id, t["level"], out))]
 
     def check_partition(self, sp, msg):
-        """A ``partition`` of open leaves on splits the label holder chose: one of this
-        party's features, one of its bins and a missing-value side per node."""
+        """A ``partition`` of open leaves on the splits the label holder chose
+        (its sealed decision): one of this party's features, one of its bins
+        and a missing-value side per node."""
         t = sp._tree
         if t["partitioned"] is not None:
             raise bad_message("a second 'partition' for one level of the tree")
         nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
-        m = nodes.size
-        arrays = {k: int_array(msg.get(k), repr(k)) for k in ("feature", "bin", "missing_left")}
-        for k, a in arrays.items():
-            if a.shape != (m,):
-                raise bad_message(f"{k!r} must hold one value per node ({m}), got {shown(a)}")
-        feat, b, ml = arrays["feature"], arrays["bin"], arrays["missing_left"]
-        if m:
+        out = self._decided(sp, dict(msg, nodes=nodes))
+        feat, b, ml = out["feature"], out["bin"], out["missing_left"]
+        if nodes.size:
             if feat.min() < 0 or feat.max() >= sp.n_features:
                 raise bad_message(f"'feature' must name features of this party (0 to "
                                   f"{sp.n_features - 1})")
@@ -442,45 +453,53 @@ class CipherSums(OwnSplits):
             if not np.isin(ml, (0, 1)).all():
                 raise bad_message("'missing_left' must be 0 or 1")
         t["partitioned"] = nodes
-        out = dict(msg, nodes=nodes, feature=feat.astype(np.int32), bin=b.astype(np.int32),
-                   missing_left=ml.astype(np.uint8))
         if any(k in msg for k in AHEAD_KEYS):
-            out.update(self._check_ahead(sp, msg, nodes))
+            out.update(self._check_ahead(sp, msg, t["decision"]))
         return out
 
-    def _check_ahead(self, sp, msg, nodes):
+    def _decided(self, sp, msg):
+        """The partition message with this party's splits from the label
+        holder's sealed decision (kept for the level's apply)."""
+        nodes = np.asarray(msg["nodes"])
+        dec = S.open_decision(sp, self.sealer, self.lh, msg.get("decision"))
+        if not np.array_equal(dec["split"][dec["winner"] == self.sealer.me], nodes):
+            raise bad_message("'nodes' are not the splits the label holder gave this party")
+        arrays = {k: int_array(dec.get(k), f"the decision's {k!r}") for k in ("feature", "bin", "missing_left")}
+        for k, a in arrays.items():
+            if a.shape != (nodes.size,):
+                raise bad_message(f"the decision's {k!r} must hold one value per node ({nodes.size}), got "
+                                  f"{shown(a)}")
+        sp._tree["decision"] = dec
+        return dict(msg, feature=arrays["feature"].astype(np.int32), bin=arrays["bin"].astype(np.int32),
+                    missing_left=arrays["missing_left"].astype(np.uint8))
+
+    def _check_ahead(self, sp, msg, dec):
         """The fields of a partition that applies the level here: all the
-        level's split nodes (this party's among them), the label holder's bits
-        of the others (a bit per row, padding zero) and a mask per child."""
-        t = sp._tree
+        level's split nodes (the label holder's decision, which only this
+        party and the label holder won) and a mask per child."""
         if any(k not in msg for k in AHEAD_KEYS):
             raise bad_message(f"{', '.join(map(repr, AHEAD_KEYS))} travel together")
-        level = node_list(msg["level_nodes"], "'level_nodes'", t["open_ids"])
-        if not sorted_subset(nodes, level):
-            raise bad_message("'level_nodes' leaves out nodes this party partitions")
-        others = level[~np.isin(level, nodes)]
-        s, e = t["nodes"].bounds(others)
-        n = int((e - s).sum())
-        bits = msg["holder_bits"]
-        if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.shape == ((n + 7) // 8,)):
-            raise bad_message(f"'holder_bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
-                              f"rows of the label holder's splits), got {shown(bits)}")
-        if n % 8 and bits[-1] & (0xFF >> (n % 8)):
-            raise bad_message("'holder_bits' holds bits beyond its rows")
+        level = node_list(msg["level_nodes"], "'level_nodes'", sp._tree["open_ids"])
+        if not np.array_equal(level, dec["split"]):
+            raise bad_message("'level_nodes' are not the splits the label holder decided")
+        if not np.isin(dec["winner"], (self.sealer.me, self.lh)).all():
+            raise bad_message("a partition that applies its level while other parties won splits")
         fmask = msg["child_fmask"]
         shape = (2 * level.size, sp.n_features)
         if not (isinstance(fmask, np.ndarray) and fmask.dtype in MASK_DTYPES and fmask.shape == shape):
             raise bad_message(f"'child_fmask' must be a uint8 or bool array of shape {shape}, got {shown(fmask)}")
-        return {"level_nodes": level, "holder_bits": bits,
-                "child_fmask": np.ascontiguousarray(fmask, dtype=np.uint8)}
+        return {"level_nodes": level, "child_fmask": np.ascontiguousarray(fmask, dtype=np.uint8)}
 
     def partition(self, sp, msg):
         """Partition on the split the label holder chose from this party's
-        encrypted histograms.  With the level's other splits (``level_nodes``,
-        their bits from the label holder in ``holder_bits``) and every child's
-        feature mask (``child_fmask``), apply the whole level here and sum the
-        next one's candidates in the same reply: the master then needs no
-        ``find`` of this party for that level."""
+        encrypted histograms; the bits go sealed to every other party, their
+        number of left rows per node to the master.  With the level's other
+        splits (``level_nodes``, the label holder's) and every child's feature
+        mask (``child_fmask``), apply the whole level here and sum the next
+        one's candidates in the same reply: the master then needs no ``find``
+        of this party for that level."""
+        if not sp.checked:      # the grower is in this process: the decision is read here
+            msg = self._decided(sp, msg)
         t = sp._tree
         c = t["nodes"].col
         nodes = msg["nodes"]
@@ -488,32 +507,59 @@ class CipherSums(OwnSplits):
         c["cand_threshold"][nodes] = sp.bin_threshold(msg["feature"], msg["bin"])
         c["cand_bin"][nodes] = msg["bin"]
         c["cand_missing_left"][nodes] = msg["missing_left"]
-        reply = sp.partition(msg)
+        bits = sp.partition(msg)["bits"]
+        t["own_bits"] = bits
+        starts, ends = t["nodes"].bounds(nodes)
+        me, level = self.sealer.me, t["level"]
+        payload = {"nodes": nodes, "bits": bits}
+        sealed = [(q, S.BITS, self.sealer.seal(q, S.BITS, sp.tree_id, level, payload))
+                  for q in range(self.sealer.n_parties) if q != me]
+        reply = {"n_left": S.n_left_of(bits, ends - starts)}
         if "child_fmask" not in msg:
+            reply.update(S.outgoing(sealed))
             return reply
-        level = msg["level_nodes"]
+        level_nodes = msg["level_nodes"]
         tree = t["nodes"]
-        starts, ends = tree.bounds(level)
-        lengths = ends - starts
-        offsets = np.cumsum(lengths) - lengths
-        packed = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
-        mine = np.isin(level, nodes)
-        for sel, src in ((mine, reply["bits"]), (~mine, msg["holder_bits"])):
-            if sel.any():
-                partitioner.place_bits(src, lengths[sel], offsets[sel], packed)
-        applied = {"split_nodes": level, "bits": packed}
+        dec = t["decision"]
+        packed = S.assemble_bits(sp, self.sealer, level_nodes, dec["winner"], {me: bits, self.lh: dec["bits"]}, {})
+        t["decision"] = t["own_bits"] = None
         if sp.checked:
-            sp._apply_checked(applied)
+            sp._apply_checked({"split_nodes": level_nodes}, packed)
         else:
-            sp._apply(applied)
-        children = np.arange(tree.n - 2 * level.size, tree.n, dtype=np.int32)
+            sp._apply({"split_nodes": level_nodes, "bits": packed})
+        children = np.arange(tree.n - 2 * level_nodes.size, tree.n, dtype=np.int32)
         s, e = tree.bounds(children)
         may = may_split(sp.settings, t["level"], e - s)
         find = {"nodes": children[may], "fmask": np.ascontiguousarray(msg["child_fmask"][may])}
         if sp.checked:
             t["searched"] = find["nodes"]
-        reply.update(self.find(sp, find))
+        reply.update(S.outgoing(sealed + self._sealed_sums(sp, find)))
         return reply
+
+    def level_bits(self, sp, msg, nodes):
+        """The level's partition bits from the label holder's sealed decision
+        (here since the partition if this party won a split, else in the
+        apply) and the other winners' sealed bits, each checked against the
+        master's plain ``split_nodes`` and ``winners``."""
+        t = sp._tree
+        blobs = S.from_message(msg, self.sealer.n_parties, self.sealer.me)
+        dec = t["decision"]
+        if dec is None:
+            if self.lh not in blobs:
+                raise bad_message("an 'apply' without the label holder's sealed decision")
+            dec = S.open_decision(sp, self.sealer, self.lh, blobs.pop(self.lh))
+        elif self.lh in blobs:
+            raise bad_message("a second decision of the label holder for one level")
+        winners = int_array(msg.get("winners"), "'winners'")
+        if not (np.array_equal(dec["split"], nodes) and np.array_equal(dec["winner"], winners)):
+            raise bad_message("'split_nodes' and 'winners' are not the label holder's decision")
+        trusted = {self.lh: dec["bits"]}
+        if t["own_bits"] is not None:
+            trusted[self.sealer.me] = t["own_bits"]
+        elif (winners == self.sealer.me).any():
+            raise bad_message("'winners' names this party for splits it did not partition")
+        t["decision"] = t["own_bits"] = None
+        return S.assemble_bits(sp, self.sealer, nodes, dec["winner"], trusted, blobs)
 
     def sums(self, sp, pair_node, pair_feat):
         """Encrypted per-bin sums of the (node, feature) pairs, the left-out bin

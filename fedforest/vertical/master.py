@@ -24,6 +24,7 @@ from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
 from . import encrypted_labels as encrypted
+from .paillier import sealed
 from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
@@ -291,10 +292,10 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
                           label_party=label_party,
                           **({} if r == label_party else {"labels": blocks, "fingerprint": public.fingerprint}))
                   for r in comm.clients})
-    party_bins = relay_bins(comm, label_party)
+    relay_bins(comm, label_party)
     # the forest's grower with the label channel of the label holder
     grower = TreeGrower(RemoteParties(comm), RowCount(n_rows), params, settings, feature_counts,
-                        channel=LabelHolderChooses(label_party - 1, party_bins, spec, public))
+                        channel=LabelHolderChooses(label_party - 1, spec, public))
     # who got the labels, and in which form: the master and the other parties their ciphertexts only
     got = {"form": "paillier ciphertexts", "rows": int(blocks.shape[0]), "bytes": int(blocks.nbytes),
            "key_holder": label_party}
@@ -322,15 +323,18 @@ def received_key(rep, cfg, label_party):
 
 
 def relay_bins(comm, label_party):
-    """The other parties' bin counts and most frequent bins, passed on to the
-    label holder (it reads their sums); returns them per party index (None
-    for the label holder)."""
+    """The other parties' bin counts and most frequent bins, sealed for the
+    label holder (it reads their sums), passed on to it."""
     others = [r for r in comm.clients if r != label_party]
     bins = comm.exchange({r: {"op": protocol.BINS} for r in others}) if others else {}
-    def joined(key):
-        return np.concatenate([np.empty(0, dtype=np.int64)] + [np.asarray(bins[r][key], np.int64) for r in others])
-    comm.exchange({label_party: {"op": protocol.BINS, "n_bins": joined("n_bins"), "skip": joined("skip")}})
-    return [None if r == label_party else (bins[r]["n_bins"], bins[r]["skip"]) for r in comm.clients]
+    items = []
+    for r in others:
+        blob = bins[r].get("sealed")
+        if not (isinstance(blob, np.ndarray) and blob.dtype == np.uint8 and blob.ndim == 1) or len(bins[r]) != 1:
+            raise messages.bad_message(f"party {r} answered 'bins' with {sorted(map(str, bins[r]))[:4]}, not "
+                                       "its sealed bins")
+        items.append((r - 1, blob))
+    comm.exchange({label_party: dict(sealed.incoming(items), op=protocol.BINS)})
 
 
 # ---------------------------------------------------------------------------

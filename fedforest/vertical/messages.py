@@ -107,6 +107,14 @@ class TreeReply:
         self.taken.add(key)
         return arr
 
+    def take_all(self, key):
+        """The tree's entries of ``key``, however many (sealed bytes)."""
+        arr = self.parts.get(key, np.empty(0))
+        if key in self.taken:
+            raise ValueError(f"party {self.party + 1} sent {key!r} twice for one tree")
+        self.taken.add(key)
+        return arr
+
     def check_used(self):
         for key, arr in self.parts.items():
             if key not in self.taken and arr.shape[0]:

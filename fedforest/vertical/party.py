@@ -31,6 +31,7 @@ from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
+from .paillier import sealed
 from .paillier.holder import HeldLabels, KeyHolder, check_leaves
 from ..tree.growth import ForestTrees
 from . import boosting, explain, forest_params, model_files, protocol
@@ -404,9 +405,11 @@ def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_t
                                               "party's own")
         check_fields(setup.get("spec"), dict(held["spec"].to_dict(), step=1.0), "the slot layout")
         labels = HeldLabels(PlainLabels(held["scored"], is_clf, n_classes), held["codes"], held["spec"])
+        sealer = sealed.Sealer.of(comm)
         splitter = PartySplitter(X, settings, labels,
-                                 KeyHolder(ForestTrees(settings), held["spec"], held["private"], rank - 1, fc))
-        splitter.channel.set_bins(expect(comm.recv(MASTER), protocol.BINS))
+                                 KeyHolder(ForestTrees(settings), held["spec"], held["private"], rank - 1, fc,
+                                           sealer))
+        splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
         comm.send(MASTER, {})
         return splitter
     public = public_key(setup.get("public_key"), cfg)
@@ -423,10 +426,11 @@ def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_t
         raise InputError(f"party {rank}", f"received {blocks.shape[0]} encrypted labels for "
                                           f"{X.shape[0]} aligned rows")
     labels_ct = public.deserialize(blocks, "encrypted labels")
+    sealer = sealed.Sealer.of(comm)
     splitter = PartySplitter(X, settings, encrypted.EncryptedLabels(labels_ct, public),
-                             encrypted.CipherSums(spec, public))
+                             encrypted.CipherSums(spec, public, sealer, lp - 1))
     expect(comm.recv(MASTER), protocol.BINS)
-    comm.send(MASTER, {"n_bins": splitter.n_bins, "skip": splitter.skip})
+    comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
     return splitter
 
 

@@ -77,6 +77,7 @@ class PartySplitter:
         self.labels = labels
         self.channel = OwnSplits() if channel is None else channel
         self.op_keys = self.channel.op_keys
+        self.apply_keys = self.channel.apply_keys
         self.begin_keys = PartySplitter.begin_keys + tuple(getattr(labels, "begin_keys", ()))
         self._keys_of_op = {}
         columns = X if hasattr(X, "take_column") else None     # a party's aligned columns
@@ -129,6 +130,8 @@ class PartySplitter:
     # the tree being handled, per thread (trees of a batch may be handled in parallel)
     _tree = property(lambda self: getattr(self._current, "tree", None),
                      lambda self, tree: setattr(self._current, "tree", tree))
+    #: the number of the tree being handled (on this thread)
+    tree_id = property(lambda self: getattr(self._current, "tree_id", None))
 
     def handle_batch(self, msg):
         """Process a :func:`pack_batch` message of several trees; returns the
@@ -181,6 +184,7 @@ class PartySplitter:
         finished, its arrays; the reply)."""
         t, sub = item
         self._tree = self._states.pop(t, None)
+        self._current.tree_id = t
         try:
             reply = self.handle(sub)
         except ProtocolError as exc:
@@ -205,7 +209,8 @@ class PartySplitter:
                 self._begin(msg)
                 self._tree.update(level=0)
             if "split_nodes" in msg:
-                self._apply(msg)
+                self._apply({"split_nodes": msg["split_nodes"],
+                             "bits": self.channel.level_bits(self, msg, msg["split_nodes"])})
             if op == "find":
                 return self.channel.find(self, msg)
             if op == "partition":
@@ -231,7 +236,7 @@ class PartySplitter:
                               partitioned=None)
         elif any(k in msg for k in self.begin_keys):
             raise bad_message(f"{', '.join(map(repr, self.begin_keys))} for a tree that has begun")
-        if any(k in msg for k in self.apply_keys) or op == "apply":
+        if op == "apply" or any(k in msg for k in self.apply_keys if k not in self.op_keys[op]):
             self._apply_checked(msg)
         if op == "apply":
             return None
@@ -279,15 +284,17 @@ class PartySplitter:
             begin.update(self.labels.check_begin(msg, self.n_rows))
         return begin
 
-    def _apply_checked(self, msg):
+    def _apply_checked(self, msg, bits=None):
         """Apply the last level's partition (``split_nodes``, ``bits``) after
         checking it: open leaves this party may split (depth, row counts, its
         own partitioned nodes among them), one bit per row, and children of at
-        least ``min_samples_leaf`` rows.  The children become the open leaves."""
+        least ``min_samples_leaf`` rows.  The children become the open leaves.
+        ``bits``: the level's bits where the channel already assembled them
+        (else the channel takes them from the message)."""
         t = self._tree
         s = self.settings
-        if any(k not in msg for k in self.apply_keys):
-            raise bad_message("'split_nodes' and 'bits' travel together")
+        if bits is None and any(k not in msg for k in self.apply_keys):
+            raise bad_message(f"{', '.join(map(repr, self.apply_keys))} travel together")
         self.channel.check_apply(self, msg)
         nodes = node_list(msg["split_nodes"], "'split_nodes'", t["open_ids"])
         tree = t["nodes"]
@@ -300,7 +307,8 @@ class PartySplitter:
             raise bad_message(f"'split_nodes' names a node of fewer than {least} rows, which is "
                               "never split")
         n = int((ends - starts).sum())
-        bits = msg["bits"]
+        if bits is None:
+            bits = self.channel.level_bits(self, msg, nodes)
         if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8
                 and bits.shape == ((n + 7) // 8,)):
             raise bad_message(f"'bits' must be {(n + 7) // 8} uint8 bytes (a bit for each of the {n} "
@@ -552,6 +560,8 @@ class OwnSplits:
     tree_threads = True   # trees of a batch may be handled on parallel threads
     child_stats = True
     extra_ops = frozenset()
+    # the keys of a level's partition (in an ``apply`` or with any tree message)
+    apply_keys = ("split_nodes", "bits")
     # the keys a tree's message may hold besides "op", per op
     op_keys = {"find": ("nodes", "fmask", "stats"), "partition": ("nodes",), "finish": ("importance",),
                "apply": ()}
@@ -576,6 +586,10 @@ class OwnSplits:
 
     def check_apply(self, sp, msg):
         pass
+
+    def level_bits(self, sp, msg, nodes):
+        """The level's partition bits (one per row of the split ``nodes``) of an apply message."""
+        return msg["bits"]
 
     def applied(self, sp, nodes):
         pass

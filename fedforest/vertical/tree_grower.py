@@ -85,8 +85,14 @@ class MasterChooses:
     def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
         return {"op": "partition", "nodes": split_nodes[won[p]]}
 
-    def applied_itself(self, g, p):
-        return False
+    def level_partition(self, g, tree, split_nodes, won, replies):
+        """The level's ``apply`` message for every party (the winners' bits
+        in one packed bitmap), each split's number of left rows and, where the
+        master keeps the rows, every row's bit."""
+        packed, n_left = g._collect_bits(tree, split_nodes, won, replies)
+        all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
+        msg = {"op": "apply", "split_nodes": split_nodes, "bits": packed}
+        return [msg] * len(won), n_left, all_bits
 
     def partitioned(self, g, tree, split_nodes, won, replies):
         g._child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
@@ -427,13 +433,11 @@ class TreeGrower:
             if any(m is not None for m in msgs):
                 got = yield msgs
                 replies = [r if m is None else g for r, m, g in zip(replies, msgs, got)]
-            packed, n_left = self._collect_bits(tree, split_nodes, won, replies)
+            applies, n_left, all_bits = self.channel.level_partition(self, tree, split_nodes, won, replies)
             # every party reorders its rows by the level's partition now (but one that
             # did so itself), while the master goes on with its own steps
-            yield Posted([None if self.channel.applied_itself(self, p) else
-                          {"op": "apply", "split_nodes": split_nodes, "bits": packed} for p in range(n_parties)])
+            yield Posted(applies)
             self.channel.partitioned(self, tree, split_nodes, won, replies)
-            all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
             lefts, rights = tree.split(split_nodes, all_bits, n_left)
             self.channel.after_split(self, split_nodes, lefts, rights)
             children = np.empty(2 * lefts.size, dtype=np.int32)

@@ -39,10 +39,12 @@ class _Relay:
 
 def _run_two_parties(tamper=False):
     ids = np.array(["a", "b", "c"])
-    lead = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS},
-                   {"op": alignment.ALIGN, "positions": np.arange(3)}])
-    member = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS},
-                     {"op": alignment.ALIGN, "positions": np.arange(3)}])
+    def align(sent):
+        # with the positions, both parties' public keys (for the payloads they seal for each other)
+        return {"op": alignment.ALIGN, "positions": np.arange(3),
+                "peer_keys": np.vstack([lead.sent[0]["public"], member.sent[0]["public"]])}
+    lead = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS}, align])
+    member = _Relay([{"op": alignment.GROUP_PUBLIC}, None, {"op": alignment.HASH_IDS}, align])
     # both parties publish their keys first: run each up to that point by hand
     import threading
     results = {}

@@ -69,11 +69,14 @@ class _Master:
 
     def __init__(self, n):
         self.script = [{"op": alignment.GROUP_PUBLIC}, {"op": alignment.GROUP_LEAD, "peers": []},
-                       {"op": alignment.HASH_IDS}, {"op": alignment.ALIGN, "positions": np.arange(n)}]
+                       {"op": alignment.HASH_IDS},
+                       lambda: {"op": alignment.ALIGN, "positions": np.arange(n),
+                                "peer_keys": self.sent[0]["public"].reshape(1, -1)}]
         self.sent = []
 
     def recv(self, src):
-        return self.script.pop(0)
+        msg = self.script.pop(0)
+        return msg() if callable(msg) else msg
 
     def send(self, dst, msg):
         self.sent.append(msg)

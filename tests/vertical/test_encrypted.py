@@ -18,6 +18,7 @@ from fedforest.vertical import encrypted_labels as E
 from fedforest.tree.growth import ForestTrees, SplitSettings
 from fedforest.vertical.party_splitter import LocalParties, PartySplitter
 from fedforest.vertical.tree_grower import TreeGrower
+from fedforest.vertical.paillier.sealed import local_sealers
 from fedforest.vertical.paillier.holder import HeldLabels, KeyHolder
 from fedforest.vertical.paillier.relay import LabelHolderChooses, RowCount
 from fedforest.tree.labels import PlainLabels
@@ -61,20 +62,22 @@ def _grow_both(task, X, y, groups, label_party, seed, n_trees=3, key=None, **par
     spec = E.EncryptionSpec(is_clf, n_classes, n_total, pub.key_length, **spec_args)
     enc = pub.encrypt_many(spec.row_plaintexts(codes))
     counts = [len(g) for g in groups]
+    sealers = local_sealers(len(groups))
     parties, bins = [], []
     for p, g in enumerate(groups):
         if p == label_party:
             parties.append(PartySplitter(X[:, g], settings, HeldLabels(labels, codes, spec),
-                                         KeyHolder(ForestTrees(settings), spec, priv, p, counts)))
+                                         KeyHolder(ForestTrees(settings), spec, priv, p, counts, sealers[p])))
             bins.append(None)
         else:
-            parties.append(PartySplitter(X[:, g], settings, E.EncryptedLabels(enc, pub), E.CipherSums(spec, pub)))
+            parties.append(PartySplitter(X[:, g], settings, E.EncryptedLabels(enc, pub),
+                                         E.CipherSums(spec, pub, sealers[p], label_party)))
             bins.append((parties[-1].n_bins, parties[-1].skip))
     none = [np.empty(0, dtype=np.int64)]
     parties[label_party].channel.set_bins({"n_bins": np.concatenate(none + [b[0] for b in bins if b is not None]),
                                    "skip": np.concatenate(none + [b[1] for b in bins if b is not None])})
     he = TreeGrower(LocalParties(parties), RowCount(n), params, settings, counts,
-                    channel=LabelHolderChooses(label_party, bins, spec, pub))
+                    channel=LabelHolderChooses(label_party, spec, pub))
     seeds = np.random.SeedSequence(seed).spawn(n_trees)
     a = [plain.grow(s) for s in seeds]
     b = [he.grow(s) for s in seeds]
@@ -281,9 +284,10 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
                     vals = Xr[~np.isnan(Xr)]
                     assert not np.isin(a[np.isfinite(a)], vals).any(), (src, r, list(msg))
         if src == label_rank:
-            # after label encryption the label holder only sends gains, ciphertexts and bits
-            allowed = {"bits", "spec", "seconds", "blocks", "public_key", "split", "winner", "split_feature",
-                       "split_bin", "split_missing_left", "n_rows", "n_features", "has_label", "n_trees",
+            # after label encryption the label holder sends the master ciphertexts, its decisions'
+            # splits, winners and left-row counts and sealed payloads, nothing else
+            allowed = {"spec", "seconds", "blocks", "public_key", "split", "winner", "n_left",
+                       "n_rows", "n_features", "has_label", "n_trees",
                        "public", "sealed", "digests", "n_spaced_ids", "tree_bytes_sent", "model_dir", "fingerprint",
                        "tree_batch", "batch_memory_mb"}
             allowed |= {k for k in msg if k.startswith("sealed")}
@@ -296,6 +300,13 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
     for src, dest, msg in log:
         if dest in (1, 3):
             assert not {"y", "stats", "hist"} & set(msg)
+    # the master receives no row's bit, bin count, bootstrap weight, sum or split choice in the clear:
+    # what the parties tell each other reaches it sealed
+    for src, dest, msg in log:
+        if dest == 0:
+            plain = {k.split(".", 1)[-1] for k in msg}
+            assert not {"bits", "cnt", "wcnt", "hist", "n_bins", "skip", "feature", "bin", "split_feature",
+                        "split_bin", "split_missing_left", "holder_bits"} & plain, (src, sorted(plain))
 
 
 # ---------------------------------------------------------------------------

@@ -33,12 +33,13 @@ from ...tree.growth import PARTY_COLUMNS, gain_scale, min_leaf_weight
 from ..messages import bad_message, int_array, int_value, node_list, shown
 from ..party_splitter import OwnSplits
 from ...tree.importance import node_shares
+from . import sealed as S
 from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, encrypt_own, hist_layout, node_int_stats
 
 DECIDE = "decide"   # master -> label holder: the other parties' sums of a level; reply: the splits
 PAIR_KEYS = ("pair_party", "pair_node", "pair_feat")
 DERIVE_KEYS = ("derive_party", "derive_node", "derive_feat")
-DECIDE_KEYS = ("cand", "fmask", "pmask", "hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS
+DECIDE_KEYS = ("cand", "fmask", "pmask") + PAIR_KEYS + DERIVE_KEYS + S.IN_KEYS
 
 
 def holder_columns(n_stats):
@@ -94,8 +95,10 @@ class KeyHolder(OwnSplits):
     child_stats = False    # nothing label-derived goes to the master
     extra_ops = frozenset((DECIDE,))
     op_keys = dict(OwnSplits.op_keys, decide=DECIDE_KEYS)
+    apply_keys = ("split_nodes", "winners") + S.IN_KEYS
 
-    def __init__(self, kind, spec, private_key, me, feature_counts):
+    def __init__(self, kind, spec, private_key, me, feature_counts, sealer):
+        self.sealer = sealer
         self.kind = kind
         self.spec = spec
         self.key = private_key
@@ -139,6 +142,7 @@ class KeyHolder(OwnSplits):
         t["counts"] = np.asarray(msg["counts"])
         t["store"] = {}       # (party, node, feature) -> (sums, row counts) of the last decided level
         t["decided"] = None   # the split nodes of this level's decision, until applied
+        t["decided_winner"] = t["own_bits"] = None   # their winners and its own splits' bits
         t["own_gain"] = None
         t.update(sp.labels.tree_begin(msg))
         return t
@@ -185,6 +189,18 @@ class KeyHolder(OwnSplits):
         if decided is None or not (isinstance(nodes, np.ndarray) and np.array_equal(nodes, decided)):
             raise bad_message("'split_nodes' must be the splits the label holder decided at this level")
 
+    def level_bits(self, sp, msg, nodes):
+        """The level's partition bits: its own, and the other winners' sealed
+        for it; the master's plain ``winners`` must be the ones decided here."""
+        t = sp._tree
+        winners = int_array(msg.get("winners"), "'winners'")
+        if t["decided_winner"] is None or not np.array_equal(winners, t["decided_winner"]):
+            raise bad_message("'winners' must be the winners the label holder decided at this level")
+        blobs = S.from_message(msg, self.sealer.n_parties, self.me)
+        bits = S.assemble_bits(sp, self.sealer, nodes, winners, {self.me: t["own_bits"]}, blobs)
+        t["decided_winner"] = t["own_bits"] = None
+        return bits
+
     def applied(self, sp, nodes):
         tree = sp._tree["nodes"]
         sp._tree["decided"] = None
@@ -222,8 +238,36 @@ class KeyHolder(OwnSplits):
             hook(sp.tree_ids, sp.trees)
 
     # -- the decision ---------------------------------------------------------
+    def _open_sums(self, sp, msg):
+        """The other parties' sealed sums, row counts and weights of this
+        level, opened and laid end to end in party order (``hist``, ``cnt``,
+        ``wcnt``)."""
+        t = sp._tree
+        others = [p for p in range(len(self.feature_counts)) if p != self.me]
+        blobs = S.from_message(msg, len(self.feature_counts), self.me)
+        if sorted(blobs) != others:
+            raise bad_message("a 'decide' must carry one sealed sums payload from every other party")
+        width = self.key.public.ciphertext_bytes
+        parts = {"hist": [np.zeros((0, width), dtype=np.uint8)], "cnt": [np.empty(0, np.uint32)],
+                 "wcnt": [np.empty(0, np.uint32)]}
+        for p in others:
+            got = self.sealer.open(p, S.SUMS, sp.tree_id, t["level"], blobs[p])
+            for k in parts:
+                a = got.get(k)
+                if not (isinstance(a, np.ndarray) and (a.dtype == np.uint8 if k == "hist" else a.dtype.kind in "iu")):
+                    raise bad_message(f"party {p + 1}'s sealed sums hold {shown(a)} as {k!r}")
+                if k == "hist":
+                    if a.size == 0:
+                        a = a.reshape(0, width)
+                    if a.ndim != 2 or a.shape[1] != width:
+                        raise bad_message(f"party {p + 1}'s sealed sums are not ciphertexts of this key")
+                parts[k].append(a)
+        return dict(msg, hist=np.vstack(parts["hist"]), cnt=np.concatenate(parts["cnt"]),
+                    wcnt=np.concatenate(parts["wcnt"]))
+
     def _decide_checked(self, sp, msg):
         t = sp._tree
+        msg = self._open_sums(sp, msg)
         if sp.checked:     # its keys were checked with every message's
             if t["decided"] is not None:
                 raise bad_message("a second 'decide' for one level of the tree")
@@ -354,16 +398,26 @@ class KeyHolder(OwnSplits):
             c["split_feature"][split[mine]] = pfeat[at]
             c["split_bin"][split[mine]] = pbin[at]
         c["owner"][split] = winner
-        reply = {"split": split, "winner": winner, "split_feature": feat, "split_bin": bins,
-                 "split_missing_left": ml}
         own = split[winner == self.me]
         t["searched"] = own_nodes
         # no split ends the tree: no partition follows
         t["decided"] = split if split.size else None
         t["partitioned"] = own
-        if own.size:
-            reply["bits"] = sp.partition({"nodes": own})["bits"]
+        bits = sp.partition({"nodes": own})["bits"] if own.size else np.empty(0, dtype=np.uint8)
         t["own_gain"] = None
+        starts, ends = tree.bounds(own)
+        # the master learns the splits, their winners and the sizes of its own splits' children;
+        # every other party the decision, sealed: its own splits' features and bins, this one's bits
+        reply = {"split": split, "winner": winner, "n_left": S.n_left_of(bits, ends - starts)}
+        if split.size:
+            t["decided_winner"], t["own_bits"] = winner, bits
+            sealed = []
+            for q in others:
+                mine = winner == q
+                pay = {"split": split, "winner": winner, "bits": bits, "feature": feat[mine], "bin": bins[mine],
+                       "missing_left": ml[mine]}
+                sealed.append((q, S.DECISION, self.sealer.seal(q, S.DECISION, sp.tree_id, t["level"], pay)))
+            reply.update(S.outgoing(sealed))
         return reply
 
     def _check_hist(self, h, wb, p):

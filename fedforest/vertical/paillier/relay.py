@@ -5,42 +5,46 @@ Per level of every tree of a batch (see docs/protocol.md, "Encrypted labels"):
 1. ``find``: every party without the labels gets the candidate nodes and its
    feature masks, and returns the encrypted per-bin sums of the level's plan
    (:func:`~..encrypted_labels.sum_plan`: the smaller sibling only, where the
-   label holder can derive the larger one as parent minus sibling);
+   label holder can derive the larger one as parent minus sibling), with
+   their row counts and bootstrap weights, sealed for the label holder;
 2. ``decide``: the label holder gets its own candidates and masks (it scores
-   its own columns in plaintext) and those sums, relayed, and answers with
-   the nodes that split, their winning parties, the chosen feature and bin of
-   the other parties' splits, and the partition bits of its own splits;
-3. ``partition`` (only when another party won a split): the winners return
-   their partition bits.  Where a single party without the labels won, it
-   also gets the label holder's bits and every child's feature mask: it
-   applies the level itself and returns the next level's sums with its bits,
-   so that level needs no ``find``; with two parties every level is then two
-   exchanges.
+   its own columns in plaintext) and those sealed sums, relayed, and answers
+   with the nodes that split, their winning parties and its own splits'
+   numbers of left rows; its decision (the other parties' features and bins,
+   its own partition bits) goes sealed to every other party;
+3. ``partition`` (only when another party won a split): the winners get the
+   decision and return their splits' numbers of left rows, and their bits
+   sealed for every other party.  Where a single party without the labels
+   won, it also gets every child's feature mask: it applies the level
+   itself and returns the next level's sealed sums with its bits, so that
+   level needs no ``find``; with two parties every level is then two
+   exchanges;
+4. ``apply`` (posted): every other party gets the level's split nodes and
+   winners with the sealed decision and bits it needs.
 
 The master keeps the tree structure, the owner of every split and the
-nodes' row counts.  It holds no key, relays ciphertexts it cannot read, and
-receives no gain, statistic or leaf value.
+nodes' row counts.  It holds no key, relays payloads it can neither read nor
+alter (:mod:`.sealed`), and receives no row, gain, statistic or leaf value.
 """
 import numpy as np
 
-from ..encrypted_labels import hist_layout, needed_pairs, sum_plan
+from ..encrypted_labels import needed_pairs, sum_plan
+from . import sealed as S
 from .holder import DECIDE
 
 
 class LabelHolderChooses:
     """The label channel of the master's grower (``TreeGrower(channel=...)``)
     when the label holder (party index ``label_party``) holds the key and
-    chooses the splits.  ``party_bins``: per party, its features' ``(n_bins,
-    skip)`` (None for the label holder); ``spec`` the public slot layout;
+    chooses the splits.  ``spec`` the public slot layout;
     ``public_key`` the label holder's public key.  The tree's state (which
     sums the label holder holds, the families of the last split, the chosen
     splits) lives on the grower's per-tree copy ``g``."""
 
     parallel_steps = False
 
-    def __init__(self, label_party, party_bins, spec, public_key):
+    def __init__(self, label_party, spec, public_key):
         self.label_party = int(label_party)
-        self.party_bins = party_bins
         self.spec = spec
         self.public = public_key
 
@@ -51,8 +55,9 @@ class LabelHolderChooses:
         # per party, the (node, feature) histograms the label holder holds from the last level
         g._held = {p: set() for p in range(len(g.feature_counts))}
         g._family = {}     # child -> (parent, sibling)
-        g._ahead = {}      # party -> its partition reply holding the next level's sums
+        g._ahead = {}      # party -> its sealed sums of the next level, sent with its partition bits
         g._applied = set()     # parties that applied the last level themselves
+        g._decisions = {}  # party -> the label holder's sealed decision of this level for it
 
     def after_split(self, g, split_nodes, lefts, rights):
         for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
@@ -60,48 +65,42 @@ class LabelHolderChooses:
             g._family[right] = (p, left)
 
     def partitioned(self, g, tree, split_nodes, won, replies):
-        g._ahead = {p: replies[p] for p in g._applied}
+        pass
 
     def choose(self, g, tree, children, cand, masks, pending):
         """The splits of a level, chosen by the label holder (see the module's docstring)."""
         n_parties = len(g.feature_counts)
         lh = self.label_party
         none = [None] * n_parties
-        ahead, g._ahead, g._applied = g._ahead, {}, set()
-        plan = {p: sum_plan(cand, masks[p], g._family, g._held[p], tree.col["count"]) if cand.size
-                else ([], []) for p in range(n_parties) if p != lh}
-        # the sums that came with a partition are read first (a reply is used up in its exchange)
-        sums = {p: self._sums(p, plan[p][0], reply) for p, reply in ahead.items()}
+        sums, g._ahead, g._applied = g._ahead, {}, set()
         if not cand.size:      # those parties found no candidate either
             return cand, None, pending, none
-        msgs = [None if p == lh or p in ahead else dict(pending[p], op="find", nodes=cand, fmask=masks[p])
+        plan = {p: sum_plan(cand, masks[p], g._family, g._held[p], tree.col["count"])
+                for p in range(n_parties) if p != lh}
+        msgs = [None if p == lh or p in sums else dict(pending[p], op="find", nodes=cand, fmask=masks[p])
                 for p in range(n_parties)]
         if any(m is not None for m in msgs):
             got = yield msgs
-            sums.update((p, self._sums(p, plan[p][0], r)) for p, r in enumerate(got) if msgs[p] is not None)
+            for p, r in enumerate(got):
+                if msgs[p] is not None:
+                    sums[p] = self._only(S.from_reply(r, p, n_parties), p, {(lh, S.SUMS)})[(lh, S.SUMS)]
             pending = [{} if msgs[p] is not None else pending[p] for p in range(n_parties)]
-        # the sums go to the label holder as they came, with what it needs to read them
+        # the sealed sums go to the label holder as they came, with the plan to read them
         parts = {k: [] for k in ("pair_party", "pair_node", "pair_feat", "derive_party", "derive_node",
-                                 "derive_feat", "hist", "cnt", "wcnt")}
+                                 "derive_feat")}
         for p, (compute, derive) in plan.items():
-            for k, v in zip(("cnt", "wcnt", "hist"), sums[p]):
-                parts[k].append(v)
             for key, pairs in (("pair", compute), ("derive", derive)):
                 arr = np.array(pairs, dtype=np.int32).reshape(-1, 2)
                 parts[key + "_party"].append(np.full(arr.shape[0], p, dtype=np.int32))
                 parts[key + "_node"].append(arr[:, 0])
                 parts[key + "_feat"].append(arr[:, 1])
             g._held[p] = needed_pairs(cand, masks[p])
-        width = self.public.ciphertext_bytes
         msg = {**pending[lh], "op": DECIDE, "cand": cand, "fmask": masks[lh],
                "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
-                                             else np.zeros((cand.size, 0), dtype=np.uint8))}
+                                             else np.zeros((cand.size, 0), dtype=np.uint8)),
+               **S.incoming([(p, sums[p]) for p in plan])}
         for k, arrays in parts.items():
-            if k == "hist":
-                msg[k] = np.vstack(arrays) if arrays else np.zeros((0, width), dtype=np.uint8)
-            else:
-                msg[k] = np.concatenate(arrays).astype(np.uint32 if "cnt" in k else np.int32) if arrays \
-                    else np.empty(0, dtype=np.int32)
+            msg[k] = np.concatenate(arrays).astype(np.int32) if arrays else np.empty(0, dtype=np.int32)
         reply = (yield [msg if p == lh else None for p in range(n_parties)])[lh]
         pending[lh] = {}
         split = reply.take_upto("split", cand.size)
@@ -111,41 +110,73 @@ class LabelHolderChooses:
         winner = reply.take("winner", m)
         if m and (winner.min() < 0 or winner.max() >= n_parties):
             raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
-        g._chosen = (split, reply.take("split_feature", m), reply.take("split_bin", m),
-                        reply.take("split_missing_left", m))
-        # the label holder's own partition bits came with its decision
-        own = winner == lh
-        n_own = int(sum(e - b for b, e in zip(*tree.bounds(split[own])))) if own.any() else 0
-        bits = _Bits(reply.take("bits", (n_own + 7) // 8) if own.any() else np.empty(0, np.uint8))
-        got = [bits if p == lh else None for p in range(n_parties)]
+        n_left = reply.take("n_left", int((winner == lh).sum()))
+        want = {(q, S.DECISION) for q in range(n_parties) if q != lh} if m else set()
+        g._decisions = {q: b for (q, _), b in self._only(S.from_reply(reply, lh, n_parties), lh, want).items()}
+        # the label holder's own splits came partitioned with its decision
+        got = [_Partitioned(n_left) if p == lh else None for p in range(n_parties)]
         return split.astype(np.int32), winner.astype(np.int64), pending, got
 
-    def _sums(self, p, compute, reply):
-        """Party ``p``'s bin counts, bootstrap weights and packed sums of the pairs ``compute``."""
-        n_bins, skip = self.party_bins[p]
-        feats = [f for _, f in compute]
-        n_cnt = int(sum(int(n_bins[f]) + 1 for f in feats))
-        cnt = reply.take("cnt", n_cnt)
-        wcnt = reply.take("wcnt", n_cnt)
-        _, _, n_values = hist_layout(feats, n_bins, skip, np.asarray(cnt, dtype=np.int64))
-        return cnt, wcnt, reply.take("hist", self.spec.n_ciphertexts(n_values))
+    @staticmethod
+    def _only(parts, p, want):
+        """A reply's sealed payloads, which must be exactly ``want`` ((to, field) pairs)."""
+        if set(parts) != set(want):
+            raise ValueError(f"party {p + 1} sent sealed payloads {sorted(parts)}; this step takes "
+                             f"{sorted(want)}")
+        return parts
 
     def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
-        nodes, feat, b, ml = g._chosen
-        mine = won[p]
-        msg = {"op": "partition", "nodes": split_nodes[mine], "feature": feat[mine], "bin": b[mine],
-               "missing_left": ml[mine]}
+        msg = {"op": "partition", "nodes": split_nodes[won[p]], "decision": g._decisions.pop(p)}
         lh = self.label_party
         if all(not won[q].size for q in range(len(won)) if q not in (p, lh)):
             # the only other winner is the label holder, whose bits came with its decision:
             # this party applies the level itself and sums the next one in its reply
-            msg.update(level_nodes=split_nodes, child_fmask=child_masks[p],
-                       holder_bits=replies[lh].bits if won[lh].size else np.empty(0, dtype=np.uint8))
+            msg.update(level_nodes=split_nodes, child_fmask=child_masks[p])
             g._applied.add(p)
         return msg
 
-    def applied_itself(self, g, p):
-        return p in g._applied
+    def level_partition(self, g, tree, split_nodes, won, replies):
+        """Each split's number of left rows (from its winner) and each party's
+        ``apply`` message: the split nodes and winners in the clear, the sealed
+        decision (where the party got none with a partition) and the other
+        winners' sealed bits.  A party that applied the level itself gets none."""
+        n_parties, lh = len(won), self.label_party
+        n_left = np.empty(split_nodes.size, dtype=np.int64)
+        winners = np.empty(split_nodes.size, dtype=np.int32)
+        starts, ends = tree.bounds(split_nodes)
+        bits_for = {q: [] for q in range(n_parties)}
+        for p in range(n_parties):
+            if not won[p].size:
+                continue
+            winners[won[p]] = p
+            tree.col["owner"][split_nodes[won[p]]] = p
+            if p == lh:
+                n_left[won[p]] = replies[p].n_left
+                continue
+            rep = replies[p]
+            n_left[won[p]] = rep.take("n_left", won[p].size)
+            want = {(q, S.BITS) for q in range(n_parties) if q != p}
+            if p in g._applied:
+                want.add((lh, S.SUMS))
+            parts = self._only(S.from_reply(rep, p, n_parties), p, want)
+            if p in g._applied:
+                g._ahead[p] = parts.pop((lh, S.SUMS))
+            for (q, _), blob in parts.items():
+                bits_for[q].append((p, blob))
+        if np.any(n_left < 0) or np.any(n_left > ends - starts):
+            raise ValueError("a winner sent more left rows than its node holds")
+        msgs = []
+        for q in range(n_parties):
+            if q in g._applied:
+                msgs.append(None)
+                continue
+            items = list(bits_for[q])
+            if q in g._decisions:
+                items.append((lh, g._decisions.pop(q)))
+            msgs.append({"op": "apply", "split_nodes": split_nodes, "winners": winners, **S.incoming(items)})
+        if g._decisions:
+            raise ValueError("the label holder sealed decisions for parties the level does not reach")
+        return msgs, n_left, None
 
     def master_tree(self, g, tree):
         t = tree.trimmed(["left", "right", "owner", "count", "feature", "threshold", "missing_left"])
@@ -171,17 +202,9 @@ class RowCount:
         self.n_rows = int(n_rows)
 
 
-class _Bits:
-    """The label holder's partition bits of a level, as a reply to a partition."""
+class _Partitioned:
+    """The label holder's own splits of a level, partitioned with its decision:
+    their numbers of left rows."""
 
-    def __init__(self, bits):
-        self.bits = bits
-
-    def __contains__(self, key):
-        return False
-
-    def take(self, key, n):
-        if key != "bits" or self.bits.shape[0] != n:
-            raise ValueError(f"the label holder sent {self.bits.shape[0]} bytes of partition bits; its "
-                             f"splits need {n}")
-        return self.bits
+    def __init__(self, n_left):
+        self.n_left = n_left
