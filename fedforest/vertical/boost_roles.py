@@ -27,6 +27,7 @@ from ..tree import predict
 from ..tree import threads as numba_threads
 from ..crypto import paillier
 from ..tree.growth import SplitSettings, tree_seeds
+from . import messages
 from .messages import accept_settings, bad_message, check_fields, int_value, shown
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
@@ -36,7 +37,7 @@ from . import encrypted_gradients as EG
 from . import encrypted_labels as encrypted
 from . import model_files, protocol
 from .boost_params import BoostParams
-from .common import (MASTER, RemoteParties, bar_round, label_array, log, peak_rss_mb, plural_rounds, progress_bar,
+from .common import (MASTER, RemoteParties, check_encrypted_job, bar_round, label_array, log, peak_rss_mb, plural_rounds, progress_bar,
                      report_training)
 from .master import master_predict as server_predict
 from .master import open_training
@@ -45,7 +46,7 @@ from .party import public_key as party_public_key
 from .party import setup_parties
 from .master import received_key, relay_bins
 from .paillier import sealed
-from .paillier.holder import GradientRounds, KeyHolder, check_leaves
+from .paillier.holder import GradientRounds, KeyHolder
 from .paillier.relay import LabelHolderChooses, RowCount
 from .party import open_training as party_open_training
 from .party import serve_growth
@@ -143,8 +144,10 @@ class _PlainGradients:
     def close(self):
         pass
 
-    def resume(self, rounds, trees, leaves):
-        """The margins (and validation losses) after the stored rounds."""
+    def resume(self, rounds, trees, replies):
+        """The margins (and validation losses) after the stored rounds, from
+        the parties' leaf sets of the stored trees."""
+        leaves = _row_leaves(trees, [_leaf_sets_of(r) for r in replies], self.margin.shape[0])
         for r in range(rounds):
             for k in range(self.k_out):
                 t = r * self.k_out + k
@@ -164,8 +167,12 @@ class _PlainGradients:
         for tree in trees:
             tree["value"] = tree["value"] * self.learning_rate
 
-    def grown(self, trees, leaves):
-        """Add a round's (scaled) leaf values to the margins."""
+    def grown(self, trees, acks):
+        """Add a round's (scaled) leaf values to the margins (every row's leaf
+        from the parties' leaf sets in their commit replies ``acks``, or from
+        the growth when None)."""
+        leaves = None if acks is None else _row_leaves(trees, [_leaf_sets_of(a) for a in acks],
+                                                       self.margin.shape[0])
         for k, tree in enumerate(trees):
             leaf = tree.pop("row_leaf") if leaves is None else leaves[k]
             self.margin[:, k] += tree["value"][leaf, 0]
@@ -204,7 +211,7 @@ class _EncryptedGradients:
         self.objective = _objective(cfg.task, n_classes)
         self.k_out = B.n_outputs(self.objective, n_classes)
         self.spec = EG.GradientSpec(self.train.size, self.public.key_length, cfg.slot_bits)
-        self.leaves = self.stored = None
+        self.leaves = None    # the other parties' sealed leaf sets for the next 'gradients' message
         self.encrypt_seconds = 0.0
         self.summary = {"key_length": self.public.key_length, "paillier_key_holder": "label_holder",
                         "slot_bits": self.spec.width, "values_per_ciphertext": self.spec.per_ciphertext}
@@ -228,18 +235,31 @@ class _EncryptedGradients:
     def close(self):
         pass
 
-    def resume(self, rounds, trees, leaves):
-        self.stored = np.vstack(leaves).astype(np.int32)
+    def resume(self, rounds, trees, replies):
+        self.leaves = self._sealed_sets(replies)
+
+    def _sealed_sets(self, replies):
+        """The other parties' leaf sets, sealed for the label holder, as an envelope for it."""
+        items = []
+        for p, rep in enumerate(replies):
+            if p + 1 == self.lh:
+                if any(k == "sealed" or str(k).startswith("leaf.") for k in rep):
+                    raise encrypted.ProtocolIntegrityError(f"party {self.lh} (the label holder) sent its leaf "
+                                                           "sets to the master")
+                continue
+            parts = sealed.from_reply(messages.TreeReply(rep, p), p, len(replies))
+            if set(parts) != {(self.lh - 1, sealed.LEAF_SETS)}:
+                raise encrypted.ProtocolIntegrityError(f"party {p + 1} sent {sorted(parts)} for its leaf sets")
+            items.append((p, parts[(self.lh - 1, sealed.LEAF_SETS)]))
+        return sealed.incoming(items)
 
     def _ask(self, msg):
         if self.leaves is not None:
-            msg["leaves"] = self.leaves
-        if self.stored is not None:
-            msg["stored_leaves"] = self.stored
+            msg.update(self.leaves)
         t0 = time.perf_counter()
         rep = self.comm.exchange({self.lh: msg})[self.lh]
         self.encrypt_seconds += time.perf_counter() - t0
-        self.leaves = self.stored = None
+        self.leaves = None
         best = rep.get("best")
         if not (isinstance(rep.get("stop"), bool) and isinstance(best, int) and not isinstance(best, bool)
                 and -1 <= best < msg["round"]):
@@ -262,10 +282,10 @@ class _EncryptedGradients:
     def scale(self, trees):
         pass     # the leaf values are the label holder's
 
-    def grown(self, trees, leaves):
+    def grown(self, trees, acks):
         # the label holder adds the leaf values to its margins: from its own trees when the
-        # round's sample held every row, else from the leaves the master intersected
-        self.leaves = None if leaves is None else np.vstack(leaves).astype(np.int32)
+        # round's sample held every row, else from the parties' leaf sets, sealed for it
+        self.leaves = None if acks is None else self._sealed_sets(acks)
 
     def finish(self, rounds, more):
         if self.valid is None:
@@ -279,6 +299,9 @@ def server_train(comm, cfg):
     t_start = time.perf_counter()
     cfg.check_train()
     params = boost_params(cfg)
+    if cfg.label_privacy == "paillier":
+        paillier.check_key_length(cfg.key_length, cfg.insecure_key)
+        check_encrypted_job(cfg)
     job = open_training(comm, cfg, params)
     source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
     source.feature_counts = job.feature_counts
@@ -331,7 +354,7 @@ def _boost(comm, cfg, params, job, source, t_start):
         log(cfg, f"resuming from checkpoint: {start // k_out} of {params.n_estimators} rounds already built")
         stored = model_files.read_trees(my_dir, start, "master model")
         replies = comm.exchange({r: {"op": protocol.LEAF_SETS} for r in comm.clients})
-        source.resume(start // k_out, stored, _row_leaves(stored, [replies[r] for r in comm.clients], n_rows))
+        source.resume(start // k_out, stored, [replies[r] for r in comm.clients])
     seeds = tree_seeds(seed, n_trees)
     rounds0, bytes0, t_trees = comm.rounds, comm.bytes_sent, time.perf_counter()
     bar = progress_bar(cfg, total=params.n_estimators, initial=start // k_out, desc="boosting", unit="round")
@@ -376,7 +399,7 @@ def _boost(comm, cfg, params, job, source, t_start):
             if not stored(ids, trees, acks):
                 failed = True
                 break
-            source.grown(trees, _row_leaves(trees, [_leaf_sets_of(a) for a in acks], n_rows))
+            source.grown(trees, acks)
         if carry is not None and not failed:
             replies = RemoteParties(comm).exchange(carry)
             failed = not stored(*pending, replies)
@@ -509,6 +532,8 @@ def client_train(comm, cfg):
         "label_column": cfg.label_column if table.has_label else None,
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_trees, "label_privacy": cfg.label_privacy,
+        # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted gradients)
+        "label_party": lp if paillier_mode else None,
     }
     if holder is not None:
         # the label holder writes the predictions: the classes, the base margins and the
@@ -526,13 +551,24 @@ def client_train(comm, cfg):
     def leaf_sets(trees):
         return pack_leaf_sets(party_leaf_sets(X, trees, method))
 
-    def on_commit(trees, reply):
-        reply.update({"leaf." + k: v for k, v in leaf_sets(trees).items()})
+    def reply_with(sets, place):
+        """Leaf sets as a reply: in the clear for the master (plain mode), else
+        sealed for the label holder, which keeps its own."""
+        if not paillier_mode:
+            return {"leaf." + k: v for k, v in sets.items()}
+        if holder is not None:
+            holder.own_leaf_sets = sets
+            return {}
+        return sealed.seal_leaf_sets(sealer, lp - 1, sets, place)
+
+    def on_commit(trees, reply, first):
+        reply.update(reply_with(leaf_sets(trees), (first, sealed.ROUND_LEAVES)))
 
     def stored_leaf_sets(msg, t):
         if t != start or not start:
             raise bad_message("leaf sets of the stored trees are asked for only before growth resumes")
-        return leaf_sets(model_files.read_trees(folder, t, f"party {rank} model")), t
+        return reply_with(leaf_sets(model_files.read_trees(folder, t, f"party {rank} model")),
+                          (t, sealed.STORED_LEAVES)), t
 
     def stop(msg, t):
         keep = int_value(msg.get("keep"), "'keep'", k_out, t)
@@ -580,7 +616,9 @@ def _gradients_handler(holder, folder, rank, start, k_out, manifest):
     :meth:`~.paillier.holder.GradientRounds.gradients`); the first one of a
     resumed run brings every row's leaf in the stored trees."""
     def handle(msg, t):
-        allowed = {"op", "round", "leaves", "stored_leaves", "final"}
+        # the parties' leaf sets of the last round (or, resuming, of the stored trees) come
+        # sealed for this party: the master never learns a row's leaf
+        allowed = {"op", "round", "final", *sealed.IN_KEYS}
         extra = sorted(str(k) for k in msg if k not in allowed)
         if extra:
             raise bad_message(f"a 'gradients' message may not hold {', '.join(map(repr, extra))}")
@@ -588,10 +626,13 @@ def _gradients_handler(holder, folder, rank, start, k_out, manifest):
             raise bad_message("'final' must be true when given")
         if holder.rounds_done is None:
             stored = model_files.read_trees(folder, start, f"party {rank} model")
-            leaves = check_leaves(msg.get("stored_leaves"), stored, holder.y.shape[0], "'stored_leaves'")
+            if holder.own_leaf_sets is None or "sealed" not in msg:
+                raise bad_message("the first round of a resumed run needs the stored trees' leaf sets")
+            own, holder.own_leaf_sets = holder.own_leaf_sets, None
+            leaves = sealed.leaves_from_sets(holder.splitter.channel.sealer, msg, own, stored, holder.y.shape[0],
+                                             (start, sealed.STORED_LEAVES))
             holder.resume(start // k_out, [tree["value"][:, 0] for tree in stored], leaves)
-        elif "stored_leaves" in msg:
-            raise bad_message("'stored_leaves' only in the first round of a resumed run")
+            msg = {k: v for k, v in msg.items() if k not in sealed.IN_KEYS}
         t0 = time.perf_counter()
         reply = holder.gradients(msg)
         reply["seconds"] = time.perf_counter() - t0

@@ -55,6 +55,16 @@ def check_world(comm, cfg):
     cfg.check_world(comm.size, "party")
 
 
+def check_encrypted_job(cfg):
+    """Settings the encrypted modes (``label_privacy = "paillier"``) cannot
+    honour, refused before any work: the master relays what the parties tell
+    each other sealed, so it can be shown no split."""
+    if cfg.master_full_model:
+        raise InputError("master_full_model", "the master relays the parties' splits sealed with "
+                                              "label_privacy = 'paillier', so it cannot keep a full model; set "
+                                              "master_full_model = false (or use label_privacy = 'plain')")
+
+
 def peak_rss_mb():
     """Peak resident memory of this process so far, in MiB."""
     import resource

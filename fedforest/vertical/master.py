@@ -29,7 +29,7 @@ from .paillier.relay import LabelHolderChooses, RowCount
 from ..federation.files import write_summary
 from . import boosting, explain, forest_params, model_files, protocol
 from ..data.columns import FIXED_BYTES, check_memory, return_large_frees
-from .common import (RemoteParties, check_model_dir, check_world, job_id_of, load_role_model, log,
+from .common import (RemoteParties, check_encrypted_job, check_model_dir, check_world, job_id_of, load_role_model, log,
                      peak_rss_mb, restart_note, plural_rounds, progress_bar, bar_round, report_training)
 
 
@@ -255,6 +255,7 @@ def _batches(sizes):
 def _check_paillier(params, cfg):
     """Settings the encrypted-label mode cannot honour, refused before any work."""
     paillier.check_key_length(cfg.key_length, cfg.insecure_key)
+    check_encrypted_job(cfg)
     if params.split_method != "hist":
         raise InputError("split_method", "label_privacy = 'paillier' needs split_method = 'hist' "
                                          "(encrypted statistics are summed per histogram bin)")
@@ -355,6 +356,11 @@ def master_predict(comm, cfg):
         raise InputError("result_party", f"the model's leaf values are held by the label holder (party "
                                          f"{manifest['label_party']}), which writes the predictions; set "
                                          f"result_party = {manifest['label_party']}")
+    if at_holder and cfg.predict_method != "oneshot":
+        raise InputError("predict_method", f"{cfg.predict_method!r} routes every row through the master, "
+                                           "but this model's leaf values are the label holder's "
+                                           "(label_privacy = 'paillier'): predict with 'oneshot', where the "
+                                           "parties' leaf sets go sealed to the label holder")
     comm.handshake()
     infos = comm.exchange({r: {"op": protocol.LOAD} for r in comm.clients})
     for r in comm.clients:
@@ -377,24 +383,31 @@ def master_predict(comm, cfg):
     rounds0 = comm.rounds
     t0 = time.perf_counter()
     boost = manifest.get("boost")
-    if cfg.predict_method == "oneshot":
-        row_leaves = _leaves_oneshot(comm, cfg, trees, n_rows)
+    values = leaves = None
+    if at_holder:
+        # the parties' leaf sets go sealed to the label holder, which intersects them and
+        # writes the predictions: the master learns no row's leaf
+        envelope = _sealed_leaf_sets(comm, manifest["label_party"])
+        predict_rounds = comm.rounds - rounds0    # the result message delivers, as in the plain mode
+        out = comm.exchange({cfg.result_party: {"op": protocol.RESULT, **envelope}})[cfg.result_party]
+        if cfg.explain_row is not None:
+            leaves = [int(v) for v in _explained_leaves(out.get("leaves"), trees)]
     else:
-        row_leaves = _leaves_classical(comm, cfg, trees, n_rows)
+        if cfg.predict_method == "oneshot":
+            row_leaves = _leaves_oneshot(comm, cfg, trees, n_rows)
+        else:
+            row_leaves = _leaves_classical(comm, cfg, trees, n_rows)
+        if cfg.explain_row is not None:
+            leaves = [int(r[0]) for r in row_leaves]
+        values = _leaf_sums(trees, row_leaves, n_rows, boost)
+        msg = _result_message(values, manifest)
+        predict_rounds = comm.rounds - rounds0
     seconds = time.perf_counter() - t0
-    predict_rounds = comm.rounds - rounds0
-    leaves = None if cfg.explain_row is None else [int(r[0]) for r in row_leaves]
     path = None
     if leaves is not None:
         path = _explain_path(comm, cfg, manifest, trees, leaves)
-    values = None
-    if at_holder:
-        msg = {"op": protocol.RESULT, "leaves": np.vstack(row_leaves).astype(np.int32) if trees else
-               np.zeros((0, n_rows), dtype=np.int32)}
-    else:
-        values = _leaf_sums(trees, row_leaves, n_rows, boost)
-        msg = _result_message(values, manifest)
-    out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
+    if not at_holder:
+        out = comm.exchange({cfg.result_party: msg})[cfg.result_party]
     comm.exchange({r: {"op": protocol.DONE} for r in comm.clients})
     log(cfg, f"predicted {n_rows} rows with {len(trees)} trees in {seconds:.3f}s "
               f"({cfg.predict_method}, {plural_rounds(predict_rounds)}); predictions written by party "
@@ -407,6 +420,35 @@ def master_predict(comm, cfg):
         summary["path"] = path
     write_summary(cfg.summary_json, summary)
     return summary
+
+
+def _sealed_leaf_sets(comm, label_party):
+    """One round: every party's leaf sets, sealed for the label holder (which
+    keeps its own), as the envelope of its result message."""
+    replies = comm.exchange({r: {"op": protocol.LEAF_SETS, "label_party": label_party} for r in comm.clients})
+    items = []
+    for r in comm.clients:
+        rep = replies[r]
+        if r == label_party:
+            if rep:
+                raise messages.bad_message(f"party {r} (the label holder) sent its leaf sets to the master")
+            continue
+        parts = sealed.from_reply(messages.TreeReply(rep, r - 1), r - 1, comm.size - 1)
+        if set(parts) != {(label_party - 1, sealed.LEAF_SETS)}:
+            raise messages.bad_message(f"party {r} sent {sorted(parts)} as its leaf sets")
+        items.append((r - 1, parts[(label_party - 1, sealed.LEAF_SETS)]))
+    return sealed.incoming(items)
+
+
+def _explained_leaves(leaves, trees):
+    """The explained row's leaf in each tree, from the label holder."""
+    if not (isinstance(leaves, np.ndarray) and leaves.dtype.kind in "iu" and leaves.shape == (len(trees),)):
+        raise messages.bad_message(f"the label holder sent {messages.shown(leaves)} as the explained row's leaves")
+    for tree, leaf in zip(trees, leaves.tolist()):
+        left = tree["children_left"]
+        if not (0 <= leaf < left.shape[0] and left[leaf] < 0):
+            raise messages.bad_message("the label holder named a node that is not a leaf for the explained row")
+    return leaves
 
 
 def _leaf_sums(trees, row_leaves, n_rows, boost):

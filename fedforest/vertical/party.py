@@ -32,7 +32,7 @@ from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
 from . import encrypted_labels as encrypted
 from .paillier import sealed
-from .paillier.holder import HeldLabels, KeyHolder, check_leaves
+from .paillier.holder import HeldLabels, KeyHolder
 from ..tree.growth import ForestTrees
 from . import boosting, explain, forest_params, model_files, protocol
 from ..transport.base import ProtocolError, expect
@@ -160,6 +160,8 @@ def party_train(comm, cfg):
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_estimators,
         "label_privacy": cfg.label_privacy,
+        # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
+        "label_party": setup.get("label_party") if cfg.label_privacy == "paillier" else None,
         # this party's set-up (read, align, bin) and the memory it holds when growth starts
         "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
         "rss_training_mb": current_rss_mb(),
@@ -177,7 +179,8 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
     trees the master's batch messages ask for (at most ``batch`` trees from
     the last stored one), store each batch's trees at its commit (trees and
     manifest on disk before the reply counts them), stop at ``done``.
-    ``on_commit(trees, reply)`` adds to a commit's reply; ``on_op`` maps
+    ``on_commit(trees, reply, first)`` adds to a commit's reply (``first``:
+    the number of the first of the stored ``trees``); ``on_op`` maps
     further ops to ``handler(msg, n_stored) -> (reply, n_stored)``."""
     n_estimators = manifest["n_estimators"]
     crash_after = _crash_point(comm.rank)
@@ -206,7 +209,7 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
                                                     complete=t == manifest["n_estimators"]))
             reply["n_trees"] = t
             if on_commit is not None:
-                on_commit([tree for _, tree in done], reply)
+                on_commit([tree for _, tree in done], reply, done[0][0] if done else t)
         return reply
 
     while True:
@@ -461,14 +464,30 @@ def party_predict(comm, cfg):
     method = manifest["split_method"]
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
+    # with encrypted labels the leaf sets go sealed to the label holder, which keeps its own
+    at_holder = manifest.get("label_privacy") == "paillier"
+    sealer = sealed.Sealer.of(comm) if at_holder else None
+    own_sets = None
     while True:
         msg = comm.recv(MASTER)
         op = msg.get("op")
         if op == protocol.READY:
             comm.send(MASTER, {})
         elif op == protocol.LEAF_SETS:
-            comm.send(MASTER, pack_leaf_sets(party_leaf_sets(X, trees, method)))
+            sets = pack_leaf_sets(party_leaf_sets(X, trees, method))
+            if not at_holder:
+                comm.send(MASTER, sets)
+                continue
+            lp = _label_party(manifest, msg, cfg)
+            if lp == rank:
+                own_sets = sets
+                comm.send(MASTER, {})
+            else:
+                comm.send(MASTER, sealed.seal_leaf_sets(sealer, lp - 1, sets, sealed.PREDICTION))
         elif op == protocol.CLASSICAL:
+            if at_holder:
+                raise bad_message("node-by-node prediction of a model whose leaf values are the label "
+                                  "holder's: its rows would pass through the master")
             Xp = prepare_X(X, method)
             while True:
                 m = comm.recv(MASTER)
@@ -488,11 +507,18 @@ def party_predict(comm, cfg):
         elif op == protocol.RESULT:
             if rank != cfg.result_party:
                 raise bad_message(f"predictions sent to party {rank}; result_party is {cfg.result_party}")
-            if "leaves" in msg:   # the leaf values are this party's: it makes the predictions
-                msg = _holder_result(msg, trees, manifest, ids.shape[0], cfg)
+            reply = {}
+            if at_holder:   # the leaf values are this party's: it makes the predictions
+                if own_sets is None:
+                    raise bad_message("a result before the leaf sets")
+                leaves = sealed.leaves_from_sets(sealer, msg, own_sets, trees, ids.shape[0], sealed.PREDICTION)
+                msg = _holder_result(leaves, trees, manifest, ids.shape[0], cfg)
+                if cfg.explain_row is not None:
+                    # the one row the job explains: its leaves go to the master, which prints its path
+                    reply["leaves"] = leaves[:, 0].astype(np.int64)
             _check_result(msg, ids.shape[0])
-            path = _write_predictions(cfg, ids, msg, manifest)
-            comm.send(MASTER, {"path": path})
+            reply["path"] = _write_predictions(cfg, ids, msg, manifest)
+            comm.send(MASTER, reply)
         elif op == protocol.DONE:
             comm.send(MASTER, {})
             return None
@@ -546,12 +572,22 @@ def _path_steps(msg, trees):
     return steps
 
 
-def _holder_result(msg, trees, manifest, n_rows, cfg):
-    """The label holder's predictions from every row's leaf in each tree (the
-    master's intersection of the leaf sets) and its own leaf values."""
-    if manifest.get("label_privacy") != "paillier" or not manifest.get("has_label"):
-        raise bad_message("leaves sent to a party that holds no leaf values")
-    leaves = check_leaves(msg.get("leaves"), trees, n_rows)
+def _label_party(manifest, msg, cfg):
+    """The label holder's rank, from this party's own model (a model of an
+    older version: from the master's message)."""
+    lp = manifest.get("label_party")
+    if lp is None:
+        lp = int_value(msg.get("label_party"), "'label_party'", 1, cfg.n_parties)
+    if (lp == manifest["rank"]) != bool(manifest.get("has_label")):
+        raise bad_message(f"'label_party' {lp} is not the party that holds the labels")
+    return lp
+
+
+def _holder_result(leaves, trees, manifest, n_rows, cfg):
+    """The label holder's predictions from every row's leaf in each tree (its
+    intersection of the parties' leaf sets) and its own leaf values."""
+    if not manifest.get("has_label"):
+        raise bad_message("a result asked of a party that holds no leaf values")
     row_leaves = [leaves[i] for i in range(len(trees))]
     boost = manifest.get("boost")
     if boost is None:

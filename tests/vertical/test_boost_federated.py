@@ -349,7 +349,9 @@ def _exchanges(monkeypatch, leaf_replies=None):
         if leaf_replies is not None:
             parts = [p for r in replies if isinstance(r, dict) for p in (r, r.get("commit"))
                      if isinstance(p, dict)]
-            leaf_replies.append(any(str(k).startswith("leaf.") for p in parts for k in p))
+            # leaf sets: in the clear for the master (plain), sealed for the label holder (paillier)
+            leaf_replies.append(any(str(k).startswith("leaf.") or (k == "sealed" and "n_trees" in p)
+                                    for p in parts for k in p))
         return replies
     monkeypatch.setattr(common.RemoteParties, "exchange", exchange)
     return seen, messages

@@ -213,6 +213,23 @@ def test_protocol_same_model_as_plain(tmp_path, task):
     with pytest.raises(InputError, match="result_party = 2"):
         run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames],
                      model_dir=str(tmp_path / "paillier"), output=str(tmp_path / "x.csv"), result_party=1)
+    # node-by-node prediction would route every row through the master: refused before any work
+    with pytest.raises(InputError, match="predict_method.*'oneshot'"):
+        run_vertical("predict", [f.drop(columns="y", errors="ignore") for f in frames], predict_method="classical",
+                     model_dir=str(tmp_path / "paillier"), output=str(tmp_path / "x.csv"), result_party=2)
+    assert not os.path.exists(tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("mode", ["vertical", "vertical_boost"])
+def test_the_master_cannot_keep_a_full_model_of_an_encrypted_job(tmp_path, mode):
+    """The master relays the splits sealed: master_full_model is refused before any work."""
+    frames, X, y = _frames()
+    opts = dict(OPTS, max_depth=3) if mode == "vertical" else dict(label_column="y", key_length=KEY,
+                                                                   insecure_key=True, n_estimators=2)
+    with pytest.raises(InputError, match="master_full_model"):
+        run_vertical("train", frames, mode=mode, task="classification", model_dir=str(tmp_path / "m"),
+                     label_privacy="paillier", master_full_model=True, **opts)
+    assert not os.path.exists(tmp_path / "m")
 
 
 def test_2048_bit_key_same_trees():

@@ -571,18 +571,30 @@ def test_a_rounds_gradients_are_asked_for_in_order_and_nothing_else(tmp_path, mo
     refused(tmp_path, field, rank=2, frames=_boost_frames(), **BOOST)
 
 
-def test_leaves_of_a_round_must_be_leaves_of_its_trees(tmp_path, monkeypatch):
-    """With a subsample the master sends the rows' leaves of the last round;
-    internal nodes (a way to move margins) are refused."""
+@pytest.mark.parametrize("kind", ["flip", "drop", "replay"])
+def test_a_rounds_leaf_sets_reach_the_label_holder_sealed(tmp_path, monkeypatch, kind):
+    """With a subsample every row's leaf of the last round comes from the
+    parties' leaf sets, sealed for the label holder: a master that alters
+    them, drops them, or passes one party's as another's (a way to move the
+    margins and read the label holder's best round) stops the job."""
     from fedforest.vertical import encrypted_gradients as EG
+    earlier = {}
 
     def change(msg, dest):
-        if "leaves" in msg:
-            msg["leaves"] = np.zeros_like(msg["leaves"])   # the root: never a leaf of a split tree
+        if msg.get("sealed") is not None and msg["sealed"].size:
+            if kind == "flip":
+                msg["sealed"] = _flip(msg["sealed"])
+            elif kind == "drop":
+                for k in ("sealed", "sealed_from", "sealed_len"):
+                    del msg[k]
+            elif earlier:     # the leaf sets of an earlier round again
+                msg.update(earlier)
+            else:
+                earlier.update((k, msg[k]) for k in ("sealed", "sealed_from", "sealed_len"))
         return msg
     hostile(monkeypatch, EG.GRADIENTS, change, to=2, times=3)
-    refused(tmp_path, "'leaves' names nodes that are not leaves", rank=2, frames=_boost_frames(),
-            subsample=0.8, **BOOST)
+    field = "leaf sets" if kind == "drop" else "leaf_sets"
+    refused(tmp_path, field, rank=2, exc_type=None, frames=_boost_frames(), subsample=0.8, **BOOST)
 
 
 @pytest.mark.parametrize("field,value,to,match", [

@@ -488,23 +488,6 @@ class KeyHolder(OwnSplits):
         return out
 
 
-def check_leaves(leaves, trees, n_rows, what="'leaves'"):
-    """Leaf ids the master sends for the rows of ``trees`` (one row per tree):
-    each a leaf of its tree."""
-    leaves = int_array(leaves, what, ndim=2)
-    if leaves.shape != (len(trees), n_rows):
-        raise bad_message(f"{what} must hold one leaf per tree and row, shape ({len(trees)}, {n_rows}), "
-                          f"got {shown(leaves)}")
-    for i, tree in enumerate(trees):
-        left = np.asarray(tree["children_left"])
-        row = leaves[i]
-        if row.size and (row.min() < 0 or row.max() >= left.shape[0] or (left[row] >= 0).any()):
-            raise bad_message(f"{what} names nodes that are not leaves of tree {i}")
-    return leaves
-
-
-
-
 class GradientRounds:
     """Boosting's labels at the label holder of a job with encrypted
     gradients (the splitter's labels beside the :class:`KeyHolder` channel).  It keeps
@@ -535,6 +518,7 @@ class GradientRounds:
         self.round = None             # (g, h, q_g, q_h, steps) of the round being grown
         self.rounds_done = 0          # rounds whose leaf values are in the margins (None: resuming)
         self.values = {}              # tree -> finished tree's node values (for margins)
+        self.trees = {}               # tree -> the last round's finished trees (for its leaf sets)
         self.splitter = None
 
     def bind(self, splitter):
@@ -545,7 +529,7 @@ class GradientRounds:
     def resume(self, start_round, values, leaves):
         """Margins (and validation losses) after the ``start_round`` stored
         rounds: ``values`` the stored trees' node values, ``leaves`` every
-        row's leaf in each of them (from the master's leaf-set intersection)."""
+        row's leaf in each of them (from the parties' leaf sets, intersected here)."""
         for r in range(start_round):
             for k in range(self.k_out):
                 t = r * self.k_out + k
@@ -559,7 +543,7 @@ class GradientRounds:
 
     def _fold(self, r, leaves):
         """Add round ``r``'s leaf values to the margins: every row's leaf from
-        ``leaves`` (the master's intersection, shape (outputs, rows)), or,
+        ``leaves`` (the parties' leaf sets intersected here, shape (outputs, rows)), or,
         when the round's sample held every row, from the trees grown here."""
         ids = [r * self.k_out + k for k in range(self.k_out)]
         for k, t in enumerate(ids):
@@ -579,24 +563,19 @@ class GradientRounds:
 
     def gradients(self, msg):
         """The reply to the master's ``gradients`` message of round ``round``:
-        the previous round is folded into the margins first (with ``leaves``
-        when the master sends them); then, with early stopping, the decision
+        the previous round is folded into the margins first (from the parties'
+        sealed leaf sets when they come with it); then, with early stopping, the decision
         to stop (``stop``, ``best``: the best round), else the round's
         encrypted gradients (``blocks``).  ``final``: no round follows; only
         the best round is returned."""
         r = int_value(msg.get("round"), "'round'", self.rounds_done, self.rounds_done + 1)
-        leaves = msg.get("leaves")
-        if leaves is not None:
-            leaves = int_array(leaves, "'leaves'", ndim=2)
-            if leaves.shape != (self.k_out, self.y.shape[0]):
-                raise bad_message(f"'leaves' must be of shape ({self.k_out}, {self.y.shape[0]}), got "
-                                  f"{shown(leaves)}")
+        leaves = self.round_leaves(msg, r - 1) if r == self.rounds_done + 1 else None
         if r == self.rounds_done + 1:
             self._fold(r - 1, leaves)
             if self.stopping is not None and self.stopping.add(r - 1, self._valid_loss()):
                 return {"stop": True, "best": int(self.stopping.best)}
-        elif leaves is not None:
-            raise bad_message("'leaves' for a round that is not the last one grown")
+        elif "sealed" in msg:
+            raise bad_message("leaf sets for a round that is not the last one grown")
         best = -1 if self.stopping is None or self.stopping.best is None else int(self.stopping.best)
         if msg.get("final") is True:
             self.round = None
@@ -631,3 +610,22 @@ class GradientRounds:
     def committed(self, tree_ids, trees):
         """The finished trees' values, for the margins of the next round."""
         self.values = {t: (tree["value"][:, 0], tree["children_left"]) for t, tree in zip(tree_ids, trees)}
+        self.trees = dict(zip(tree_ids, trees))
+
+    #: this party's own packed leaf sets of the last round's trees (or of the stored trees,
+    #: resuming); the other parties' come sealed with the next 'gradients' message
+    own_leaf_sets = None
+
+    def round_leaves(self, msg, r):
+        """Every row's leaf in round ``r``'s trees from the parties' leaf sets
+        (the other parties' sealed in ``msg``), or None when none came."""
+        if "sealed" not in msg:
+            if self.own_leaf_sets is not None:
+                raise bad_message(f"the parties' leaf sets of round {r} are missing")
+            return None
+        ids = [r * self.k_out + k for k in range(self.k_out)]
+        if self.own_leaf_sets is None or any(t not in self.trees for t in ids):
+            raise bad_message("leaf sets for a round that is not the last one grown")
+        own, self.own_leaf_sets = self.own_leaf_sets, None
+        return S.leaves_from_sets(self.splitter.channel.sealer, msg, own, [self.trees[t] for t in ids],
+                                  self.y.shape[0], (ids[0], S.ROUND_LEAVES))

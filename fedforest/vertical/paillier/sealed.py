@@ -35,6 +35,9 @@ LEAF_SETS = "leaf_sets"  # a party -> the label holder: its leaf sets of trees (
 BINS = "bins"            # passive party -> label holder, at set-up: its features' bin counts and left-out bins
 FIELDS = (SUMS, DECISION, BITS, LEAF_SETS, BINS)
 SETUP = (-1, -1)         # the place of the set-up's payloads
+# the places of leaf sets: a boosting round's trees (first tree), the stored trees of a resumed
+# run (first tree to grow), a prediction
+ROUND_LEAVES, STORED_LEAVES, PREDICTION = -2, -3, (0, -4)
 OUT_KEYS = ("sealed", "sealed_to", "sealed_len", "sealed_field")
 IN_KEYS = ("sealed", "sealed_from", "sealed_len")
 
@@ -256,4 +259,34 @@ def open_bins(sealer, msg):
                 raise bad_message(f"party {p + 1}'s sealed {k!r} are not integers")
             arrays.append(a.astype(np.int64))
         out[k] = np.concatenate(arrays)
+    return out
+
+
+def seal_leaf_sets(sealer, lh, packed, place):
+    """A party's packed leaf sets (:func:`~fedforest.tree.predict.pack_leaf_sets`),
+    sealed for the label holder, as a reply's envelope."""
+    return outgoing([(lh, LEAF_SETS, sealer.seal(lh, LEAF_SETS, *place, packed))])
+
+
+def leaves_from_sets(sealer, msg, own, trees, n_rows, place):
+    """Every row's leaf (node id) in each of ``trees``, shape ``(len(trees),
+    n_rows)``: the one-round prediction's intersection of every party's leaf
+    sets, this party's own (``own``, packed) and the others' sealed for it in
+    ``msg``'s envelope.  Only the label holder computes it."""
+    from ...tree.predict import leaf_positions, leaves_of, unpack_leaf_sets
+    blobs = from_message(msg, sealer.n_parties, sealer.me)
+    others = [p for p in range(sealer.n_parties) if p != sealer.me]
+    if sorted(blobs) != others:
+        raise bad_message("the parties' leaf sets must come sealed from every other party")
+    per_party = []
+    for p in range(sealer.n_parties):
+        packed = own if p == sealer.me else sealer.open(p, LEAF_SETS, *place, blobs[p])
+        try:
+            per_party.append(unpack_leaf_sets(packed, trees, n_rows))
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            raise bad_message(f"party {p + 1}'s leaf sets do not fit the trees ({exc})") from None
+    out = np.empty((len(trees), n_rows), dtype=np.int64)
+    for i, tree in enumerate(trees):
+        leaves = leaves_of(tree)
+        out[i] = leaves[leaf_positions(n_rows, per_party, i, leaves.size)]
     return out
