@@ -591,7 +591,7 @@ class ForgeLeaves:
 
     def __enter__(self):
         from fedforest.transport import base
-        from fedforest.vertical.encrypted_gradients import GRADIENTS
+        from fedforest.vertical.boost.encrypted_gradients import GRADIENTS
         orig = base.Comm.send
         self._undo = orig
         me = self

@@ -12,8 +12,8 @@ from .version import __version__
 __all__ = ["ForestClassifier", "ForestRegressor", "BoostClassifier", "BoostRegressor", "run_job", "run_vertical", "run_horizontal",
            "FedForestError", "InputError", "ChannelError", "RemoteError", "__version__"]
 
-_LAZY = {"ForestClassifier": ".vertical.estimator", "ForestRegressor": ".vertical.estimator",
-         "BoostClassifier": ".vertical.boost_estimator", "BoostRegressor": ".vertical.boost_estimator",
+_LAZY = {"ForestClassifier": ".vertical.forest.estimator", "ForestRegressor": ".vertical.forest.estimator",
+         "BoostClassifier": ".vertical.boost.estimator", "BoostRegressor": ".vertical.boost.estimator",
          "run_job": ".jobs", "run_vertical": ".jobs", "run_horizontal": ".jobs"}
 
 

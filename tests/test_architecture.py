@@ -18,10 +18,17 @@ third-party packages):
   ``.declare`` (the declarations the horizontal modes share) and ``.binned_id3`` (the ID3
   job on binned numeric columns both ID3 modes run).  Imports: core, federation,
   horizontal common.
-* algorithms: ``fedforest.vertical`` and every module or package directly under
+* vertical common: ``fedforest.vertical`` (its ``__init__``), every module directly
+  under it (the job skeleton, the grower, the party splitter, messages, model files, the
+  model-output and estimator bases, the shared declarations) and the ``paillier`` package
+  (the encrypted modes, generic over the algorithms).  Imports: core, federation,
+  vertical common.
+* algorithms: every package directly under ``fedforest/vertical/`` but ``paillier``
+  (``forest``, ``boost``), and every module or package directly under
   ``fedforest/horizontal/`` other than the shared modules and ``__init__``.  Imports:
-  core, federation, horizontal common (horizontal algorithms only) and the algorithm's own
-  modules.  An algorithm never imports another algorithm.
+  core, federation, the family's common layer (horizontal common for horizontal
+  algorithms, vertical common for vertical ones) and the algorithm's own modules.  An
+  algorithm never imports another algorithm.
 * application: ``fedforest`` (``__init__``), ``fedforest.__main__``, ``fedforest.cli``,
   ``fedforest.jobs``, ``fedforest.demo``.  Imports: anything.
 
@@ -58,6 +65,7 @@ PACKAGE = "fedforest"
 CORE = "core"
 FEDERATION = "federation"
 HORIZONTAL_COMMON = "horizontal common"
+VERTICAL_COMMON = "vertical common"
 ALGORITHM = "algorithm"
 APPLICATION = "application"
 
@@ -67,6 +75,8 @@ HORIZONTAL = f"{PACKAGE}.horizontal"
 HORIZONTAL_COMMON_ROOTS = (HORIZONTAL,) + tuple(
     f"{HORIZONTAL}.{m}" for m in ("setup", "encoding", "message_checks", "client_tree", "model_files",
                                   "declare", "binned_id3"))
+VERTICAL = f"{PACKAGE}.vertical"
+VERTICAL_COMMON_PACKAGES = ("paillier",)   # packages under vertical/ that are not algorithms
 MPI_MODULE = f"{PACKAGE}.transport.mpi"
 REGISTRY_MODULE = f"{PACKAGE}.federation.registry"
 COMMAND_LINE = (f"{PACKAGE}.__main__", f"{PACKAGE}.cli")
@@ -116,8 +126,14 @@ def layer_of(name: str) -> Optional[Layer]:
         return Layer(FEDERATION)
     if name == HORIZONTAL or any(_within(name, r) for r in HORIZONTAL_COMMON_ROOTS[1:]):
         return Layer(HORIZONTAL_COMMON)
-    if _within(name, f"{PACKAGE}.vertical"):
-        return Layer(ALGORITHM, f"{PACKAGE}.vertical")
+    if _within(name, VERTICAL):
+        parts = name.split(".")
+        if len(parts) > 3 and parts[2] not in VERTICAL_COMMON_PACKAGES:
+            return Layer(ALGORITHM, ".".join(parts[:3]))      # a module inside an algorithm's package
+        if len(parts) == 3 and parts[2] not in VERTICAL_COMMON_PACKAGES and os.path.isdir(
+                os.path.join(ROOT, *parts)):
+            return Layer(ALGORITHM, name)                      # an algorithm's package itself
+        return Layer(VERTICAL_COMMON)
     if name.startswith(HORIZONTAL + "."):
         parts = name.split(".")
         if parts[2] != "__init__":
@@ -136,6 +152,9 @@ def may_import(importer: Layer, target: Layer) -> bool:
         return True
     if importer.name == FEDERATION:
         return False
+    if target.name == VERTICAL_COMMON:
+        return importer.name == VERTICAL_COMMON or (
+            importer.name == ALGORITHM and importer.unit.startswith(VERTICAL + "."))
     if target.name == HORIZONTAL_COMMON:
         return importer.name == HORIZONTAL_COMMON or (
             importer.name == ALGORITHM and importer.unit.startswith(HORIZONTAL + "."))
@@ -416,6 +435,14 @@ def test_architecture_checker_reports_each_kind_of_violation():
          ("fedforest/horizontal/fedxgbllr/roles.py", 1, "layer")),
         ({"fedforest/vertical/party.py": "from ..horizontal import setup\n"},
          ("fedforest/vertical/party.py", 1, "layer")),
+        # the vertical algorithms: one importing the other; the shared core importing one
+        ({"fedforest/vertical/boost/__init__.py": "", "fedforest/vertical/boost/roles.py": "",
+          "fedforest/vertical/forest/__init__.py": "", "fedforest/vertical/forest/master.py":
+              "from ..boost import roles\n"},
+         ("fedforest/vertical/forest/master.py", 1, "layer")),
+        ({"fedforest/vertical/forest/__init__.py": "", "fedforest/vertical/forest/output.py": "",
+          "fedforest/vertical/job_master.py": "import os\nfrom .forest import output\n"},
+         ("fedforest/vertical/job_master.py", 2, "layer")),
         # private names and private submodules of another module
         ({"fedforest/tree/kernels.py": "from .rules import _entropy\n"},
          ("fedforest/tree/kernels.py", 1, "private")),

@@ -923,8 +923,8 @@ def test_true_false_keys_need_real_booleans(tmp_path, value):
 def test_a_party_refuses_to_reveal_its_splits_unless_its_own_config_allows_it(tmp_path):
     from fedforest.federation.config import resolve
     from fedforest.transport.inprocess import run_inprocess
-    from fedforest.vertical.roles import client_train as party_train
-    from fedforest.vertical.roles import server_train as master_train
+    from fedforest.vertical.forest.roles import client_train as party_train
+    from fedforest.vertical.forest.roles import server_train as master_train
     opts = dict(train_opts(tmp_path, model_dir=str(tmp_path / "m")), data=[party1(), party2()],
                 progress=False, quiet=True)
     with pytest.raises(RemoteError) as err:

@@ -15,7 +15,8 @@ from ..errors import InputError
 from .mode import Mode
 
 BUILTIN = (
-    "fedforest.vertical",
+    "fedforest.vertical.forest",
+    "fedforest.vertical.boost",
     "fedforest.horizontal.icdta4fl",
     "fedforest.horizontal.baselines",
     "fedforest.horizontal.federated_id3",

@@ -187,7 +187,7 @@ class ForestTrees:
     """The decisions that make a tree a forest tree, from label statistics:
     which candidate nodes are searched (the impure ones), which best gains
     split, and the node values (class fractions or mean targets).  The grower
-    holding the labels plugs it in (boosting trees: :class:`~fedforest.vertical.boosting.BoostTrees`)."""
+    holding the labels plugs it in (boosting trees: :class:`~fedforest.vertical.boost.boosting.BoostTrees`)."""
 
     def __init__(self, settings):
         self.s = settings

@@ -453,7 +453,7 @@ def _add_rows_skipping(H, C, Xb, rows, s, e, feat, base, lim, dflt, ycls, yw, is
     (``dflt[t]``, a bin code, ``MISSING_BIN`` for the missing bin) holding
     most rows: only the other rows are added, and the default bin is the
     rows' totals less every other bin.  Only for exact sums (integer
-    weights, gradients on a grid: :mod:`fedforest.vertical.boosting`),
+    weights, gradients on a grid: :mod:`fedforest.vertical.boost.boosting`),
     where that difference equals the bin's own sum in any order, so the
     histograms are those of :func:`_add_rows` at a fraction of the adds
     (one-hot and mostly-zero columns)."""

@@ -7,7 +7,7 @@ import xgboost as xgb
 from sklearn.datasets import make_classification, make_regression
 
 from fedforest import BoostClassifier, BoostRegressor, InputError
-from fedforest.vertical import boosting as B
+from fedforest.vertical.boost import boosting as B
 from fedforest.vertical.party_splitter import PartySplitter
 
 

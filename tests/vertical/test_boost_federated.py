@@ -137,7 +137,8 @@ def test_resume_after_a_party_failure_gives_the_uninterrupted_model(tmp_path, mo
 def test_a_party_of_another_mode_is_refused_before_any_work(tmp_path):
     from fedforest.transport.inprocess import run_inprocess
     from fedforest.federation.config import resolve
-    from fedforest.vertical import boost_roles, party
+    from fedforest.vertical.boost import roles as boost_roles
+    from fedforest.vertical.forest import party
 
     X, y = _data("regression", 1, 0, n=60)
     frames = party_frames(X, y, [[0, 1, 2, 3], [4, 5, 6, 7]])

@@ -22,8 +22,8 @@ from fedforest.crypto import paillier as P
 from fedforest.jobs import run_job
 from fedforest.transport import base
 from fedforest.vertical import model_files
-from fedforest.vertical.boost_params import BoostParams
-from fedforest.vertical.boosting import holdout
+from fedforest.vertical.boost.params import BoostParams
+from fedforest.vertical.boost.boosting import holdout
 
 from _util import make_table, party_frames
 

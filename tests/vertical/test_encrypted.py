@@ -8,7 +8,7 @@ import pytest
 from _util import assert_same_trees, complete_trees, party_frames, random_groups
 from sklearn.datasets import make_classification, make_regression
 
-from fedforest.vertical import roles as vertical_roles
+from fedforest.vertical.forest import roles as vertical_roles
 from fedforest.crypto import paillier as P
 from fedforest.errors import InputError, RemoteError
 from fedforest.jobs import run_vertical
@@ -19,7 +19,8 @@ from fedforest.tree.growth import ForestTrees, SplitSettings
 from fedforest.vertical.party_splitter import LocalParties, PartySplitter
 from fedforest.vertical.tree_grower import TreeGrower
 from fedforest.vertical.paillier.sealed import local_sealers
-from fedforest.vertical.paillier.holder import HeldLabels, KeyHolder
+from fedforest.vertical.forest.held_labels import HeldLabels
+from fedforest.vertical.paillier.holder import KeyHolder
 from fedforest.vertical.paillier.relay import LabelHolderChooses, RowCount
 from fedforest.tree.labels import PlainLabels
 

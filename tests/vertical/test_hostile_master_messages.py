@@ -566,7 +566,7 @@ def _boost_frames():
     (lambda m, d: dict(m, stored_leaves=np.zeros((3, 150), dtype=np.int32)), "'stored_leaves'"),
 ])
 def test_a_rounds_gradients_are_asked_for_in_order_and_nothing_else(tmp_path, monkeypatch, change, field):
-    from fedforest.vertical import encrypted_gradients as EG
+    from fedforest.vertical.boost import encrypted_gradients as EG
     hostile(monkeypatch, EG.GRADIENTS, change, to=2, times=1)
     refused(tmp_path, field, rank=2, frames=_boost_frames(), **BOOST)
 
@@ -577,7 +577,7 @@ def test_a_rounds_leaf_sets_reach_the_label_holder_sealed(tmp_path, monkeypatch,
     parties' leaf sets, sealed for the label holder: a master that alters
     them, drops them, or passes one party's as another's (a way to move the
     margins and read the label holder's best round) stops the job."""
-    from fedforest.vertical import encrypted_gradients as EG
+    from fedforest.vertical.boost import encrypted_gradients as EG
     earlier = {}
 
     def change(msg, dest):
@@ -611,7 +611,7 @@ def test_a_trees_first_message_is_checked(tmp_path, monkeypatch, field, value, t
 
 
 def test_stop_keeps_whole_stored_rounds(tmp_path, monkeypatch):
-    from fedforest.vertical import boost_roles
+    from fedforest.vertical.boost import roles as boost_roles
     hostile(monkeypatch, protocol.DONE, lambda m, d: {"op": boost_roles.STOP, "keep": 99}, to=2)
     refused(tmp_path, "'keep'", rank=2, frames=_boost_frames(), **BOOST)
 
@@ -625,14 +625,14 @@ def test_stored_leaf_sets_only_before_growth_resumes(tmp_path, monkeypatch):
 # C10: memory is each party's own
 # ---------------------------------------------------------------------------
 def test_a_batch_larger_than_the_partys_own_bound_is_refused(tmp_path, monkeypatch):
-    from fedforest.vertical import master
+    from fedforest.vertical.forest import master
     monkeypatch.setattr(master, "batch_limits", lambda cfg, infos, n, b: (None, 50))
     refused(tmp_path, "outside the batch being grown", tree_batch=1, n_estimators=4)
 
 
 def test_the_master_sizes_batches_within_every_partys_bound():
     from types import SimpleNamespace
-    from fedforest.vertical.master import batch_limits
+    from fedforest.vertical.job_master import batch_limits
     cfg = SimpleNamespace(tree_batch=None, batch_memory_mb=4096)
     infos = {1: {"tree_batch": None, "batch_memory_mb": 4096}, 2: {"tree_batch": 3, "batch_memory_mb": 4096}}
     assert batch_limits(cfg, infos, 100, 1000) == (3, 3)

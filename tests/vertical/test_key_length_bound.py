@@ -17,7 +17,7 @@ from fedforest.errors import InputError, RemoteError
 from fedforest.federation.config import resolve
 from fedforest.federation.network import Policy, _accept_job, _party_local
 from fedforest.jobs import run_job
-from fedforest.vertical.party import public_key
+from fedforest.vertical.job_party import public_key
 
 from _util import job_message, party_frames
 

@@ -11,7 +11,7 @@
   statistic;
 * the parties without labels are the splitters of
   :mod:`fedforest.vertical.encrypted_labels` (labels) and
-  :mod:`fedforest.vertical.encrypted_gradients` (gradients).
+  :mod:`fedforest.vertical.boost.encrypted_gradients` (gradients).
 
 See docs/protocol.md, "Encrypted labels" and "What each rank learns".
 """

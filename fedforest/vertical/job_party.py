@@ -1,15 +1,10 @@
-"""Vertical Federated Forest, a party's policy (ranks 1..K): training and prediction.
-
-A party trusts no value of the master's messages that it can check: every
-message is compared with what the party knows itself (its configuration, its
-aligned rows and columns, the classes, the trees it has open) or the value is
-recomputed here; anything else stops the job with a
-:class:`~fedforest.transport.base.ProtocolError` (an
-:class:`~fedforest.errors.InputError` where settings differ) naming the field.
+"""A party's side of every vertical job, the forest's and boosting's alike:
+the opening steps of training (read, describe, align), the loop that grows
+and stores the trees the master's batch messages ask for, the set-up facts
+of the encrypted modes, and prediction.  See docs/protocol.md.
 """
 import os
 import re
-import time
 
 import numpy as np
 
@@ -17,30 +12,31 @@ from ..crypto import paillier
 from ..data.alignment import party_align
 from ..data.columns import check_table_memory, return_large_frees
 from ..data.io import pd
-from ..data.validation import CLASSIFICATION, encode_labels
+from ..data.validation import CLASSIFICATION
 from ..errors import InputError
 from ..tree import partitioner, predict
-from ..tree import growth
 from . import messages
-from . import tree_grower
 from ..tree import threads as numba_threads
-from .messages import accept_settings, bad_message, check_fields, index_array, int_array, int_value, shown
-from .party_splitter import PartySplitter
-from ..tree.labels import PlainLabels
-from ..tree.params import resolve_max_samples, resolve_n_jobs, validate
+from .messages import bad_message, index_array, int_array, int_value, shown
+from ..tree.params import resolve_n_jobs
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
-from . import encrypted_labels as encrypted
 from .paillier import sealed
-from .paillier.holder import HeldLabels, KeyHolder
-from ..tree.growth import ForestTrees
-from . import boosting, explain, forest_params, model_files, protocol
+from . import explain, model_files, protocol
 from ..transport.base import ProtocolError, expect
-from .common import MASTER, PartyTable, current_rss_mb, peak_rss_mb, check_model_dir, check_world, label_array, load_role_model
+from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, load_role_model
+
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")   # job and run ids: 32 hex digits
+
+
+
 MAX_CLASSES = 1 << 16
+
+
+
 DEFAULT_BATCH_MB = 4096
+
 
 
 def _crash_point(rank):
@@ -54,9 +50,10 @@ def _crash_point(rank):
     return n if r == rank else None
 
 
+
 def open_training(comm, cfg):
     """A party's side of the steps every vertical training job starts with
-    (:func:`fedforest.vertical.master.open_training`): read and describe its
+    (:func:`fedforest.vertical.forest.master.open_training`): read and describe its
     table, check its model folder for this job, align its rows by ID.
     Returns ``(table, job_id, folder, trees already checkpointed, aligned X)``,
     X an :class:`~fedforest.data.columns.AlignedColumns` (the splitter takes
@@ -102,76 +99,6 @@ def open_training(comm, cfg):
     table.ids = table.store.ids = None      # training needs the IDs no more
     return table, job_id, folder, n_done, table.aligned(positions)
 
-
-def party_train(comm, cfg):
-    """Party side of training."""
-    return_large_frees()
-    rank = comm.rank
-    t0 = time.perf_counter()
-    cfg.check_train()
-    params = validate(forest_params(cfg), cfg.task)
-    table, job_id, folder, n_done, X = open_training(comm, cfg)
-    n_rows = X.shape[0]
-    msg = comm.recv(MASTER)
-    held = None
-    if table.has_label:  # the master asks the label holder, and only it, for its labels
-        if cfg.label_privacy == "paillier":
-            held = _encrypt_labels(comm, cfg, expect(msg, protocol.ENCRYPT_LABELS), table.y)
-        else:
-            expect(msg, protocol.SEND_LABELS)
-            y = label_array(table.y, cfg.task, f"label column {cfg.label_column!r}")
-            comm.send(MASTER, {"y": y})
-            held = {"y": y}
-        msg = comm.recv(MASTER)
-    setup = expect(msg, protocol.SETUP)
-    start = check_setup(setup, cfg, params, rank, job_id, n_done, folder)
-    is_clf = cfg.task == CLASSIFICATION
-    if held is not None and "y" in held:  # plain mode: the codes the master makes of them
-        held["codes"], held["classes"] = encode_labels(held["y"], cfg.task,
-                                                       what=f"label column {cfg.label_column!r}")
-    n_classes = _n_classes(setup.get("n_classes"), is_clf, n_rows, held)
-    settings = accept_settings(setup.get("settings"), params, n_rows, is_clf, n_classes,
-                                    len(table.columns), cfg.master_full_model)
-    n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
-    if cfg.label_privacy == "paillier":
-        splitter = _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total)
-    else:
-        labels = PlainLabels(_plain_labels(setup.get("y"), is_clf, n_classes, n_rows, held), is_clf,
-                             n_classes)
-        splitter = PartySplitter(X, settings, labels)
-    # what every tree's first message must hold: the draws of one tree, class weights if asked
-    splitter.count_total = n_total
-    splitter.count_max = n_total if params.bootstrap else 1
-    splitter.class_weighted = is_clf and params.class_weight is not None
-    # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
-    n_estimators = params.n_estimators
-    batch = growth.resolve_tree_batch(
-        cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
-        tree_grower.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
-    numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
-    splitter.crypto_workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
-    tree_grower.warm_up(settings.split_method, settings.is_classification)
-    manifest = {
-        "role": "party", "rank": rank, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,
-        "run_id": setup["run_id"],
-        "task": cfg.task, "params": params.to_dict(), "columns": table.columns,
-        "categories": table.categories, "has_label": table.has_label,
-        "label_column": cfg.label_column if table.has_label else None,
-        "id_column": cfg.id_column, "split_method": settings.split_method,
-        "n_estimators": n_estimators,
-        "label_privacy": cfg.label_privacy,
-        # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
-        "label_party": setup.get("label_party") if cfg.label_privacy == "paillier" else None,
-        # this party's set-up (read, align, bin) and the memory it holds when growth starts
-        "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
-        "rss_training_mb": current_rss_mb(),
-    }
-    if cfg.label_privacy == "paillier" and held is not None:
-        # the label holder writes the predictions: the class names stay with it
-        manifest["classes"] = [str(c) for c in held["classes"]] if is_clf else None
-    if start == 0:
-        model_files.clear(folder)
-    return serve_growth(comm, splitter, manifest, folder, start, batch)
 
 
 def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None, on_op=None):
@@ -252,10 +179,12 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
         comm.send(MASTER, reply)
 
 
+
 def _hex_id(value, name):
     if not (isinstance(value, str) and JOB_ID.fullmatch(value)):
         raise bad_message(f"{name} must be 32 hex digits, got {shown(value)}")
     return value
+
 
 
 def check_setup(setup, cfg, params, rank, job_id, n_done, folder):
@@ -283,36 +212,6 @@ def check_setup(setup, cfg, params, rank, job_id, n_done, folder):
     return start
 
 
-def _n_classes(value, is_clf, n_rows, held):
-    """The number of classes (1 for regression): bounded by the rows, the label
-    holder's own count."""
-    if not is_clf:
-        return int_value(value, "'n_classes'", 1, 1)
-    n = int_value(value, "'n_classes'", 2, max(2, min(n_rows, MAX_CLASSES)))
-    if held is not None and n != held["classes"].size:
-        raise bad_message(f"'n_classes' is {n}; the labels of this party have {held['classes'].size} classes")
-    return n
-
-
-def _plain_labels(y, is_clf, n_classes, n_rows, held):
-    """The labels of the plain mode: a class code per aligned row, each class
-    present (classes are the distinct labels), or finite targets; the label
-    holder's must be its own."""
-    if not (isinstance(y, np.ndarray) and y.shape == (n_rows,)
-            and y.dtype.kind in ("iu" if is_clf else "f")):
-        kind = "integer class codes" if is_clf else "float targets"
-        raise bad_message(f"'y' must hold {n_rows} {kind} (one per aligned row), got {shown(y)}")
-    if is_clf:
-        if y.size and (y.min() < 0 or y.max() >= n_classes):
-            raise bad_message(f"'y' holds class codes outside [0, {n_classes})")
-        if not np.all(np.bincount(y.astype(np.int64), minlength=n_classes)):
-            raise bad_message(f"'y' leaves some of its {n_classes} classes without rows")
-    elif not np.all(np.isfinite(y)):
-        raise bad_message("'y' holds targets that are not finite")
-    if held is not None and not np.array_equal(y, held["codes"]):
-        raise bad_message("'y' differs from this party's own labels")
-    return y
-
 
 def _check_batch_trees(trees, first, end, commit):
     """The tree numbers of a batch message: trees of the batch being grown
@@ -325,6 +224,7 @@ def _check_batch_trees(trees, first, end, commit):
                           f"in order from {first}, got {shown(trees)}")
     if trees.size and (trees.min() < first or trees.max() >= end):
         raise bad_message(f"'trees' names trees outside the batch being grown ({first} to {end - 1})")
+
 
 
 def public_key(data, cfg):
@@ -342,46 +242,6 @@ def public_key(data, cfg):
     return public
 
 
-def _encrypt_labels(comm, cfg, msg, y):
-    """The label holder: make its own key pair, encode its labels and encrypt
-    them with its own randomness; the public key, the public slot layout and
-    the ciphertexts go to the master (which relays them), the private key and
-    the grid step stay here.  A key_length above this party's own
-    max_key_length is refused before any work."""
-    paillier.check_key_bound(cfg.key_length, cfg.max_key_length, f"party {comm.rank}")
-    what = f"label column {cfg.label_column!r}"
-    codes, classes = encode_labels(label_array(y, cfg.task, what), cfg.task, what=what)
-    params = validate(forest_params(cfg), cfg.task)
-    n = codes.shape[0]
-    n_total = resolve_max_samples(params.max_samples, n) if params.bootstrap else n
-    if msg.get("n_total") != n_total or isinstance(msg.get("n_total"), bool):
-        raise bad_message(f"'n_total' must be {n_total} (the draws of a tree), got "
-                          f"{shown(msg.get('n_total'))}")
-    if msg.get("slot_bits") != cfg.slot_bits or isinstance(msg.get("slot_bits"), bool):
-        raise bad_message(f"'slot_bits' must be {cfg.slot_bits} (this party's settings), got "
-                          f"{shown(msg.get('slot_bits'))}")
-    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
-    is_clf = cfg.task == CLASSIFICATION
-    if is_clf:
-        spec = encrypted.EncryptionSpec(True, classes.size, n_total, public.key_length, cfg.slot_bits)
-        scored = codes
-    else:
-        codes, step, bias = encrypted.regression_grid(codes, n_total)
-        spec = encrypted.EncryptionSpec(False, 1, n_total, public.key_length, cfg.slot_bits,
-                                        step=step, bias=bias)
-        scored = codes * step
-    t0 = time.perf_counter()
-    # fresh randomness of its own key: by default every core of its host (the others wait)
-    cts = encrypted.encrypt_own(private, spec.row_plaintexts(codes),
-                                cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
-    seconds = time.perf_counter() - t0
-    # the grid step says how large the targets are: it stays here (the others read no sums)
-    public_spec = dict(spec.to_dict(), step=1.0)
-    comm.send(MASTER, {"public_key": public.to_bytes(), "spec": public_spec, "seconds": seconds,
-                       "blocks": public.serialize(cts)})
-    return {"codes": codes, "scored": scored, "public": public, "private": private, "spec": spec,
-            "classes": classes}
-
 
 def setup_parties(setup, cfg, rank):
     """The parties' column counts and the label holder's rank from the setup message."""
@@ -393,51 +253,10 @@ def setup_parties(setup, cfg, rank):
     return fc, lp
 
 
-def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total):
-    """The splitter of a party in the encrypted-label mode: the label holder
-    decides the splits; every other party sums ciphertexts."""
-    is_clf = settings.is_classification
-    fc, lp = setup_parties(setup, cfg, rank)
-    if (held is not None) != (lp == rank):
-        raise bad_message(f"'label_party' is {lp}; this party {'holds' if held is not None else 'does not hold'} "
-                          "the labels")
-    if held is not None:
-        public = public_key(setup.get("public_key"), cfg)
-        if public.fingerprint != held["public"].fingerprint:
-            raise InputError(f"party {rank}", "the setup message carries another public key than this "
-                                              "party's own")
-        check_fields(setup.get("spec"), dict(held["spec"].to_dict(), step=1.0), "the slot layout")
-        labels = HeldLabels(PlainLabels(held["scored"], is_clf, n_classes), held["codes"], held["spec"])
-        sealer = sealed.Sealer.of(comm)
-        splitter = PartySplitter(X, settings, labels,
-                                 KeyHolder(ForestTrees(settings), held["spec"], held["private"], rank - 1, fc,
-                                           sealer))
-        splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
-        comm.send(MASTER, {})
-        return splitter
-    public = public_key(setup.get("public_key"), cfg)
-    spec = encrypted.party_spec(setup.get("spec"), is_clf, n_classes, n_total, cfg.key_length,
-                                cfg.slot_bits)
-    if setup.get("fingerprint") != public.fingerprint:
-        raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
-                                          f"(fingerprint {str(setup.get('fingerprint'))[:40]}, the "
-                                          f"relayed key is {public.fingerprint})")
-    blocks = setup.get("labels")
-    if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8 and blocks.ndim == 2):
-        raise bad_message(f"'labels' must be blocks of ciphertext bytes, got {shown(blocks)}")
-    if blocks.shape[0] != X.shape[0]:
-        raise InputError(f"party {rank}", f"received {blocks.shape[0]} encrypted labels for "
-                                          f"{X.shape[0]} aligned rows")
-    labels_ct = public.deserialize(blocks, "encrypted labels")
-    sealer = sealed.Sealer.of(comm)
-    splitter = PartySplitter(X, settings, encrypted.EncryptedLabels(labels_ct, public),
-                             encrypted.CipherSums(spec, public, sealer, lp - 1))
-    expect(comm.recv(MASTER), protocol.BINS)
-    comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
-    return splitter
 
-
-def party_predict(comm, cfg):
+def party_predict(comm, cfg, output):
+    """A party's side of prediction (``output``: the algorithm's
+    :class:`~.model_output.ModelOutput`, used where the party holds the leaf values)."""
     rank = comm.rank
     check_world(comm, cfg)
     comm.reply_timeout = cfg.reply_timeout
@@ -512,7 +331,7 @@ def party_predict(comm, cfg):
                 if own_sets is None:
                     raise bad_message("a result before the leaf sets")
                 leaves = sealed.leaves_from_sets(sealer, msg, own_sets, trees, ids.shape[0], sealed.PREDICTION)
-                msg = _holder_result(leaves, trees, manifest, ids.shape[0], cfg)
+                msg = _holder_result(leaves, trees, manifest, ids.shape[0], cfg, output)
                 if cfg.explain_row is not None:
                     # the one row the job explains: its leaves go to the master, which prints its path
                     reply["leaves"] = leaves[:, 0].astype(np.int64)
@@ -524,6 +343,7 @@ def party_predict(comm, cfg):
             return None
         else:
             raise ProtocolError(f"protocol error: unexpected {op!r}")
+
 
 
 def _route(msg, trees, Xp):
@@ -546,6 +366,7 @@ def _route(msg, trees, Xp):
     return out
 
 
+
 def _own_split(trees, tree, node):
     """``(trees[tree], node)`` when ``node`` is a split this party owns in that tree."""
     return_large_frees()
@@ -555,6 +376,7 @@ def _own_split(trees, tree, node):
     if t["feature"][node] < 0:
         raise bad_message(f"node {node} of tree {i} is not a split of this party")
     return t, node
+
 
 
 def _path_steps(msg, trees):
@@ -572,6 +394,7 @@ def _path_steps(msg, trees):
     return steps
 
 
+
 def _label_party(manifest, msg, cfg):
     """The label holder's rank, from this party's own model (a model of an
     older version: from the master's message)."""
@@ -583,24 +406,15 @@ def _label_party(manifest, msg, cfg):
     return lp
 
 
-def _holder_result(leaves, trees, manifest, n_rows, cfg):
+
+def _holder_result(leaves, trees, manifest, n_rows, cfg, output):
     """The label holder's predictions from every row's leaf in each tree (its
     intersection of the parties' leaf sets) and its own leaf values."""
     if not manifest.get("has_label"):
         raise bad_message("a result asked of a party that holds no leaf values")
     row_leaves = [leaves[i] for i in range(len(trees))]
     boost = manifest.get("boost")
-    if boost is None:
-        values = np.zeros((n_rows, trees[0]["value"].shape[1]))
-        for tree, leaf in zip(trees, row_leaves):
-            values += tree["value"][leaf]
-        values /= len(trees)
-    else:
-        k_out = boost["n_outputs"]
-        margin = np.tile(np.asarray(boost["base_margin"], dtype=np.float64), (n_rows, 1))
-        for i, (tree, leaf) in enumerate(zip(trees, row_leaves)):
-            margin[:, i % k_out] += tree["value"][leaf, 0]
-        values = boosting.predict_output(boost["objective"], margin).reshape(n_rows, -1)
+    values = output.values(trees, row_leaves, n_rows, manifest)
     if cfg.explain_row is not None:
         classes = manifest["classes"] if manifest["task"] == CLASSIFICATION else None
         lines = [] if boost is None else [explain.base_margin_line(classes, boost)]
@@ -619,6 +433,7 @@ def _holder_result(leaves, trees, manifest, n_rows, cfg):
     return out
 
 
+
 def _check_result(msg, n_rows):
     """Predictions for each aligned row, class probabilities with one name per column."""
     pred = msg.get("prediction")
@@ -632,6 +447,7 @@ def _check_result(msg, n_rows):
         if not (isinstance(proba, np.ndarray) and proba.dtype.kind == "f"
                 and proba.shape == (n_rows, len(classes))):
             raise bad_message(f"'proba' must be a ({n_rows}, {len(classes)}) float array, got {shown(proba)}")
+
 
 
 def _write_predictions(cfg, ids, msg, manifest):

@@ -21,42 +21,48 @@ import time
 
 import numpy as np
 
-from ..data.validation import CLASSIFICATION, encode_labels
-from ..errors import InputError
-from ..tree import predict
-from ..tree import threads as numba_threads
-from ..crypto import paillier
-from ..tree.growth import SplitSettings, tree_seeds
-from . import messages
-from .messages import accept_settings, bad_message, check_fields, int_value, shown
-from ..tree.params import resolve_n_jobs
-from ..tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
-from ..transport.base import expect
+from ...crypto import paillier
+from ...data.validation import CLASSIFICATION, encode_labels
+from ...errors import InputError
+from ...transport.base import expect
+from ...tree import predict
+from ...tree import threads as numba_threads
+from ...tree.growth import SplitSettings, tree_seeds
+from ...tree.params import resolve_n_jobs
+from ...tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
+from .. import encrypted_labels as encrypted
+from .. import messages, model_files, protocol
+from ..common import (MASTER, RemoteParties, bar_round, check_encrypted_job, label_array, log, peak_rss_mb,
+                      plural_rounds, progress_bar, report_training)
+from ..job_master import master_predict, open_training, received_key, relay_bins
+from ..job_party import check_setup, open_training as party_open_training, party_predict, serve_growth, setup_parties
+from ..job_party import public_key as party_public_key
+from ..messages import accept_settings, bad_message, check_fields, int_value, shown
+from ..paillier import sealed
+from ..paillier.holder import KeyHolder
+from ..paillier.relay import LabelHolderChooses, RowCount
+from ..party_splitter import PartySplitter
 from . import boosting as B
 from . import encrypted_gradients as EG
-from . import encrypted_labels as encrypted
-from . import model_files, protocol
-from .boost_params import BoostParams
-from .common import (MASTER, RemoteParties, check_encrypted_job, bar_round, label_array, log, peak_rss_mb, plural_rounds, progress_bar,
-                     report_training)
-from .master import master_predict as server_predict
-from .master import open_training
-from .party import check_setup, party_predict as client_predict
-from .party import public_key as party_public_key
-from .party import setup_parties
-from .master import received_key, relay_bins
-from .paillier import sealed
-from .paillier.holder import GradientRounds, KeyHolder
-from .paillier.relay import LabelHolderChooses, RowCount
-from .party import open_training as party_open_training
-from .party import serve_growth
-from .party_splitter import PartySplitter
+from .gradient_rounds import GradientRounds
+from .output import BoostOutput
+from .params import BoostParams
 
 __all__ = ["server_train", "client_train", "server_predict", "client_predict", "warm_up", "boost_params"]
 
 STOP = "stop"              # master -> party: keep only the first trees (early stopping's best round)
 LABEL_INFO = "label_info"  # master -> label holder (paillier): the classes and base margins
 MAX_CLASSES = 1 << 16
+
+
+def server_predict(comm, cfg):
+    """The master's side of a boosted model's prediction."""
+    return master_predict(comm, cfg, BoostOutput())
+
+
+def client_predict(comm, cfg):
+    """A party's side of a boosted model's prediction."""
+    return party_predict(comm, cfg, BoostOutput())
 
 
 def warm_up(cfg, command):
@@ -613,7 +619,7 @@ def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
 
 def _gradients_handler(holder, folder, rank, start, k_out, manifest):
     """The label holder's reply to a round's ``gradients`` message (see
-    :meth:`~.paillier.holder.GradientRounds.gradients`); the first one of a
+    :meth:`~.gradient_rounds.GradientRounds.gradients`); the first one of a
     resumed run brings every row's leaf in the stored trees."""
     def handle(msg, t):
         # the parties' leaf sets of the last round (or, resuming, of the stored trees) come

@@ -24,15 +24,15 @@ import math
 
 import numpy as np
 
-from ..errors import InputError
-from ..tree.growth import EPSILON, SplitSettings
-from .messages import bad_message, shown
-from .party_splitter import LocalParties, PartySplitter
-from .tree_grower import TreeGrower
-from ..tree import criterion
-from ..tree.format import NO_CHILD
-from ..tree.impurity import NEWTON
-from .boost_params import BoostParams
+from ...errors import InputError
+from ...tree.growth import EPSILON, SplitSettings
+from ..messages import bad_message, shown
+from ..party_splitter import LocalParties, PartySplitter
+from ..tree_grower import TreeGrower
+from ...tree import criterion
+from ...tree.format import NO_CHILD
+from ...tree.impurity import NEWTON
+from .params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
 LOGISTIC = "binary:logistic"

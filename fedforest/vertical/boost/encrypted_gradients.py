@@ -15,11 +15,11 @@ parties without labels.
 """
 import numpy as np
 
-from ..crypto import paillier as P
-from ..errors import InputError
-from .messages import bad_message, shown
+from ...crypto import paillier as P
+from ...errors import InputError
+from ..messages import bad_message, shown
 from . import boosting as B
-from .encrypted_labels import EncryptionSpec
+from ..encrypted_labels import EncryptionSpec
 
 GRADIENTS = "gradients"   # master -> label holder: a round begins; reply: its encrypted gradients (or stop)
 

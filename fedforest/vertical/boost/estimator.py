@@ -1,7 +1,7 @@
 """Single-process gradient boosting on the Federated Forest's grower.
 
 :class:`BoostClassifier` and :class:`BoostRegressor` run the vertical
-boosting algorithm (:mod:`fedforest.vertical.boosting`) on pooled columns in
+boosting algorithm (:mod:`fedforest.vertical.boost.boosting`) on pooled columns in
 one process: the same grower, parties' split search, subsample and column
 draws as the federated mode, so they are its reference for losslessness.
 Settings are named as XGBoost's scikit-learn estimators name them.
@@ -9,18 +9,18 @@ Settings are named as XGBoost's scikit-learn estimators name them.
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
-from ..constraints import Interval, Options, check
-from ..data.validation import CLASSIFICATION, REGRESSION, encode_labels
-from ..tree.growth import SplitSettings, merge_partials, tree_seeds
-from .party_splitter import LocalParties, PartySplitter
-from ..tree.format import node_values
-from ..tree.importance import IMPORTANCE_TYPES, boost_feature_importances
-from ..tree.params import resolve_n_jobs
-from ..tree.predict import prepare_X
-from ..tree.threads import set_threads
+from ...constraints import Interval, Options, check
+from ...data.validation import CLASSIFICATION, REGRESSION, encode_labels
+from ...tree.growth import SplitSettings, merge_partials, tree_seeds
+from ..party_splitter import LocalParties, PartySplitter
+from ...tree.format import node_values
+from ...tree.importance import IMPORTANCE_TYPES, boost_feature_importances
+from ...tree.params import resolve_n_jobs
+from ...tree.predict import prepare_X
+from ...tree.threads import set_threads
 from . import boosting as B
-from .boost_params import CONSTRAINTS as BOOST_CONSTRAINTS
-from .estimator import TableEstimator, check_sample_weight
+from .params import CONSTRAINTS as BOOST_CONSTRAINTS
+from ..estimator_base import TableEstimator, check_sample_weight
 
 CONSTRAINTS = dict(BOOST_CONSTRAINTS, n_jobs=(None, Interval(int, 1), Interval(int, None, -1)),
                    importance_type=(Options(*IMPORTANCE_TYPES),))

@@ -6,8 +6,8 @@ Names follow XGBoost's where they mean the same.
 import numbers
 from dataclasses import asdict, dataclass, fields
 
-from ..constraints import MAX_DEPTH, MAX_TREES, Interval, Options
-from ..tree.params import ForestParams
+from ...constraints import MAX_DEPTH, MAX_TREES, Interval, Options
+from ...tree.params import ForestParams
 
 _REAL = numbers.Real
 

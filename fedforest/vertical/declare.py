@@ -1,0 +1,54 @@
+"""What the vertical modes declare alike: the job settings they share (the
+encrypted labels' key, batches, memory, threads, prediction) and the checks
+of a job's parties.  Cheap to import: the modes' declarations build on it."""
+import numbers
+
+from ..constraints import MAX_TREES, Interval, Options
+from ..errors import InputError
+from ..federation.mode import Param
+
+JOB_PARAMS = (
+    Param("key_length", 2048, (Interval(int, 256, 16_384),), "Paillier key bits: 2048 or 3072"),
+    Param("insecure_key", False, (bool,), "allow Paillier keys shorter than 2048 bits (tests only)"),
+    Param("slot_bits", None, (None, Interval(int, 1, 1024)),
+          "bits per encrypted statistic (None: just enough for the rows)"),
+    Param("encrypt_workers", None, (None, Interval(int, 1, 1024)),
+          "processes the label holder uses to make the randomness of its encryptions with its own "
+          "key, and threads a party uses for its encrypted sums and the label holder for its "
+          "decryptions (None: every core of its host, as n_jobs = -1 gives; the other parties wait "
+          "for these steps)"),
+    Param("master_full_model", False, (bool,),
+          "the master also stores every split's feature and threshold (each party must allow it)"),
+    Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
+          "trees grown together, two exchanges per level for the whole batch; each batch ends with a "
+          "checkpoint (None: as many trees as batch_memory_mb allows and checkpoint_minutes lets "
+          "finish in time)"),
+    Param("checkpoint_minutes", 5.0, (Interval(numbers.Real, 0.0, None, closed="neither"),),
+          "with tree_batch = None, batches are sized so that a checkpoint is written at least this "
+          "often (the first from an estimate of the time per tree, later ones from the measured time)"),
+    Param("batch_memory_mb", 4096, (Interval(int, 1, 1 << 20),),
+          "memory per rank for the growing trees of a batch, in MiB (bounds the default tree_batch)"),
+    Param("memory_mb", None, (None, Interval(int, 1, 1 << 30)),
+          "memory this rank may use, in MiB (None: the memory available when the job starts); a "
+          "rank whose estimate for its table exceeds it refuses the job before reading it"),
+    Param("n_jobs", -1, (Interval(int, 1), Interval(int, None, -1)),
+          "threads per rank for split search, partitions and prediction (-1: the cores given to "
+          "the rank, from OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the CPU affinity, shared equally "
+          "by the job's ranks on a host when the launcher bound none of them; -2: all but one)"),
+    Param("resume", False, (bool,), "continue training from the checkpoint in model_dir"),
+    Param("result_party", 1, (Interval(int, 1),), "party that receives the predictions and writes them"),
+    Param("predict_method", "oneshot", (Options("oneshot", "classical"),),
+          "'oneshot': one round for the whole forest; 'classical': node by node", text=True),
+    Param("explain_row", None, (None, str),
+          "predict only the row with this ID and print its decision path: the master the owner of "
+          "each split and the leaf value (boosting: the base margin and each leaf's margin contribution "
+          "to its tree's class; with paillier the label holder prints the values), each party its own "
+          "conditions", text=True),
+    Param("explain_trees", 3, (Interval(int, 1),), "trees whose path explain_row prints"),
+)
+
+
+def check_job(cfg):
+    cfg.check_parties("party")
+    if cfg.result_party > cfg.n_parties:
+        raise InputError("result_party", f"must be a party rank in 1..{cfg.n_parties}, got {cfg.result_party!r}")

@@ -1,0 +1,37 @@
+"""The forest's labels at the label holder of an encrypted job.
+"""
+
+import numpy as np
+
+from ..encrypted_labels import node_int_stats
+
+
+class HeldLabels:
+    """The forest's labels at the label holder: the plain labels its own
+    columns are scored with (``labels``, a
+    :class:`~fedforest.tree.labels.PlainLabels`) and their codes on the slot
+    grid ``spec`` (the exact integer node statistics)."""
+
+    begin_keys = ()
+    value_scale = 1.0
+
+    def __init__(self, labels, codes, spec):
+        self.plain = labels
+        self.is_classification, self.n_classes = labels.is_classification, labels.n_classes
+        self.n_stats, self.sample_weight = labels.n_stats, labels.sample_weight
+        self.codes = np.asarray(codes, dtype=np.int64)
+        self.spec = spec
+
+    def tree_stats(self, counts, class_weight):
+        return self.plain.tree_stats(counts, class_weight)
+
+    def tree_begin(self, msg):
+        return {}
+
+    def node_ints(self, t, rows, starts, ends):
+        """Exact integer statistics of nodes, in the slot layout."""
+        return node_int_stats(self.spec, self.codes, t["counts"], rows, starts, ends)
+
+    def to_float(self, t, ints):
+        """The float statistics the kernels use, from exact slot sums."""
+        return self.spec.to_float(ints)
