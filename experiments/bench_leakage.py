@@ -1,28 +1,55 @@
 """Leakage measured like speed: what each rank of an encrypted vertical job can
-read from the messages it receives (and, for the master, those it composes).
+read from what it receives, what it opens and what it makes itself.
 
 Run with ``make bench`` (or ``.venv/bin/python experiments/bench_leakage.py``).
 
 Every job runs in this process over the in-process transport
 (:func:`fedforest.jobs.run_job`: each rank a thread, the real protocol code,
-sealed channels); a recorder wraps ``Comm._open`` and keeps every message each
-rank receives, after decryption, in arrival order (row ciphertexts and
-encrypted sums, 2-D ``uint8`` blocks, are replaced by their shape: no attack
-below reads them).  Each rank is then played curious on its own transcript:
+sealed channels).  A recorder keeps, in one global order:
 
-* **master**: the messages it sends the label holder (its ``decide`` and
-  ``apply`` messages, composed from what it received from every party: the
-  bootstrap draws, every level's partition bits, the passive parties' per-bin
-  row counts ``cnt`` and bootstrap weights ``wcnt`` with their (node,
-  feature) pairs);
-* **label holder**: what it receives (the same messages);
+* every message each rank receives, after its channel's decryption (it wraps
+  ``Comm._open``): the master's plaintext transcript is the messages it
+  receives from the parties and those the parties receive from it (the ones
+  it composed);
+* every payload a party opens (it wraps
+  :meth:`fedforest.vertical.paillier.sealed.Sealer.open`: what another party
+  sealed for it through the master), with its field, source party, tree and
+  level, and every payload a party seals for another (``Sealer.seal``: what
+  it knows itself, such as its own partition bits or, for the label holder,
+  its own decision).
+
+Row ciphertexts and encrypted sums (2-D ``uint8`` blocks) and the sealed bytes
+the master relays are replaced by their shape: no attack below reads them.
+Each rank is then played curious on exactly what it can read:
+
+* **master**: its plaintext transcript only.  In the blind-master protocol
+  (commit a8bbd1a) that is the schedule (candidate nodes, feature masks, the
+  bootstrap draws it made), each level's split nodes and winners, each
+  split's number of left rows and sealed bytes; the same parsing finds the
+  partition bits, per-bin counts and rows' leaves where a transcript holds
+  them in the clear (the protocol before a8bbd1a: plaintext ``bits`` in
+  ``apply``, ``holder_bits`` in a ``partition``, ``cnt``/``wcnt`` in
+  ``decide``; boosting with a validation share or a row subsample before the
+  leaf sets travelled sealed: every row's leaf of the last round, ``leaves``,
+  in a ``gradients`` message);
+* **label holder**: what it receives (``decide``, ``apply``) and opens (the
+  passive parties' ``sums``: encrypted histograms with their plaintext row
+  counts ``cnt`` and bootstrap weights ``wcnt``; the passive winners' partition
+  ``bits``; their ``bins`` at set-up) and its own decision of every level
+  (split nodes, winners, its own bits), which it seals for the others;
 * **each passive party**: what it receives (draws, ``find``/``partition``/
-  ``apply``) and its own replies (its partition bits, when it applies a
-  level itself).
+  ``apply``), the label holder's ``decision`` of every level it opens (split
+  nodes, winners, the label holder's bits), the other winners' ``bits`` it
+  opens and its own bits.
 
 From them each rank rebuilds every tree's node row sets with the product's
-own :class:`fedforest.tree.growth.Nodes` (the parties' partition code) and
-runs three attacks:
+own :class:`fedforest.tree.growth.Nodes` (the parties' partition code): a
+level is applied when the rank holds its split nodes and the partition bits of
+every winner; a split it cannot read (the master's: nodes and winners without
+bits) hides its children's rows, and that tree's later levels; a matrix of
+the rows' leaves read in the clear gives each of its trees' leaves (without
+depth: attack 1 skips them).  It then runs three attacks on the row sets it
+has:
 
 1. **declined-leaf union**: a leaf that depth and row counts allowed to split
    (``may_split``, the rule every rank applies) but that did not split was
@@ -38,7 +65,7 @@ runs three attacks:
    classes by the best assignment (Hungarian); other rows are guessed the
    most frequent class;
 3. **per-row bin reconstruction**: for each passive party's feature, every
-   (node, feature) pair whose ``cnt``/``wcnt`` reached the rank (computed
+   (node, feature) pair whose ``cnt``/``wcnt`` the rank can read (computed
    pairs as sent, derived pairs as parent minus sibling, as the label holder
    derives them) constrains the bins of the node's rows; a constraint
    propagation (support of each histogram, rows of known bin subtracted, a
@@ -49,12 +76,16 @@ runs three attacks:
    its true bin (the party's own bin code, ``PartySplitter.Xb``); every
    recovered cell is checked against it (``feature_cells_wrong`` must be 0).
 
-``labels_recovered_fraction`` is the better of attacks 1 and 2 (the label
-holder holds the labels: 1.0); ``majority_baseline_fraction`` is what
-guessing the most frequent class for every row gets;
-``feature_cells_recovered_fraction`` is the share of the cells of every
-column the rank does not hold (for the master: every party's columns) whose
-bin it recovered (``feature_cells_by_party`` gives them per party).
+A rank with no row set at all (the blind master) gets the majority class for
+every row from attacks 1 and 2 and no cell from attack 3: the figures are
+computed by the same code, not set.  ``labels_recovered_fraction`` is the
+better of attacks 1 and 2 (the label holder holds the labels: 1.0);
+``majority_baseline_fraction`` is what guessing the most frequent class for
+every row gets; ``feature_cells_recovered_fraction`` is the share of the
+cells of every column the rank does not hold (for the master: every party's
+columns) whose bin it recovered (``feature_cells_by_party`` gives them per
+party); ``trees_with_row_sets`` is the number of trees in which the rank
+could read at least one split's rows (or every row's leaf).
 
 Tables: (a) the demo data (``python -m fedforest demo-data``: breast cancer,
 426 training rows, 2 parties, party 1 holds the label) and (b) Spambase
@@ -71,12 +102,24 @@ ciphertext, and the trees, partitions and counts do not depend on the key
 (the encrypted mode grows the same trees as the plain one for any key), so a
 shorter key only shortens the run.
 
-Hostile master (``--no-forge`` skips): on the demo, the master (i) replaces
-the partition bits of a level where the label holder won every split (two
-rows of one node swap sides; the same bits go to every party) in every tree,
-and (ii) in boosting with a validation share (``early_stopping_rounds = 2``)
-swaps two rows' leaves in every ``gradients`` message.  ``forged_bits_detected``
-/ ``forged_leaves_detected`` are whether the job stopped with an error.
+Hostile master (``--no-forge`` skips), on the demo: what a master can try
+against sealed payloads.  (i) In a forest job it flips one byte of a relayed
+sealed ``bits`` payload (a passive winner's partition bits, sealed for the
+label holder) in an ``apply`` message: ``forged_bits_detected`` is whether
+the job stopped with an error naming ``'bits'``.  (ii) In a forest job of 20
+trees it chooses every tree's bootstrap draws instead of drawing them: all
+on two rows (row 0 and another), which the parties' checks (the draws' total
+and largest count) let through; the label holder splits such a root only
+where it can separate the two rows, so the master reads whether their labels
+are equal from whether the tree has a split (``chosen_draws``: the number
+of trees whose pair it read right, against always saying 'equal').  (iii)
+Last, in boosting with
+a validation share (``early_stopping_rounds = 2``, where the label holder
+needs the rows' leaves of every round), it flips one byte of the sealed
+``leaf_sets`` payloads it relays in a ``gradients`` message:
+``forged_leaves_detected`` is whether the job stopped with an error naming
+``'leaf_sets'`` (false, with 0 forgeries, where leaf sets do not travel
+sealed: then there is nothing sealed to alter).
 
 Written to ``experiments/results/bench_leakage.json`` and ``.md``; a table is
 printed.  Targets (issue 47): the master no better than the majority
@@ -98,19 +141,21 @@ import provenance  # noqa: E402
 ROOT = provenance.ROOT
 OUT = os.path.join(ROOT, "experiments", "results", "bench_leakage.json")
 CIPHER_WIDTH = 128   # a 2-D uint8 array at least this wide holds ciphertext blocks (keys of >= 512 bits)
+SEALED_KEYS = ("sealed", "decision")   # keys of relayed sealed bytes (batch keys end with them)
+APPLY, DECIDE, GRADIENTS = "apply", "decide", "gradients"
 
 
 # -- recording --------------------------------------------------------------
 class _Dropped:
-    """Stands for a ciphertext array left out of the record."""
+    """Stands for a ciphertext array, or sealed bytes, left out of the record."""
 
     def __init__(self, shape):
         self.shape = shape
 
 
-def _copy(v):
+def _copy(v, key=None):
     if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
+        return {k: _copy(x, k) for k, x in v.items()}
     if isinstance(v, list):
         return [_copy(x) for x in v]
     if isinstance(v, tuple):
@@ -118,22 +163,44 @@ def _copy(v):
     if isinstance(v, np.ndarray):
         if v.dtype == np.uint8 and v.ndim == 2 and v.shape[1] >= CIPHER_WIDTH:
             return _Dropped(v.shape)
+        if v.dtype == np.uint8 and isinstance(key, str) and key.rsplit(".", 1)[-1] in SEALED_KEYS:
+            return _Dropped(v.shape)
         return v.copy()
     if isinstance(v, (bytes, bytearray)) and len(v) > 4096:
         return _Dropped((len(v),))
     return v
 
 
+def _sealed_module():
+    """fedforest.vertical.paillier.sealed, or None (a protocol without sealed payloads)."""
+    try:
+        from fedforest.vertical.paillier import sealed
+    except ImportError:
+        return None
+    return sealed
+
+
 class Recorder:
-    """Every message every rank receives (``events``: receiver, sender,
-    message, in one global order) and every party's bin codes (``bins``:
-    rank -> (Xb, n_bins), the ground truth of attack 3)."""
+    """What every rank reads, in one global order (``events``):
+
+    * ``("recv", rank, src, msg)``: a message rank ``rank`` received from rank ``src``;
+    * ``("open", rank, src, field, tree, level, payload)``: a payload rank
+      ``src`` sealed for party rank ``rank``, as it opened it;
+    * ``("seal", rank, dest, field, tree, level, payload)``: a payload rank
+      ``rank`` sealed for party rank ``dest``.
+
+    ``bins``: rank -> (Xb, n_bins), every party's bin codes (the ground truth
+    of attack 3)."""
 
     def __init__(self):
         self.events = []
         self.bins = {}
         self.lock = threading.Lock()
         self._undo = []
+
+    def _add(self, event):
+        with self.lock:
+            self.events.append(event)
 
     def __enter__(self):
         from fedforest.transport import base
@@ -144,9 +211,7 @@ class Recorder:
 
         def _open(comm, src, data):
             msg = orig_open(comm, src, data)
-            copied = _copy(msg)
-            with rec.lock:
-                rec.events.append((comm.rank, src, copied))
+            rec._add(("recv", comm.rank, src, _copy(msg)))
             return msg
 
         def init(sp, *args, **kwargs):
@@ -160,6 +225,21 @@ class Recorder:
         base.Comm._open = _open
         party_splitter.PartySplitter.__init__ = init
         self._undo = [(base.Comm, "_open", orig_open), (party_splitter.PartySplitter, "__init__", orig_init)]
+        sealed = _sealed_module()
+        if sealed is not None:
+            orig_seal, orig_unseal = sealed.Sealer.seal, sealed.Sealer.open
+
+            def seal(s, party, field, tree, level, msg):
+                rec._add(("seal", s.me + 1, party + 1, field, int(tree), int(level), _copy(msg)))
+                return orig_seal(s, party, field, tree, level, msg)
+
+            def unseal(s, party, field, tree, level, data):
+                got = orig_unseal(s, party, field, tree, level, data)
+                rec._add(("open", s.me + 1, party + 1, field, int(tree), int(level), _copy(got)))
+                return got
+
+            sealed.Sealer.seal, sealed.Sealer.open = seal, unseal
+            self._undo += [(sealed.Sealer, "seal", orig_seal), (sealed.Sealer, "open", orig_unseal)]
         return self
 
     def __exit__(self, *exc):
@@ -170,10 +250,10 @@ class Recorder:
 
 # -- a rank's view: the trees' row sets and the (node, feature) counts it got --
 def sub_messages(msg):
-    """``(tree, sub-message)`` of a batch message (the grow part of a fused one included)."""
+    """``(tree, sub-message)`` of a batch message (the parts of a fused one included)."""
     if not isinstance(msg, dict):
         return []
-    if msg.get("op") == "commit_grow":
+    if msg.get("op") == "commit_grow" or ("commit" in msg and "grow" in msg and "trees" not in msg):
         return sub_messages(msg.get("commit")) + sub_messages(msg.get("grow"))
     trees = msg.get("trees")
     if not isinstance(trees, np.ndarray):
@@ -187,9 +267,15 @@ def sub_messages(msg):
     return sorted(subs.items())
 
 
+def _packed(x):
+    return isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim == 1
+
+
 class TreeView:
     """One tree as a rank rebuilds it: the in-bag rows of every node, with the
-    product's own partition code (``Nodes.split``, as the parties apply a level)."""
+    product's own partition code (``Nodes.split``, as the parties apply a
+    level).  A split whose bits the rank cannot read hides its children:
+    ``blind`` holds those nodes, and nothing after them is applied."""
 
     def __init__(self, counts):
         from fedforest.tree.growth import Nodes
@@ -198,51 +284,83 @@ class TreeView:
         self.family = {}       # child -> (parent, sibling)
         self.pairs = {}        # (party, node, feature) -> (cnt, wcnt)
         self.derive = []       # (party, node, feature) to derive as parent minus sibling
+        self.blind = set()     # nodes split where the rank could not read the bits
+        self.n_read = 0        # splits whose rows the rank read
+
+    def _fresh(self, nodes):
+        """Whether ``nodes`` are open leaves of this view (not yet applied, say by another copy of the message)."""
+        n = self.nodes.n
+        return bool(nodes.size) and not self.blind and nodes.min() >= 0 and nodes.max() < n \
+            and bool(np.all(self.nodes.col["left"][nodes] < 0))
 
     def apply(self, split_nodes, packed):
         from fedforest.tree.growth import unpack_bits
         nodes = np.asarray(split_nodes, dtype=np.int32)
-        if not nodes.size:
+        if not self._fresh(nodes):
+            return
+        if packed is None:     # split nodes without their bits
+            self.blind.update(nodes.tolist())
             return
         bits = unpack_bits(np.asarray(packed, dtype=np.uint8), self.nodes.n_rows(nodes))
         lefts, rights = self.nodes.split(nodes, bits)
         depth = self.nodes.col["depth"]
         depth[lefts] = depth[nodes] + 1
         depth[rights] = depth[nodes] + 1
+        self.n_read += nodes.size
         for p, l, r in zip(nodes.tolist(), lefts.tolist(), rights.tolist()):
             self.family[l] = (p, r)
             self.family[r] = (p, l)
 
-    def apply_ahead(self, level_nodes, own_nodes, own_bits, holder_bits):
-        """A level a passive party applied itself: its own bits and the label holder's."""
+    def assemble(self, level_nodes, parts):
+        """The level's packed bits from each winner's: ``parts`` is a list of
+        (that winner's nodes, its packed bits); None where one is missing."""
         from fedforest.tree import partitioner
         level = np.asarray(level_nodes, dtype=np.int32)
+        if not self._fresh(level):
+            return None
         starts, ends = self.nodes.bounds(level)
         lengths = (ends - starts).astype(np.int64)
         offsets = np.cumsum(lengths) - lengths
         packed = np.zeros((int(lengths.sum()) + 7) // 8, dtype=np.uint8)
-        mine = np.isin(level, np.asarray(own_nodes))
-        for sel, src in ((mine, own_bits), (~mine, holder_bits)):
+        covered = np.zeros(level.size, dtype=bool)
+        for nodes, bits in parts:
+            if not _packed(bits):
+                return None
+            sel = np.isin(level, np.asarray(nodes))
             if sel.any():
-                partitioner.place_bits(np.asarray(src, dtype=np.uint8), lengths[sel], offsets[sel], packed)
-        self.apply(level, packed)
+                partitioner.place_bits(np.asarray(bits, dtype=np.uint8), lengths[sel], offsets[sel], packed)
+                covered |= sel
+        return packed if covered.all() else None
+
+    def apply_parts(self, level_nodes, parts):
+        self.apply(level_nodes, self.assemble(level_nodes, parts))
 
     def rows(self, node):
         s, e = self.nodes.bounds(np.array([node]))
         return self.nodes.rows[int(s[0]):int(e[0])]
 
     def leaves(self):
+        """The leaves whose rows the rank knows (a node split blind is none)."""
         n = self.nodes.n
-        return np.flatnonzero(self.nodes.col["left"][:n] < 0)
+        out = np.flatnonzero(self.nodes.col["left"][:n] < 0)
+        if self.blind:
+            out = out[~np.isin(out, np.array(sorted(self.blind)))]
+        return out
 
     def count(self, nodes):
         s, e = self.nodes.bounds(nodes)
         return e - s
 
-    def add_decide(self, sub, n_bins):
-        """The (node, feature) counts of a ``decide`` message (``n_bins``: party index -> bins per feature)."""
-        cnt = np.asarray(sub.get("cnt", np.empty(0)), dtype=np.int64)
-        wcnt = np.asarray(sub.get("wcnt", np.empty(0)), dtype=np.int64)
+    def add_decide(self, sub, n_bins, cnt=None, wcnt=None):
+        """The (node, feature) counts of a ``decide`` message (``n_bins``: party
+        index -> bins per feature): its own ``cnt``/``wcnt`` where it holds them
+        in the clear, else the ones given (opened from the parties' sealed
+        sums); nothing when the rank has none."""
+        if cnt is None:
+            cnt, wcnt = sub.get("cnt"), sub.get("wcnt")
+        if not (isinstance(cnt, np.ndarray) and isinstance(wcnt, np.ndarray)):
+            return
+        cnt, wcnt = np.asarray(cnt, dtype=np.int64), np.asarray(wcnt, dtype=np.int64)
         at = 0
         for p, node, f in zip(*(np.asarray(sub.get(k, np.empty(0)), dtype=np.int64).tolist()
                                 for k in ("pair_party", "pair_node", "pair_feat"))):
@@ -263,43 +381,163 @@ class TreeView:
                 self.pairs[(p, node, f)] = (a[0] - b[0], a[1] - b[1])
 
 
-def build_view(events, rank, watch, n_bins):
-    """The trees rank ``rank`` can rebuild from its transcript.  ``watch``:
-    the (receiver, sender) pairs whose messages make up the transcript
-    (master: what it sends the label holder; a party: what it receives from
-    the master, and its own replies for the levels it applied itself)."""
-    from fedforest.vertical.paillier.holder import DECIDE
+class LeafView:
+    """One tree's leaves as a rank reads them from a matrix of the rows'
+    leaves (a boosting round's ``leaves`` in the clear): every row's leaf,
+    no depth and no counts."""
+
+    declinable = False     # no depth: attack 1 cannot tell a declined leaf
+    n_read = 1
+
+    def __init__(self, row_leaf):
+        row_leaf = np.asarray(row_leaf, dtype=np.int64)
+        rows = np.flatnonzero(row_leaf >= 0)
+        order = np.argsort(row_leaf[rows], kind="stable")
+        self._rows = rows[order]
+        self._ids, self._starts = np.unique(row_leaf[self._rows], return_index=True)
+        self._ends = np.append(self._starts[1:], self._rows.size)
+        self.pairs = {}
+
+    def leaves(self):
+        return self._ids
+
+    def rows(self, leaf):
+        i = int(np.searchsorted(self._ids, leaf))
+        return self._rows[self._starts[i]:self._ends[i]]
+
+    def count(self, leaves):
+        i = np.searchsorted(self._ids, leaves)
+        return self._ends[i] - self._starts[i]
+
+
+def plaintext(events, rank):
+    """Rank ``rank``'s plaintext transcript, in order: ``(i, receiver, sender,
+    message)``.  A party: what it receives from the master and its replies;
+    the master: what it receives from the parties and what it sends them."""
+    return [(i, e[1], e[2], e[3]) for i, e in enumerate(events)
+            if e[0] == "recv" and rank in (e[1], e[2])]
+
+
+def payloads(events, rank):
+    """Rank ``rank``'s sealed payloads, in order: ``(i, kind, peer, field,
+    tree, level, payload)`` where kind is "open" (``peer`` sealed it for this
+    rank) or "seal" (this rank sealed it for ``peer``)."""
+    return [(i,) + tuple(e[:1]) + tuple(e[2:]) for i, e in enumerate(events)
+            if e[0] in ("open", "seal") and e[1] == rank]
+
+
+def build_view(events, rank, label_rank, n_bins, train=None):
+    """The trees rank ``rank`` can rebuild from what it reads (see the module's
+    docstring).  Per tree, the levels come from the sealed payloads the rank
+    opened or made where it has any for that tree (the label holder's
+    decision: split nodes, winners and its bits; every other winner's bits),
+    else from the plaintext transcript (bits in the clear, or split nodes
+    without bits).  ``train``: the training rows among the aligned rows (a
+    boosting job with a validation share; the master derives them from the
+    job's settings), the trees' row space: a matrix of every aligned row's
+    leaves is read on those rows."""
+    lh = label_rank - 1
     trees = {}
-    mine = [(i, rcv, snd, msg) for i, (rcv, snd, msg) in enumerate(events) if (rcv, snd) in watch]
-    replies = [(i, msg) for i, (rcv, snd, msg) in enumerate(events) if snd == rank and rcv == 0]
-    for i, rcv, snd, msg in mine:
+    plain = plaintext(events, rank)
+    # -- sealed payloads: levels and counts by (tree, level) --
+    decisions, bits, sums, decide_of = {}, {}, {}, {}
+    last_decide = {}
+    mine = sorted([(i, "recv", m) for i, rcv, snd, m in plain if rcv == rank]
+                  + [(p[0], "payload", p) for p in payloads(events, rank)], key=lambda x: x[0])
+    for i, kind, item in mine:
+        if kind == "recv":
+            for t, sub in sub_messages(item):
+                if sub.get("op") == DECIDE:
+                    last_decide[t] = sub
+            continue
+        _, how, peer, field, t, level, pay = item
+        if not isinstance(pay, dict):
+            continue
+        if field == "decision":
+            decisions[(t, level)] = (pay.get("split"), pay.get("winner"), pay.get("bits"))
+        elif field == "bits":
+            who = (rank if how == "seal" else peer) - 1
+            bits.setdefault((t, level), {})[who] = (pay.get("nodes"), pay.get("bits"))
+        elif field == "sums" and how == "open":
+            sums.setdefault((t, level), {})[peer - 1] = (pay.get("cnt"), pay.get("wcnt"))
+            decide_of[(t, level)] = last_decide.get(t)
+    sealed_trees = {t for t, _ in decisions} | {t for t, _ in sums}
+    # -- the plaintext transcript: the trees' draws, and anything in the clear --
+    replies = [(i, msg) for i, rcv, snd, msg in plain if snd == rank and rcv == 0]
+    leaf_views = []
+    for i, rcv, snd, msg in plain:
         if snd != 0:
             continue
+        if isinstance(msg, dict) and msg.get("op") == GRADIENTS:
+            # a boosting round's message: the rows' leaves of the last round (or of the stored
+            # trees) where they travel in the clear
+            for k in ("leaves", "stored_leaves"):
+                a = msg.get(k)
+                if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind in "iu":
+                    if train is not None and a.shape[1] != len(train):
+                        a = a[:, np.asarray(train)]
+                    leaf_views += [LeafView(row) for row in a]
         for t, sub in sub_messages(msg):
             if "counts" in sub and t not in trees:
                 trees[t] = TreeView(sub["counts"])
             tv = trees.get(t)
-            if tv is None:
+            if tv is None or t in sealed_trees:
                 continue
             op = sub.get("op")
-            if op == "apply":
-                tv.apply(sub["split_nodes"], sub["bits"])
-            elif op == DECIDE:
+            if "split_nodes" in sub:       # an apply (posted, or carried by the next message)
+                tv.apply(sub["split_nodes"], sub.get("bits") if _packed(sub.get("bits")) else None)
+            if op == DECIDE:
                 tv.add_decide(sub, n_bins)
-            elif op == "partition" and "level_nodes" in sub:
+            elif op == "partition" and "level_nodes" in sub and rank != 0:
+                # a level this party applied itself (two parties): its own bits, the label holder's
                 reply = next((m for j, m in replies if j > i), None)
-                grow = msg.get("grow") if msg.get("op") == "commit_grow" else msg
-                if reply is not None and msg.get("op") == "commit_grow":
-                    reply = reply.get("grow")
-                asked = [int(x) for x in grow["trees"]]
-                lengths = np.asarray(reply["len.bits"], dtype=np.int64)
-                k = asked.index(t)
-                start = int(lengths[:k].sum())
-                own_bits = np.asarray(reply["bits"])[start:start + int(lengths[k])]
-                tv.apply_ahead(sub["level_nodes"], sub["nodes"], own_bits, sub["holder_bits"])
+                if isinstance(reply, dict) and "grow" in reply and "trees" not in reply:
+                    reply, grow = reply.get("grow"), msg.get("grow")
+                else:
+                    grow = msg
+                own = holder = None
+                if isinstance(reply, dict) and "len.bits" in reply and _packed(reply.get("bits")):
+                    asked = [int(x) for x in grow["trees"]]
+                    lengths = np.asarray(reply["len.bits"], dtype=np.int64)
+                    k = asked.index(t)
+                    start = int(lengths[:k].sum())
+                    own = np.asarray(reply["bits"])[start:start + int(lengths[k])]
+                    holder = sub.get("holder_bits")
+                level = np.asarray(sub["level_nodes"], dtype=np.int32)
+                others = np.setdiff1d(level, np.asarray(sub["nodes"]))
+                tv.apply_parts(level, [(sub["nodes"], own), (others, holder)] if own is not None
+                               else [(level, None)])
+    # -- the sealed levels, in order, and the counts opened with each decide --
+    for t in sorted(sealed_trees):
+        tv = trees.get(t)
+        if tv is None:
+            continue
+        level = 0
+        while (t, level) in decisions:
+            split, winner, lh_bits = decisions[(t, level)]
+            split, winner = np.asarray(split, dtype=np.int32), np.asarray(winner, dtype=np.int64)
+            got = bits.get((t, level), {})
+            parts = []
+            for w in np.unique(winner).tolist():
+                if w == lh:
+                    parts.append((split[winner == w], lh_bits))
+                else:
+                    nodes, b = got.get(w, (split[winner == w], None))
+                    parts.append((nodes, b))
+            tv.apply_parts(split, parts)
+            level += 1
+        for (tt, level), by_party in sorted(sums.items()):
+            sub = decide_of.get((tt, level))
+            if tt != t or sub is None:
+                continue
+            cnt = [np.asarray(by_party[p][0]) for p in sorted(by_party)]
+            wcnt = [np.asarray(by_party[p][1]) for p in sorted(by_party)]
+            if all(isinstance(c, np.ndarray) for c in cnt + wcnt):
+                tv.add_decide(sub, n_bins, np.concatenate(cnt) if cnt else np.empty(0, np.int64),
+                              np.concatenate(wcnt) if wcnt else np.empty(0, np.int64))
     for tv in trees.values():
         tv.resolve_derived()
-    return [trees[t] for t in sorted(trees)]
+    return [trees[t] for t in sorted(trees)] + leaf_views
 
 
 # -- attacks ----------------------------------------------------------------
@@ -319,6 +557,8 @@ def declined_leaf_union(views, y, max_depth, min_samples_split=2, min_samples_le
     n_declined = 0
     least = max(min_samples_split, 2 * min_samples_leaf)
     for tv in views:
+        if not getattr(tv, "declinable", True):
+            continue
         leaves = tv.leaves()
         depth = tv.nodes.col["depth"][leaves]
         may = (tv.count(leaves) >= least) & (depth < (max_depth if max_depth is not None else 2 ** 31))
@@ -497,7 +737,9 @@ def run_case(tab, algorithm, max_depth, trees, key, work, forge=None):
         except Exception as exc:   # a hostile run that was caught
             if forge is None:
                 raise
-            summary, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
+            where = f"rank {exc.rank}, " if getattr(exc, "rank", None) is not None else ""
+            text = getattr(exc, "remote_message", None) or str(exc)
+            summary, error = None, f"{type(exc).__name__} ({where}{getattr(exc, 'exc_type', '')}): {text[:300]}"
     return rec, summary, time.perf_counter() - t0, error
 
 
@@ -510,13 +752,8 @@ def attack_case(tab, algorithm, depth_label, max_depth, rec, seconds, trees):
     eff_depth = max_depth if max_depth is not None else (6 if algorithm == "boosting" else None)
     rows = []
     for rank in range(tab["n_parties"] + 1):
-        if rank == 0:
-            role, watch = "master", {(lrank, 0)}
-        elif rank == lrank:
-            role, watch = "label holder", {(lrank, 0)}
-        else:
-            role, watch = "passive party", {(rank, 0), (0, rank)}
-        views = build_view(rec.events, rank, watch, n_bins)
+        role = "master" if rank == 0 else "label holder" if rank == lrank else "passive party"
+        views = build_view(rec.events, rank, lrank, n_bins)
         if rank == lrank:
             a1 = a2 = None
             labels = 1.0
@@ -529,7 +766,9 @@ def attack_case(tab, algorithm, depth_label, max_depth, rec, seconds, trees):
         total = sum(c["total"] for c in cells.values())
         rows.append({
             "table": tab["table"], "algorithm": algorithm, "depth": depth_label, "rank": rank, "role": role,
-            "rows": n, "trees": trees, "trees_rebuilt": len(views),
+            "rows": n, "trees": trees, "trees_rebuilt": sum(isinstance(tv, TreeView) for tv in views),
+            "trees_with_row_sets": max(sum(1 for tv in views if isinstance(tv, TreeView) and tv.n_read),
+                                       sum(isinstance(tv, LeafView) for tv in views)),
             "labels_recovered_fraction": round(labels, 6),
             "labels_recovered_declined_leaf_union": None if a1 is None else round(a1, 6),
             "labels_recovered_cooccurrence_clustering": None if a2 is None else round(a2, 6),
@@ -544,68 +783,45 @@ def attack_case(tab, algorithm, depth_label, max_depth, rec, seconds, trees):
 
 
 # -- hostile master -------------------------------------------------------------
-class ForgeBits:
-    """The master swaps two rows of one node between the children in every level
-    where the label holder won every split (so every party gets the same bits)."""
-
-    def __init__(self):
-        self.forged = 0
-
-    def __enter__(self):
-        from fedforest.vertical import tree_grower
-        orig = tree_grower.TreeGrower._collect_bits
-        self._undo = (tree_grower.TreeGrower, orig)
-        me = self
-
-        def collect(g, tree, split_nodes, won, replies):
-            packed, n_left = orig(g, tree, split_nodes, won, replies)
-            lh = getattr(g.channel, "label_party", None)
-            if lh is None or won[lh].size != split_nodes.size:
-                return packed, n_left
-            starts, ends = tree.bounds(split_nodes)
-            bits = np.unpackbits(packed, count=int((ends - starts).sum()))
-            at = 0
-            for length in (ends - starts).tolist():
-                seg = bits[at:at + length]
-                ones, zeros = np.flatnonzero(seg == 1), np.flatnonzero(seg == 0)
-                if ones.size > 1 and zeros.size > 1:
-                    seg[ones[0]], seg[zeros[0]] = 0, 1     # same child sizes: no size check fires
-                    me.forged += 1
-                    return np.packbits(bits), n_left
-                at += length
-            return packed, n_left
-
-        tree_grower.TreeGrower._collect_bits = collect
-        return self
-
-    def __exit__(self, *exc):
-        setattr(self._undo[0], "_collect_bits", self._undo[1])
-        return False
+def _flip(blob, at):
+    blob = np.array(blob, dtype=np.uint8, copy=True)
+    blob[at] ^= 0x01
+    return blob
 
 
-class ForgeLeaves:
-    """The master swaps the leaves of two rows in every ``gradients`` message it sends."""
+def sealed_segments(msg, prefix=""):
+    """The sealed payloads of a message to a party (``sealed``, ``sealed_from``,
+    ``sealed_len`` under ``prefix``): ``(from party index, start, length)``."""
+    data, src, lengths = (msg.get(prefix + k) for k in ("sealed", "sealed_from", "sealed_len"))
+    if not (_packed(data) and isinstance(src, np.ndarray) and isinstance(lengths, np.ndarray)):
+        return []
+    lengths = lengths.astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    return list(zip(src.astype(np.int64).tolist(), starts.tolist(), lengths.tolist()))
 
-    def __init__(self):
+
+class ForgeSealed:
+    """The master flips one byte in the middle of a relayed sealed payload of
+    the messages it sends: ``pick(msg, dest)`` names ``(key prefix, start,
+    length)`` of the payload to alter, or None.  ``forged`` counts them."""
+
+    def __init__(self, pick, times=1):
+        self.pick = pick
+        self.times = times
         self.forged = 0
 
     def __enter__(self):
         from fedforest.transport import base
-        from fedforest.vertical.boost.encrypted_gradients import GRADIENTS
         orig = base.Comm.send
         self._undo = orig
         me = self
 
         def send(comm, dest, msg):
-            if comm.rank == 0 and isinstance(msg, dict) and msg.get("op") == GRADIENTS \
-                    and isinstance(msg.get("leaves"), np.ndarray):
-                leaves = msg["leaves"].copy()
-                row = leaves[0]
-                other = np.flatnonzero(row != row[0])
-                if other.size:
-                    j = int(other[0])
-                    leaves[:, [0, j]] = leaves[:, [j, 0]]
-                    msg = dict(msg, leaves=leaves)
+            if comm.rank == 0 and me.forged < me.times and isinstance(msg, dict):
+                got = me.pick(msg, dest)
+                if got is not None:
+                    prefix, start, length = got
+                    msg = dict(msg, **{prefix + "sealed": _flip(msg[prefix + "sealed"], start + length // 2)})
                     me.forged += 1
             return orig(comm, dest, msg)
 
@@ -618,18 +834,112 @@ class ForgeLeaves:
         return False
 
 
+def pick_apply_bits(label_party):
+    """In an ``apply`` message, a payload from a party that is not the label
+    holder (index ``label_party``): a passive winner's partition bits."""
+    def pick(msg, dest):
+        if msg.get("op") != APPLY:
+            return None
+        for t, _ in sub_messages(msg):
+            for src, start, length in sealed_segments(msg, f"{t}."):
+                if src != label_party and length:
+                    return f"{t}.", start, length
+        return None
+    return pick
+
+
+def pick_gradients_leaf_sets(msg, dest):
+    """In a ``gradients`` message, the first sealed payload it relays (the
+    parties' leaf sets of the last round, for the label holder)."""
+    if msg.get("op") != GRADIENTS:
+        return None
+    for src, start, length in sealed_segments(msg):
+        if length:
+            return "", start, length
+    return None
+
+
+class ChosenDraws:
+    """The master chooses every tree's bootstrap draws instead of drawing
+    them: all on two rows, row 0 and one more per tree (the parties check only
+    the draws' total and largest count).  The label holder splits the root of
+    such a tree only when it can separate the two rows: when their labels
+    differ (and some feature tells them apart)."""
+
+    def __enter__(self):
+        from fedforest.vertical import tree_grower
+        orig = tree_grower.TreeGrower._draw_counts
+        self._undo = (tree_grower.TreeGrower, orig)
+        lock, state = threading.Lock(), {"next": 0}
+
+        def draw(g, rng):
+            counts = orig(g, rng)
+            if counts.size < 16 or not g.params.bootstrap:    # a warm-up's, or no draws to choose
+                return counts
+            with lock:
+                state["next"] = state["next"] % (counts.size - 1) + 1
+                other = state["next"]
+            total = int(counts.sum())
+            chosen = np.zeros(counts.size, dtype=counts.dtype if total < 256 else np.int32)
+            chosen[0], chosen[other] = total // 2, total - total // 2
+            return chosen
+
+        tree_grower.TreeGrower._draw_counts = draw
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self._undo[0], "_draw_counts", self._undo[1])
+        return False
+
+
+def chosen_draws_pairs(rec, y):
+    """What the master reads from its own transcript after :class:`ChosenDraws`:
+    per tree, its two rows (from the draws it sent) and whether the root split
+    (an ``apply`` of the tree); 'same label' where it did not."""
+    pairs, split = {}, set()
+    for kind, rcv, snd, msg in (e[:4] for e in rec.events if e[0] == "recv"):
+        if snd != 0:
+            continue
+        for t, sub in sub_messages(msg):
+            if isinstance(sub.get("counts"), np.ndarray) and t not in pairs:
+                rows = np.flatnonzero(sub["counts"])
+                pairs[t] = tuple(rows.tolist()) if rows.size == 2 else None
+            if "split_nodes" in sub:
+                split.add(t)
+    pairs = {t: p for t, p in pairs.items() if p is not None}
+    right = sum((t not in split) == (y[a] == y[b]) for t, (a, b) in pairs.items())
+    same = sum(bool(y[a] == y[b]) for a, b in pairs.values())
+    return len(pairs), right, same
+
+
 def hostile(tab, key, work):
+    lh = tab["label_rank"] - 1
     out = {}
-    with ForgeBits() as fb:
+    with ForgeSealed(pick_apply_bits(lh)) as fb:
         _, _, sec, err = run_case(tab, "forest", None, 5, key, work, forge={})
-    out["forged_bits"] = {"job": "demo forest, 5 trees", "levels_forged": fb.forged, "job_error": err,
-                          "detected": err is not None and fb.forged > 0, "seconds": round(sec, 1)}
-    with ForgeLeaves() as fl:
+    out["forged_bits"] = {"job": "demo forest, 5 trees", "attempt": "one byte of a passive winner's sealed 'bits' "
+                          "payload flipped in an 'apply' message", "levels_forged": fb.forged, "job_error": err,
+                          "detected": err is not None and fb.forged > 0 and "'bits'" in err,
+                          "seconds": round(sec, 1)}
+    with ChosenDraws():
+        rec, _, sec, err = run_case(tab, "forest", None, 20, key, work, forge={})
+    n_pairs, right, same = chosen_draws_pairs(rec, tab["y"])
+    out["chosen_draws"] = {"job": "demo forest, 20 trees", "attempt": "every tree's bootstrap draws on two rows "
+                           "(row 0 and another); the two rows' labels read as equal where the root did not split",
+                           "trees_forged": n_pairs, "label_pairs_right": right,
+                           "label_pairs_same_label": same, "job_error": err, "detected": err is not None,
+                           "seconds": round(sec, 1)}
+    del rec
+    # last: the sealed leaf sets of boosting with a validation share
+    with ForgeSealed(pick_gradients_leaf_sets) as fl:
         _, _, sec, err = run_case(tab, "boosting", None, 5, key, work,
                                   forge={"options": {"early_stopping_rounds": 2, "validation_fraction": 0.2}})
     out["forged_leaves"] = {"job": "demo boosting, 5 rounds, early_stopping_rounds 2, validation_fraction 0.2",
+                            "attempt": "one byte of a sealed 'leaf_sets' payload flipped in a 'gradients' message"
+                            + ("" if fl.forged else " (none relayed: the leaf sets do not travel sealed)"),
                             "messages_forged": fl.forged, "job_error": err,
-                            "detected": err is not None and fl.forged > 0, "seconds": round(sec, 1)}
+                            "detected": err is not None and fl.forged > 0 and "'leaf_sets'" in err,
+                            "seconds": round(sec, 1)}
     return out
 
 
@@ -642,7 +952,8 @@ def markdown(doc):
     lines = ["# Leakage of the encrypted vertical modes (`experiments/bench_leakage.py`)", "",
              f"From commit `{doc['provenance']['git_commit']}`, {doc['provenance']['date']}; command: "
              f"`{doc['provenance']['command']}`.", "",
-             "Each rank played curious on its own transcript (see the script's docstring). Labels: the better "
+             "Each rank played curious on what it reads: its plaintext transcript, the sealed payloads it opens and "
+             "those it seals itself (see the script's docstring). Labels: the better "
              "of the declined-leaf union (1) and the co-occurrence clustering (2); cells: the share of the cells "
              "of every column the rank does not hold whose bin it solved exactly (3).", "",
              "| table | algorithm | depth | rank | labels recovered (1 / 2) | majority baseline | "
@@ -664,10 +975,16 @@ def markdown(doc):
     if "hostile_master" in doc:
         lines.append("")
         for k, v in doc["hostile_master"].items():
+            what = f"{v['attempt']}, " if v.get("attempt") else ""
+            error = f"job error: {v['job_error'] or 'none, it ended normally'}; detected: **{v['detected']}**"
+            if "label_pairs_right" in v:
+                lines.append(f"- hostile master, {k} ({v['job']}): {what}{v['trees_forged']} trees: the two rows' "
+                             f"labels read right (equal or not) in **{v['label_pairs_right']} of "
+                             f"{v['trees_forged']}** (saying 'equal' every time: {v['label_pairs_same_label']}); "
+                             f"{error}")
+                continue
             times = v.get("levels_forged", v.get("messages_forged"))
-            lines.append(f"- hostile master, {k} ({v['job']}): forged {times}"
-                         f" times; job error: {v['job_error'] or 'none, it ended normally'}; detected: "
-                         f"**{v['detected']}**")
+            lines.append(f"- hostile master, {k} ({v['job']}): {what}forged {times} times; {error}")
     return "\n".join(lines) + "\n"
 
 
