@@ -9,6 +9,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import train_test_split
 
+from .federation import privacy as label_privacy
 from .errors import InputError
 from .federation.metrics import compute_metrics
 
@@ -80,7 +81,7 @@ def training_lines(summary):
     master and the parties without the labels received."""
     got = summary["labels_received"]
     took = f"training took {summary['total_seconds']:.1f} s"
-    if summary["label_privacy"] == "paillier":
+    if label_privacy.of(summary["label_privacy"]).encrypted:
         holder = {g["key_holder"] for g in got.values()}
         took += (f" ({summary['label_encrypt_seconds']:.1f} s of it encrypting the labels under a "
                  f"{summary['key_length']}-bit Paillier key of party {', '.join(map(str, sorted(holder)))}, "

@@ -20,6 +20,7 @@ import sys
 from ..constraints import Interval, Options, Paths, Texts, check
 from ..data.tasks import CLASSIFICATION, REGRESSION
 from ..errors import InputError
+from . import privacy as label_privacy
 from .mode import HORIZONTAL, VERTICAL, Param
 from .registry import REGISTRY
 
@@ -149,6 +150,12 @@ class JobConfig:
     def set(self, key, value):
         self.values[key] = value
         setattr(self, key, value)
+
+    @property
+    def privacy(self):
+        """The job's :class:`~fedforest.federation.privacy.LabelPrivacy` (None
+        for a mode without ``label_privacy``): resolved here, once, from the setting."""
+        return label_privacy.of(self.values.get("label_privacy"))
 
     def check_parties(self, who="party"):
         """``data`` lists one file per party/client and agrees with ``n_parties``."""

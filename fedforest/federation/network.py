@@ -32,6 +32,7 @@ from ..transport.tcp import (DEFAULT_MAX_FRAME, ClosedAtHello, JoinFailed, Party
 from ..version import __version__
 from .config import JOB_INDEX, JOB_PARAMS, load_toml, relative_to, resolve
 from .paths import check_job_paths
+from . import privacy as label_privacy
 from .mode import VERTICAL
 from .registry import REGISTRY
 
@@ -194,7 +195,7 @@ class Policy:
         self.max_trees = pol.get("max_trees")
         check("policy.max_trees", self.max_trees, (None, Interval(int, 1)))
         self.label_privacy = pol.get("require_label_privacy")
-        check("policy.require_label_privacy", self.label_privacy, (None, Options("plain", "paillier")))
+        check("policy.require_label_privacy", self.label_privacy, (None, Options(*label_privacy.BY_NAME)))
         self.plain_labels = pol.get("allow_plain_labels", False)
         check("policy.allow_plain_labels", self.plain_labels, (bool,))
         self.full_model = pol.get("allow_master_full_model", False)
@@ -228,13 +229,15 @@ class Policy:
             elif got != self.label_privacy:
                 out.append(f"the job runs label_privacy = {got!r}; this party requires "
                            f"{self.label_privacy!r}")
-            elif got == "paillier" and settings.get("insecure_key"):
+            elif label_privacy.of(got).encrypted and settings.get("insecure_key"):
                 out.append(f"the job allows Paillier keys below 2048 bits (insecure_key, key_length = "
                            f"{settings.get('key_length')}); this party requires label privacy")
         # a label holder's labels leave it in the clear only where its own policy says so (a
         # policy that requires 'plain' says so too); one refusal of 'plain' is enough
-        plain_allowed = self.plain_labels or self.label_privacy == "plain"
-        if label_column is not None and settings.get("label_privacy") == "plain" and not plain_allowed \
+        required = label_privacy.of(self.label_privacy)
+        plain_allowed = self.plain_labels or (required is not None and required.sends_labels_in_clear())
+        job = label_privacy.of(settings.get("label_privacy"))
+        if label_column is not None and job is not None and job.sends_labels_in_clear() and not plain_allowed \
                 and not privacy_refused:
             out.append(f"the job runs label_privacy = 'plain', which sends this party's labels "
                        f"({label_column!r}) out in the clear; this party's policy does not allow it "
@@ -340,13 +343,7 @@ def _network_defaults(cfg, config_path, flags, command):
     chosen = "label_privacy" in cfg.given
     if not chosen and cfg.label_privacy != NETWORK_LABEL_PRIVACY:
         cfg = resolve(config_path, dict(flags, label_privacy=NETWORK_LABEL_PRIVACY), skip_tables=(NETWORK,))
-    if cfg.label_privacy != "paillier":
-        return cfg
-    why = None
-    if cfg.values.get("split_method", "hist") != "hist":
-        why = f"needs split_method = 'hist' (this job sets {cfg.split_method!r})"
-    elif cfg.values.get("class_weight") is not None:
-        why = "is not available with class_weight (encrypted statistics are integer counts)"
+    why = cfg.privacy.unmet(cfg.values)
     if why is None:
         return cfg
     if chosen:

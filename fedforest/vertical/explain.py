@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 from ..errors import InputError
+from ..federation import privacy as label_privacy
 from ..tree.format import NO_CHILD
 from ..tree.importance import (IMPORTANCE_MEANING, IMPORTANCE_TYPES, normalised, owner_totals,
                                party_importances, split_gain_cover, split_scores)
@@ -160,7 +161,7 @@ def master_boost_party_scores(folder, importance_type="gain"):
     _check_type(importance_type)
     m, trees = _load(folder)
     _boosted(m, folder)
-    if m.get("role") != "master" or m.get("label_privacy") == "paillier":
+    if m.get("role") != "master" or label_privacy.of_manifest(m).encrypted:
         raise InputError("model", f"{folder!r} is not the master's folder of a model with plain gradients")
     return split_scores(*_boost_splits(trees, "owner"), int(m["n_parties"]), importance_type)
 
@@ -175,7 +176,7 @@ def holder_boost_scores(folder, importance_type="gain"):
     _check_type(importance_type)
     m, trees = _load(folder)
     _boosted(m, folder)
-    if m.get("label_privacy") != "paillier" or not m.get("has_label"):
+    if not label_privacy.of_manifest(m).encrypted or not m.get("has_label"):
         raise InputError("model", f"{folder!r} is not the label holder's folder of a model with "
                                   "encrypted gradients")
     own = int(m["rank"]) - 1
@@ -212,7 +213,7 @@ def _num(v):
 def _describe_boost(folder, m, top, importance_type):
     """The lines of one role folder of a boosted model."""
     kind = f"importance_type '{importance_type}' ({IMPORTANCE_MEANING[importance_type]})"
-    encrypted = m.get("label_privacy") == "paillier"
+    encrypted = label_privacy.of_manifest(m).encrypted
     if m.get("role") == "master":
         if encrypted:
             return [f"master ({folder}): {m['n_trees']} trees, {m['task']}; the importances are label "
@@ -256,7 +257,7 @@ def describe(model_dir, top=None, importance_type=None):
         if importance_type is not None:
             raise InputError("importance_type", f"applies to boosted models; {folder!r} holds a forest, "
                                                 "whose importances are the mean decrease in impurity")
-        encrypted = m.get("label_privacy") == "paillier"
+        encrypted = label_privacy.of_manifest(m).encrypted
         if encrypted and m.get("role") == "master":
             out.append(f"master ({folder}): {m['n_trees']} trees, {m['task']}; the importances are label "
                        f"statistics held by the label holder (party {m['label_party']})")
