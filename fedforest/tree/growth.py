@@ -211,6 +211,50 @@ def tree_seeds(random_state, n_estimators):
     return np.random.SeedSequence(random_state).spawn(n_estimators)
 
 
+def tree_rng(seed):
+    """The random generator of one tree (its seed from :func:`tree_seeds`):
+    its first draw is the tree's rows (:func:`bootstrap_counts` or
+    :func:`row_subsample`), then its feature draws."""
+    return np.random.default_rng(seed)
+
+
+def bootstrap_counts(rng, n_rows, n_boot, sample_weight=None, bootstrap=True):
+    """A forest tree's in-bag count of each of ``n_rows`` rows: ``n_boot``
+    draws with replacement (all ones without ``bootstrap``); rows of weight
+    zero take no part, as in scikit-learn.  The smallest integer type that
+    holds them (uint8 or int32): the counts travel to every party, and each
+    party recomputes them from the job's seed (:func:`tree_draws`)."""
+    if not bootstrap:
+        return (np.ones(n_rows, dtype=np.uint8) if sample_weight is None
+                else (sample_weight != 0).astype(np.uint8))
+    idx = rng.integers(0, n_rows, n_boot)
+    counts = np.bincount(idx, minlength=n_rows)
+    if sample_weight is not None:
+        counts[sample_weight == 0] = 0
+    return counts.astype(np.uint8 if counts.max() < 256 else np.int32)
+
+
+def row_subsample(rng, n_rows, subsample):
+    """A boosting tree's row sample: each of ``n_rows`` rows kept with
+    probability ``subsample``, without replacement (uint8 counts 0 or 1)."""
+    keep = rng.random(n_rows) < subsample if subsample < 1.0 else np.ones(n_rows, dtype=bool)
+    return keep.astype(np.uint8)
+
+
+def tree_draws(random_state, n_trees, draw):
+    """Every tree's rows as a party recomputes them from the job's seed:
+    ``draws(t)`` is ``draw(tree_rng(tree_seeds(random_state, n_trees)[t]))``,
+    the very draw the grower makes for tree ``t`` (None for a tree number
+    outside the job), so a party can refuse counts the master chose itself."""
+    seeds = tree_seeds(random_state, n_trees)
+
+    def draws(t):
+        if t is None or not 0 <= t < len(seeds):
+            return None
+        return draw(tree_rng(seeds[t]))
+    return draws
+
+
 def merge_partials(master_tree, partials, offsets):
     """The complete tree as the union of the parties' partial trees (global feature ids)."""
     n = master_tree["children_left"].shape[0]

@@ -206,10 +206,25 @@ def check_setup(setup, cfg, params, rank, job_id, n_done, folder):
                                                     f"would delete the {n_done} trees checkpointed in "
                                                     f"{folder!r}; pass --overwrite to allow it")
     if start:
-        kept = model_files.read_manifest(folder, f"party {rank} model").get("run_id")
-        if kept is not None and kept != run_id:
-            raise bad_message(f"'run_id' differs from the run of this party's checkpoint ({kept})")
+        kept = model_files.read_manifest(folder, f"party {rank} model")
+        if kept.get("run_id") is not None and kept["run_id"] != run_id:
+            raise bad_message(f"'run_id' differs from the run of this party's checkpoint ({kept['run_id']})")
+        # the trees of a resumed run draw from the seed of the stored ones
+        seed = kept.get("random_state_used")
+        if seed is not None and setup.get("random_state") != seed:
+            raise bad_message(f"'random_state' differs from the seed of this party's checkpoint ({seed})")
     return start
+
+
+def job_seed(value, params):
+    """The job's seed the master sends (``random_state``): this party's own
+    random_state when it sets one.  Every tree's draws come from it, and the
+    party recomputes them (:func:`~fedforest.tree.growth.tree_draws`)."""
+    if params.random_state is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value != params.random_state:
+            raise bad_message(f"'random_state' must be this party's {params.random_state}, got {str(value)[:40]}")
+        return params.random_state
+    return int_value(value, "'random_state'", 0, 2 ** 63 - 1)
 
 
 

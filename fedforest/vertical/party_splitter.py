@@ -89,6 +89,9 @@ class PartySplitter:
         self.count_total = None
         self.count_max = None
         self.class_weighted = None
+        # a job's party recomputes every tree's draws from the job's seed
+        # (:func:`~fedforest.tree.growth.tree_draws`: tree number -> its counts; None: not checked)
+        self.draws = None
         if settings.split_method == "hist":
             # one byte per value: the bin codes are all the growth needs
             # rows of weight zero take no part, not even in the bin edges
@@ -268,6 +271,11 @@ class PartySplitter:
         if self.count_total is not None and int(counts.sum(dtype=np.int64)) != self.count_total:
             raise bad_message(f"'counts' sum to {int(counts.sum(dtype=np.int64))}, not to the "
                               f"{self.count_total} draws of a tree")
+        if self.draws is not None:
+            # the master draws nothing it chose: the counts must be the tree's own draws
+            want = self.draws(self.tree_id)
+            if want is None or not np.array_equal(counts, want):
+                raise bad_message("'counts' are not the tree's draws from the job's seed")
         cw = msg["class_weight"]
         s = self.settings
         sizes = (0, s.n_classes) if s.is_classification else (0,)

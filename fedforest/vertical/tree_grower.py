@@ -25,7 +25,8 @@ from ..tree.format import LEAF
 from ..tree.importance import node_shares
 from ..tree.labels import PlainLabels, class_weight_vector
 from ..tree.params import resolve_max_features, resolve_max_samples
-from ..tree.growth import ForestTrees, HIST_CACHE_BYTES_PER_ROW, Nodes, SplitSettings, may_split, unpack_bits
+from ..tree.growth import (ForestTrees, HIST_CACHE_BYTES_PER_ROW, Nodes, SplitSettings, bootstrap_counts, may_split,
+                           tree_rng, unpack_bits)
 from .messages import APPLY, BatchReply, COMMIT, FUSED, GROW, Posted, pack_batch, split_fused
 from .party_splitter import LocalParties, PartySplitter
 
@@ -203,16 +204,9 @@ class TreeGrower:
 
     # -- random draws -----------------------------------------------------
     def _draw_counts(self, rng):
-        if not self.params.bootstrap:
-            sw = getattr(self.labels, "sample_weight", None)
-            return np.ones(self.n_rows, dtype=np.uint8) if sw is None else (sw != 0).astype(np.uint8)
-        idx = rng.integers(0, self.n_rows, self.n_boot)
-        counts = np.bincount(idx, minlength=self.n_rows)
-        sw = getattr(self.labels, "sample_weight", None)
-        if sw is not None:
-            counts[sw == 0] = 0   # rows of weight zero take no part, as in scikit-learn
-        # the smallest integer type that holds them: the counts travel to every party
-        return counts.astype(np.uint8 if counts.max() < 256 else np.int32)
+        # the very draw every party of a job recomputes to check the tree's counts
+        return bootstrap_counts(rng, self.n_rows, self.n_boot, getattr(self.labels, "sample_weight", None),
+                                self.params.bootstrap)
 
     def _draw_features(self, rng):
         mask = np.zeros(self.n_features, dtype=np.uint8)
@@ -396,7 +390,7 @@ class TreeGrower:
         """One tree's growth as a generator: it yields the per-party messages of
         each exchange and receives the replies; returns the master's tree and
         what each party still has to apply."""
-        rng = np.random.default_rng(seed)
+        rng = tree_rng(seed)
         counts = self._draw_counts(rng)
         cw = (class_weight_vector(self.params.class_weight, self.y_codes, counts,
                                   self.labels.n_classes, self.classes)

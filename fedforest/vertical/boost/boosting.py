@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ...errors import InputError
-from ...tree.growth import EPSILON, SplitSettings
+from ...tree.growth import EPSILON, SplitSettings, row_subsample
 from ..messages import bad_message, shown
 from ..party_splitter import LocalParties, PartySplitter
 from ..tree_grower import TreeGrower
@@ -303,15 +303,6 @@ def split_gain_cover(left, right, reg_lambda):
     return wn * imp_n - wl * imp_l - wr * imp_r, wn
 
 
-def subsampler(n_rows, subsample):
-    """A boosting tree's row sample: each of ``n_rows`` rows kept with
-    probability ``subsample``, without replacement (counts 0 or 1)."""
-    def draw(rng):
-        keep = rng.random(n_rows) < subsample if subsample < 1.0 else np.ones(n_rows, dtype=bool)
-        return keep.astype(np.uint8)
-    return draw
-
-
 class BoostTrees:
     """The decisions that make a tree a boosting tree (the forest's
     :class:`~fedforest.tree.growth.ForestTrees` component): every node that
@@ -341,7 +332,8 @@ class BoostGrower(TreeGrower):
     kind_class = BoostTrees
 
     def _draw_counts(self, rng):
-        return subsampler(self.n_rows, self.params.subsample)(rng)
+        # the very draw every party of a job recomputes to check the tree's counts
+        return row_subsample(rng, self.n_rows, self.params.subsample)
 
 
     # the master keeps each tree's leaf of every grown row (under "row_leaf"), so it

@@ -27,7 +27,7 @@ from ...errors import InputError
 from ...transport.base import expect
 from ...tree import predict
 from ...tree import threads as numba_threads
-from ...tree.growth import SplitSettings, tree_seeds
+from ...tree.growth import SplitSettings, row_subsample, tree_draws, tree_seeds
 from ...tree.params import resolve_n_jobs
 from ...tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
 from .. import encrypted_labels as encrypted
@@ -35,7 +35,8 @@ from .. import messages, model_files, protocol
 from ..common import (MASTER, RemoteParties, bar_round, check_encrypted_job, label_array, log, peak_rss_mb,
                       plural_rounds, progress_bar, report_training)
 from ..job_master import master_predict, open_training, received_key, relay_bins
-from ..job_party import check_setup, open_training as party_open_training, party_predict, serve_growth, setup_parties
+from ..job_party import (check_setup, job_seed, open_training as party_open_training, party_predict, serve_growth,
+                         setup_parties)
 from ..job_party import public_key as party_public_key
 from ..messages import accept_settings, bad_message, check_fields, int_value, shown
 from ..paillier import sealed
@@ -483,7 +484,7 @@ def client_train(comm, cfg):
         raise bad_message(f"'objective' must be {objective!r} for this task and {n_classes} classes, got "
                           f"{str(setup.get('objective'))[:40]!r}")
     k_out = B.n_outputs(objective, n_classes)
-    seed = _seed(setup.get("random_state"), params)
+    seed = job_seed(setup.get("random_state"), params)
     if table.has_label and paillier_mode and seed != info["seed"]:
         raise bad_message("'random_state' differs from the one the label information was made with")
     train, valid = B.holdout(n_rows, params, seed)
@@ -527,6 +528,10 @@ def client_train(comm, cfg):
     n_trees = params.n_estimators * k_out
     if start % k_out:
         raise bad_message(f"'start' must be a whole round of {k_out} trees, got {start}")
+    # every tree's row subsample is recomputed here from the job's seed (tree t: output
+    # t % k_out of round t // k_out), so the master cannot choose the rows of a tree
+    n_train, subsample = train.size, params.subsample
+    splitter.draws = tree_draws(seed, n_trees, lambda rng: row_subsample(rng, n_train, subsample))
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     splitter.crypto_workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
     B.warm_up(settings.split_method)
@@ -537,7 +542,7 @@ def client_train(comm, cfg):
         "categories": table.categories, "has_label": table.has_label,
         "label_column": cfg.label_column if table.has_label else None,
         "id_column": cfg.id_column, "split_method": settings.split_method,
-        "n_estimators": n_trees, "label_privacy": cfg.label_privacy,
+        "n_estimators": n_trees, "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted gradients)
         "label_party": lp if paillier_mode else None,
     }
@@ -591,20 +596,13 @@ def client_train(comm, cfg):
                         None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op)
 
 
-def _seed(value, params):
-    """The seed the master sends: the party's own random_state when it sets one."""
-    if params.random_state is not None and value != params.random_state:
-        raise bad_message(f"'random_state' must be this party's {params.random_state}, got {str(value)[:40]}")
-    return int_value(value, "'random_state'", 0, 2 ** 63 - 1)
-
-
 def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
     """The label holder, encrypted mode: make its own key pair and its base
     margins (from its training labels); the master gets the public key and the
     number of classes only.  A key_length above this party's own
     max_key_length is refused before any work."""
     paillier.check_key_bound(cfg.key_length, cfg.max_key_length, f"party {comm.rank}")
-    seed = _seed(msg.get("random_state"), params)
+    seed = job_seed(msg.get("random_state"), params)
     is_clf = cfg.task == CLASSIFICATION
     n_classes = classes.size if is_clf else 1
     objective = _objective(cfg.task, n_classes)

@@ -41,8 +41,9 @@ def master_train(comm, cfg):
     start, run_id, random_state, n_rows, lost = job.start, job.run_id, job.random_state, job.n_rows, job.lost
     label_party = job.label_party
     is_clf = cfg.task == CLASSIFICATION
+    # the job's seed: every party recomputes each tree's bootstrap draws from it
     common = {"op": protocol.SETUP, "start": start, "job_id": job_id, "run_id": run_id,
-              "params": params.to_dict(), "task": cfg.task}
+              "params": params.to_dict(), "task": cfg.task, "random_state": random_state}
     he = {}
     if cfg.label_privacy == "paillier":
         # the master learns the number of classes, not their names

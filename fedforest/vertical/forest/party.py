@@ -27,7 +27,7 @@ from ..paillier import sealed
 from ..paillier.holder import KeyHolder
 from .held_labels import HeldLabels
 from ...tree.growth import ForestTrees
-from ..job_party import MAX_CLASSES, check_setup, open_training, public_key, serve_growth, setup_parties
+from ..job_party import MAX_CLASSES, check_setup, job_seed, open_training, public_key, serve_growth, setup_parties
 from .. import model_files, protocol
 from . import forest_params
 from ...transport.base import expect
@@ -56,6 +56,7 @@ def party_train(comm, cfg):
         msg = comm.recv(MASTER)
     setup = expect(msg, protocol.SETUP)
     start = check_setup(setup, cfg, params, rank, job_id, n_done, folder)
+    seed = job_seed(setup.get("random_state"), params)
     is_clf = cfg.task == CLASSIFICATION
     if held is not None and "y" in held:  # plain mode: the codes the master makes of them
         held["codes"], held["classes"] = encode_labels(held["y"], cfg.task,
@@ -74,6 +75,11 @@ def party_train(comm, cfg):
     splitter.count_total = n_total
     splitter.count_max = n_total if params.bootstrap else 1
     splitter.class_weighted = is_clf and params.class_weight is not None
+    # and the draws themselves: every tree's counts are recomputed here from the job's seed
+    # (a job has no sample weights), so the master cannot choose a tree's rows
+    n_boot, bootstrap = resolve_max_samples(params.max_samples, n_rows), params.bootstrap
+    splitter.draws = growth.tree_draws(seed, params.n_estimators,
+                                       lambda rng: growth.bootstrap_counts(rng, n_rows, n_boot, None, bootstrap))
     # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
     n_estimators = params.n_estimators
     batch = growth.resolve_tree_batch(
@@ -90,7 +96,7 @@ def party_train(comm, cfg):
         "label_column": cfg.label_column if table.has_label else None,
         "id_column": cfg.id_column, "split_method": settings.split_method,
         "n_estimators": n_estimators,
-        "label_privacy": cfg.label_privacy,
+        "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
         "label_party": setup.get("label_party") if cfg.label_privacy == "paillier" else None,
         # this party's set-up (read, align, bin) and the memory it holds when growth starts
