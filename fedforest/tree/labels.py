@@ -23,7 +23,43 @@ def _class_text(value):
     return str(value)
 
 
-class PlainLabels:
+class RowLabels:
+    """What growth asks of a tree's labels, with every optional hook's
+    default, so that no caller probes for one.  A labels object gives the
+    per-row statistics of a tree (``tree_stats``, ``n_stats``,
+    ``is_classification``, ``n_classes``, ``n_rows``) and may declare:
+
+    * ``sample_weight``: per-row weights multiplying the draws (None: none);
+    * ``begin_keys``: the fields of a tree's first message a party's labels
+      read (a boosting round's gradients, their ciphertexts, the output);
+    * ``exact_sums``: every sum is an exact integer on a grid (histogram
+      subtraction then changes no bit);
+    * ``records_splits``: a party keeps statistics of the splits it won
+      (``split_records``);
+    * ``begin(label_holder)``: what a tree's first message adds on the
+      master's side (for the label holder or another party);
+    * ``bind(splitter)``, ``committed(tree_ids, trees)``: the party's
+      splitter, once; the trees of a batch, once stored."""
+
+    sample_weight = None
+    begin_keys = ()
+    exact_sums = False
+    records_splits = False
+
+    def begin(self, label_holder):
+        return {}
+
+    def bind(self, splitter):
+        pass
+
+    def committed(self, tree_ids, trees):
+        pass
+
+    def split_records(self, won, n_nodes, settings):
+        return {}
+
+
+class PlainLabels(RowLabels):
     """Labels in the clear (``label_privacy = "plain"``).
 
     ``y`` holds class codes 0..C-1 (classification) or float targets

@@ -13,6 +13,7 @@ from ..errors import InputError
 from ..federation.files import write_summary
 from ..logs import progress_options, status
 from . import model_files
+from .messages import Parties
 
 MASTER = 0
 
@@ -140,7 +141,7 @@ def label_array(y, task, what):
 # ---------------------------------------------------------------------------
 # Remote parties for the tree grower
 # ---------------------------------------------------------------------------
-class RemoteParties:
+class RemoteParties(Parties):
     """The parties of an MPI (or in-process) job, as seen by the tree grower."""
 
     def __init__(self, comm):

@@ -33,6 +33,7 @@ from ..errors import InputError
 from ..tree.binning import MISSING_BIN
 from ..tree import partitioner
 from ..tree.growth import PARTY_COLUMNS, Nodes, may_split
+from ..tree.labels import RowLabels
 from .messages import MASK_DTYPES, bad_message, check_fields, int_array, node_list, shown, sorted_subset
 from .party_splitter import OwnSplits
 from .paillier import sealed as S
@@ -326,7 +327,7 @@ def needed_pairs(cand, mask):
     return {(j, int(f)) for j, row in zip(cand.tolist(), mask) for f in np.flatnonzero(row)}
 
 
-class EncryptedLabels:
+class EncryptedLabels(RowLabels):
     """The forest's labels at a party without them: one ciphertext per aligned
     row (the label holder's encryption, relayed at set-up); a tree's rows are
     its ciphertexts raised to the bootstrap counts."""
@@ -399,7 +400,7 @@ class CipherSums(OwnSplits):
 
     def begin(self, sp, msg):
         counts = np.asarray(msg["counts"])
-        wc = sp.labels.ciphertexts(counts, *(msg[k] for k in getattr(sp.labels, "begin_keys", ())))
+        wc = sp.labels.ciphertexts(counts, *(msg[k] for k in sp.labels.begin_keys))
         return {"nodes": Nodes(counts, PARTY_COLUMNS), "counts": counts, "wc": wc, "family": None,
                 "held": set(), "level": 0, "decision": None, "own_bits": None}
 
@@ -416,7 +417,7 @@ class CipherSums(OwnSplits):
         return S.outgoing(self._sealed_sums(sp, msg))
 
     def _sealed_sums(self, sp, msg):
-        t = sp._tree
+        t = sp.state
         tree = t["nodes"]
         nodes, mask = msg["nodes"], msg["fmask"]
         family = {}
@@ -438,7 +439,7 @@ class CipherSums(OwnSplits):
         """A ``partition`` of open leaves on the splits the label holder chose
         (its sealed decision): one of this party's features, one of its bins
         and a missing-value side per node."""
-        t = sp._tree
+        t = sp.state
         if t["partitioned"] is not None:
             raise bad_message("a second 'partition' for one level of the tree")
         nodes = node_list(msg.get("nodes"), "'nodes'", t["open_ids"])
@@ -469,7 +470,7 @@ class CipherSums(OwnSplits):
             if a.shape != (nodes.size,):
                 raise bad_message(f"the decision's {k!r} must hold one value per node ({nodes.size}), got "
                                   f"{shown(a)}")
-        sp._tree["decision"] = dec
+        sp.state["decision"] = dec
         return dict(msg, feature=arrays["feature"].astype(np.int32), bin=arrays["bin"].astype(np.int32),
                     missing_left=arrays["missing_left"].astype(np.uint8))
 
@@ -479,7 +480,7 @@ class CipherSums(OwnSplits):
         party and the label holder won) and a mask per child."""
         if any(k not in msg for k in AHEAD_KEYS):
             raise bad_message(f"{', '.join(map(repr, AHEAD_KEYS))} travel together")
-        level = node_list(msg["level_nodes"], "'level_nodes'", sp._tree["open_ids"])
+        level = node_list(msg["level_nodes"], "'level_nodes'", sp.state["open_ids"])
         if not np.array_equal(level, dec["split"]):
             raise bad_message("'level_nodes' are not the splits the label holder decided")
         if not np.isin(dec["winner"], (self.sealer.me, self.lh)).all():
@@ -500,7 +501,7 @@ class CipherSums(OwnSplits):
         of this party for that level."""
         if not sp.checked:      # the grower is in this process: the decision is read here
             msg = self._decided(sp, msg)
-        t = sp._tree
+        t = sp.state
         c = t["nodes"].col
         nodes = msg["nodes"]
         c["cand_feature"][nodes] = msg["feature"]
@@ -524,9 +525,9 @@ class CipherSums(OwnSplits):
         packed = S.assemble_bits(sp, self.sealer, level_nodes, dec["winner"], {me: bits, self.lh: dec["bits"]}, {})
         t["decision"] = t["own_bits"] = None
         if sp.checked:
-            sp._apply_checked({"split_nodes": level_nodes}, packed)
+            sp.apply_checked({"split_nodes": level_nodes}, packed)
         else:
-            sp._apply({"split_nodes": level_nodes, "bits": packed})
+            sp.apply_level({"split_nodes": level_nodes, "bits": packed})
         children = np.arange(tree.n - 2 * level_nodes.size, tree.n, dtype=np.int32)
         s, e = tree.bounds(children)
         may = may_split(sp.settings, t["level"], e - s)
@@ -541,7 +542,7 @@ class CipherSums(OwnSplits):
         (here since the partition if this party won a split, else in the
         apply) and the other winners' sealed bits, each checked against the
         master's plain ``split_nodes`` and ``winners``."""
-        t = sp._tree
+        t = sp.state
         blobs = S.from_message(msg, self.sealer.n_parties, self.sealer.me)
         dec = t["decision"]
         if dec is None:
@@ -566,9 +567,9 @@ class CipherSums(OwnSplits):
         aside, packed; with each bin's row count and bootstrap weight.  The
         products and the packing run on the party's threads (``n_jobs``; the
         same ciphertexts for any number)."""
-        tree = sp._tree["nodes"]
-        counts = sp._tree["counts"]
-        wc = sp._tree["wc"]
+        tree = sp.state["nodes"]
+        counts = sp.state["counts"]
+        wc = sp.state["wc"]
         nsq = self.key.nsq
         cnt_parts, wcnt_parts, runs, group_starts = [], [], [], []
         at = 0

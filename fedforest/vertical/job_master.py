@@ -14,6 +14,7 @@ from ..crypto import paillier
 from ..data.alignment import master_align
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
+from ..federation.privacy import of_manifest
 from ..tree import predict
 from ..tree import growth
 from . import messages
@@ -175,7 +176,7 @@ def master_predict(comm, cfg, output):
         raise InputError("master model", f"was trained with {manifest['n_parties']} parties, "
                                           f"this job has {cfg.n_parties}")
     # with encrypted labels the leaf values live at the label holder: it writes the predictions
-    at_holder = manifest.get("label_privacy") == "paillier"
+    at_holder = of_manifest(manifest).encrypted
     if at_holder and cfg.result_party != manifest["label_party"]:
         raise InputError("result_party", f"the model's leaf values are held by the label holder (party "
                                          f"{manifest['label_party']}), which writes the predictions; set "

@@ -14,6 +14,7 @@ from ..data.columns import check_table_memory, return_large_frees
 from ..data.io import pd
 from ..data.validation import CLASSIFICATION
 from ..errors import InputError
+from ..federation.privacy import of_manifest
 from ..tree import partitioner, predict
 from . import messages
 from ..tree import threads as numba_threads
@@ -299,7 +300,7 @@ def party_predict(comm, cfg, output):
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     predict.warm_up()
     # with encrypted labels the leaf sets go sealed to the label holder, which keeps its own
-    at_holder = manifest.get("label_privacy") == "paillier"
+    at_holder = of_manifest(manifest).encrypted
     sealer = sealed.Sealer.of(comm) if at_holder else None
     own_sets = None
     while True:

@@ -4,6 +4,7 @@ carries the messages of several trees (``"<tree>.<key>"`` entries, see
 (:func:`join_replies`, :class:`BatchReply`); a party checks every received
 value it can (:func:`int_value`, :func:`node_list`, :func:`check_fields`,
 :func:`accept_settings`) before a kernel sees it."""
+import abc
 import numbers
 import re
 
@@ -23,6 +24,25 @@ FUSED = "commit_grow"  # master -> party: the previous batch's commit, then this
 
 
 APPLY = "apply"      # master -> party: the last level's partitions of several trees; no reply
+
+
+class Parties(abc.ABC):
+    """The parties as the master's grower sees them
+    (:class:`~fedforest.vertical.common.RemoteParties` over a transport,
+    :class:`~fedforest.vertical.party_splitter.LocalParties` in this process)."""
+
+    #: whether a batch's trees may each run all their rounds on their own (an
+    #: exchange costs no round trip), instead of every level in lock step
+    trees_apart = False
+
+    @abc.abstractmethod
+    def exchange(self, msgs):
+        """One round: ``msgs[p]`` to party index ``p`` (None: no message);
+        returns the replies in party order (None where no message went)."""
+
+    @abc.abstractmethod
+    def post(self, msgs):
+        """One-way messages (None: none for that party); no reply comes."""
 
 
 class Posted:

@@ -30,8 +30,8 @@ from ..tree import threads as numba_threads
 from ..tree.format import LEAF, NOT_OWNED
 from ..tree.binning import MAX_BINS, MISSING_BIN, default_bins, fit_bins, listed_features, transform_bins
 from ..tree.growth import Nodes, PARTY_COLUMNS, gain_scale, min_leaf_weight, pack_bits, unpack_bits
-from .messages import (APPLY, COMMIT, COUNT_DTYPES, GROW, MASK_DTYPES, bad_message, join_replies, node_list, shown,
-                       sorted_subset, unpack_batch)
+from .messages import (APPLY, COMMIT, COUNT_DTYPES, GROW, MASK_DTYPES, Parties, bad_message, join_replies,
+                       node_list, shown, sorted_subset, unpack_batch)
 
 
 def bin_columns(columns, max_bins, sample_weight=None):
@@ -78,7 +78,7 @@ class PartySplitter:
         self.channel = OwnSplits() if channel is None else channel
         self.op_keys = self.channel.op_keys
         self.apply_keys = self.channel.apply_keys
-        self.begin_keys = PartySplitter.begin_keys + tuple(getattr(labels, "begin_keys", ()))
+        self.begin_keys = PartySplitter.begin_keys + tuple(labels.begin_keys)
         self._keys_of_op = {}
         columns = X if hasattr(X, "take_column") else None     # a party's aligned columns
         if columns is None:
@@ -95,7 +95,7 @@ class PartySplitter:
         if settings.split_method == "hist":
             # one byte per value: the bin codes are all the growth needs
             # rows of weight zero take no part, not even in the bin edges
-            sw = getattr(labels, "sample_weight", None)
+            sw = labels.sample_weight
             if columns is None:
                 self.edges, self.n_bins = fit_bins(X if sw is None else X[sw > 0], settings.max_bins)
                 self.Xb = transform_bins(X, self.edges, self.n_bins)
@@ -135,6 +135,13 @@ class PartySplitter:
                      lambda self, tree: setattr(self._current, "tree", tree))
     #: the number of the tree being handled (on this thread)
     tree_id = property(lambda self: getattr(self._current, "tree_id", None))
+    #: the state of the tree being handled (on this thread): a dict of what this party and
+    #: its channel keep of the tree (its nodes and rows, the open leaves, the level, ...)
+    state = property(lambda self: self._tree)
+
+    def state_of(self, t):
+        """The state of tree ``t`` of the batch being grown (None: not growing here)."""
+        return self._states.get(t)
 
     def handle_batch(self, msg):
         """Process a :func:`pack_batch` message of several trees; returns the
@@ -212,7 +219,7 @@ class PartySplitter:
                 self._begin(msg)
                 self._tree.update(level=0)
             if "split_nodes" in msg:
-                self._apply({"split_nodes": msg["split_nodes"],
+                self.apply_level({"split_nodes": msg["split_nodes"],
                              "bits": self.channel.level_bits(self, msg, msg["split_nodes"])})
             if op == "find":
                 return self.channel.find(self, msg)
@@ -240,7 +247,7 @@ class PartySplitter:
         elif any(k in msg for k in self.begin_keys):
             raise bad_message(f"{', '.join(map(repr, self.begin_keys))} for a tree that has begun")
         if op == "apply" or any(k in msg for k in self.apply_keys if k not in self.op_keys[op]):
-            self._apply_checked(msg)
+            self.apply_checked(msg)
         if op == "apply":
             return None
         if op == "find":
@@ -292,7 +299,7 @@ class PartySplitter:
             begin.update(self.labels.check_begin(msg, self.n_rows))
         return begin
 
-    def _apply_checked(self, msg, bits=None):
+    def apply_checked(self, msg, bits=None):
         """Apply the last level's partition (``split_nodes``, ``bits``) after
         checking it: open leaves this party may split (depth, row counts, its
         own partitioned nodes among them), one bit per row, and children of at
@@ -325,7 +332,7 @@ class PartySplitter:
         if mine is not None and not sorted_subset(mine, nodes):
             raise bad_message("'split_nodes' leaves out nodes this party partitioned")
         first = tree.n
-        self._apply({"split_nodes": nodes, "bits": bits})
+        self.apply_level({"split_nodes": nodes, "bits": bits})
         children = np.arange(first, tree.n, dtype=np.int32)
         starts, ends = tree.bounds(children)
         if ((ends - starts) < s.min_samples_leaf).any():
@@ -389,12 +396,12 @@ class PartySplitter:
         per-row statistics from its first message."""
         counts = msg["counts"]
         ycls, yw = self.labels.tree_stats(msg["counts"], msg["class_weight"],
-                                          *(msg[k] for k in getattr(self.labels, "begin_keys", ())))
+                                          *(msg[k] for k in self.labels.begin_keys))
         total_w = float(yw[:, 0].sum())
         # histograms are derived by subtraction only where that is exact: integer
         # statistics (class counts under integer row weights) sum alike in any
         # order; boosting's gradient grid makes every sum exact
-        exact = getattr(self.labels, "exact_sums", False) or (
+        exact = self.labels.exact_sums or (
             self.settings.is_classification and total_w < 2.0 ** 53 and bool(np.all(yw == np.floor(yw))))
         return {"nodes": Nodes(counts, columns), "ycls": ycls, "yw": yw, "counts": counts,
                 "total_w": total_w, "subtract": exact, "hists": None, "family": None}
@@ -495,14 +502,14 @@ class PartySplitter:
         c["feature"][nodes] = feat
         c["threshold"][nodes] = thr
         c["missing_left"][nodes] = ml
-        if "stats" in reply and hasattr(self.labels, "split_records"):
+        if "stats" in reply and self.labels.records_splits:
             self._tree.setdefault("won", []).append((np.asarray(nodes), reply["stats"]))
         reply["bits"] = pack_bits(bits)
         if self.settings.reveal_splits:
             reply.update(feature=feat, threshold=thr, missing_left=ml)
         return reply
 
-    def _apply(self, msg):
+    def apply_level(self, msg):
         tree = self._tree["nodes"]
         nodes = msg["split_nodes"]
         lefts, _ = tree.split(nodes, unpack_bits(msg["bits"], tree.n_rows(nodes)))
@@ -522,7 +529,7 @@ class PartySplitter:
         if self.keep_leaf_rows:
             extra["leaf_of_row"] = self._tree["nodes"].leaf_of_rows(self.n_rows)
         t = self._tree["nodes"].trimmed(["left", "right", "feature", "threshold", "missing_left"])
-        if hasattr(self.labels, "split_records"):   # what the algorithm keeps of the splits it won
+        if self.labels.records_splits:   # what the algorithm keeps of the splits it won
             extra.update(self.labels.split_records(self._tree.get("won", ()), t["left"].shape[0], self.settings))
         self._current.finished = dict({"children_left": t["left"], "children_right": t["right"],
                                        "feature": t["feature"], "threshold": t["threshold"],
@@ -612,7 +619,7 @@ class OwnSplits:
         pass
 
 
-class LocalParties:
+class LocalParties(Parties):
     """Parties living in this process (the centralized estimator).  An
     exchange costs no round trip here, so a batch's trees need not keep in
     step: :meth:`TreeGrower.grow_batch_fused` lets each tree run all its

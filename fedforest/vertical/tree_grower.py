@@ -14,7 +14,9 @@ holder (:class:`~fedforest.vertical.paillier.relay.LabelHolderChooses`).
 The centralized estimator runs the same two roles in one process
 (:class:`~fedforest.vertical.party_splitter.LocalParties`), so both give the
 same trees for the same seed."""
+import abc
 import copy
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,22 +33,72 @@ from .messages import APPLY, BatchReply, COMMIT, FUSED, GROW, Posted, pack_batch
 from .party_splitter import LocalParties, PartySplitter
 
 
-class MasterChooses:
+class ChannelState(types.SimpleNamespace):
+    """A label channel's state of one tree, made by its ``begin_tree`` and
+    kept by the grower's per-tree copy (``g.channel_state``)."""
+
+
+class LabelChannel(abc.ABC):
+    """How the master's grower learns a level's splits and passes its
+    partition on (the grower's ``channel``): :class:`MasterChooses` with plain
+    labels, :class:`~fedforest.vertical.paillier.relay.LabelHolderChooses`
+    where the label holder decides.  A channel keeps a tree's state on the
+    grower's per-tree copy ``g`` it is handed; the hooks without a body here
+    have the defaults below."""
+
+    parallel_steps = True   # trees' steps of a batch may run on parallel threads
+    label_party = None      # the label holder's party index where its first message differs
+
+    def keeps_rows(self, g):
+        """Whether the master keeps each tree's rows by node."""
+        return False
+
+    def begin_tree(self, g, tree, counts, cw):
+        """A tree begins: the channel's state of it (a :class:`ChannelState`,
+        which the grower keeps as ``g.channel_state``)."""
+        return ChannelState()
+
+    @abc.abstractmethod
+    def choose(self, g, tree, children, cand, masks, pending):
+        """The splits of a level (a generator of exchanges): returns (the nodes
+        that split, the winning party of each, what is still pending per
+        party, per party the reply that already holds its partition or None)."""
+
+    @abc.abstractmethod
+    def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
+        """The ``partition`` message of party ``p``, a winner whose partition did not come with the choice."""
+
+    @abc.abstractmethod
+    def level_partition(self, g, tree, split_nodes, won, replies):
+        """Each party's ``apply`` message of the level (None: it applied the
+        level itself), each split's number of left rows and, where the master
+        keeps rows, every row's bit."""
+
+    def partitioned(self, g, tree, split_nodes, won, replies):
+        """The level's partition went out."""
+
+    def after_split(self, g, split_nodes, lefts, rights):
+        """The level's children exist."""
+
+    @abc.abstractmethod
+    def master_tree(self, g, tree):
+        """The master's finished tree."""
+
+    @abc.abstractmethod
+    def importance(self, g, master, p):
+        """What party ``p`` stores of the tree for its importances."""
+
+
+class MasterChooses(LabelChannel):
     """The plain label channel: the master holds the labels' statistics and
     chooses every split.  Every party reports its best gain per searched node
     (``find``) and the largest gain wins; the winners send their partition
     bits with the children's label statistics, checked against the
     parents' (the master keeps node sizes, no rows)."""
 
-    parallel_steps = True   # trees' steps of a batch may run on parallel threads
-    label_party = None      # every party gets the same first message of a tree
-
-    def keeps_rows(self, g):
-        return False
-
     def begin_tree(self, g, tree, counts, cw):
-        g._ycls, g._yw = g.labels.tree_stats(counts, cw)
-        g._child_stats = None
+        ycls, yw = g.labels.tree_stats(counts, cw)
+        return ChannelState(ycls=ycls, yw=yw, child_stats=None)
 
     def choose(self, g, tree, children, cand, masks, pending):
         """The splits of a level (a generator of exchanges): returns (the nodes
@@ -60,7 +112,7 @@ class MasterChooses:
             return nodes, None, pending, none
         winner = np.argmax(gains, axis=0)           # first maximum: lowest party wins ties
         best = gains[winner, np.arange(nodes.size)]
-        do_split = g._takes(best)
+        do_split = g.takes(best)
         return nodes[do_split], winner[do_split], pending, none
 
     def importance(self, g, master, p):
@@ -74,7 +126,7 @@ class MasterChooses:
         replies).  Returns (searched nodes, gains (n_parties, nodes), what is
         still pending per party for the next message)."""
         self.record_stats(g, tree, children)
-        keep = g._searchable(tree, cand)
+        keep = g.searchable(tree, cand)
         nodes = cand[keep]
         if not nodes.size:
             return nodes, None, pending
@@ -90,28 +142,26 @@ class MasterChooses:
         """The level's ``apply`` message for every party (the winners' bits
         in one packed bitmap), each split's number of left rows and, where the
         master keeps the rows, every row's bit."""
-        packed, n_left = g._collect_bits(tree, split_nodes, won, replies)
+        packed, n_left = g.collect_bits(tree, split_nodes, won, replies)
         all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
         msg = {"op": "apply", "split_nodes": split_nodes, "bits": packed}
         return [msg] * len(won), n_left, all_bits
 
     def partitioned(self, g, tree, split_nodes, won, replies):
-        g._child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
-
-    def after_split(self, g, split_nodes, lefts, rights):
-        pass
+        g.channel_state.child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
 
     def record_stats(self, g, tree, nodes):
         """Label statistics of new nodes: the root's from the labels held here,
         children's from the winners' replies when they sent them."""
         s = g.s
-        if g._child_stats is not None:
-            stats, g._child_stats = g._child_stats, None
+        if g.channel_state.child_stats is not None:
+            stats, g.channel_state.child_stats = g.channel_state.child_stats, None
             w, imp = criterion.stats_weight_impurity(stats, s.is_classification, s.crit, s.reg_lambda)
         else:
-            rows = tree.rows if tree.rows is not None else np.flatnonzero(g._tree_counts).astype(np.int32)
+            rows = tree.rows if tree.rows is not None else np.flatnonzero(g.tree_counts).astype(np.int32)
             numba_threads.for_work(rows.shape[0])
-            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), g._ycls, g._yw,
+            st = g.channel_state
+            stats, w, imp, _ = criterion.node_statistics(rows, *tree.bounds(nodes), st.ycls, st.yw,
                                                          s.is_classification, g.labels.n_stats,
                                                          s.crit, s.reg_lambda)
         self.set_stats(tree, nodes, stats, w, imp)
@@ -151,7 +201,7 @@ class MasterChooses:
         t = tree.trimmed(["left", "right", "owner", "stats", "weight", "impurity", "count",
                           "feature", "threshold", "missing_left"])
         weight = t["weight"]
-        value = g._leaf_values(t["stats"], weight)
+        value = g.leaf_values(t["stats"], weight)
         out = {
             "children_left": t["left"], "children_right": t["right"], "owner": t["owner"],
             "value": value, "impurity": t["impurity"], "n_node_samples": t["count"],
@@ -205,7 +255,7 @@ class TreeGrower:
     # -- random draws -----------------------------------------------------
     def _draw_counts(self, rng):
         # the very draw every party of a job recomputes to check the tree's counts
-        return bootstrap_counts(rng, self.n_rows, self.n_boot, getattr(self.labels, "sample_weight", None),
+        return bootstrap_counts(rng, self.n_rows, self.n_boot, self.labels.sample_weight,
                                 self.params.bootstrap)
 
     def _draw_features(self, rng):
@@ -298,7 +348,7 @@ class TreeGrower:
                 numba_threads.set_threads(threads)
 
         try:
-            if pool is not None and getattr(self.parties, "trees_apart", False):
+            if pool is not None and self.parties.trees_apart:
                 self._grow_apart(runs, trees, finish, pool, n_parties)
                 carried = None
             else:
@@ -402,8 +452,8 @@ class TreeGrower:
             "weight": (np.float64, 0.0), "impurity": (np.float64, 0.0), "count": (np.int64, 0),
             "feature": (np.int32, LEAF), "threshold": (np.float64, np.nan),
             "missing_left": (np.uint8, 0)}, keep_rows=self._keeps_rows())
-        self._tree_counts = counts
-        self.channel.begin_tree(self, tree, counts, cw)
+        self.tree_counts = counts
+        self.channel_state = self.channel.begin_tree(self, tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
         pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
@@ -450,18 +500,16 @@ class TreeGrower:
         weights, and what the tree's labels add (boosting: the gradients, or
         their ciphertexts; the label holder: the tree's output)."""
         msg = {"counts": counts, "class_weight": cw}
-        begin = getattr(self.labels, "begin", None)
-        if begin is not None:
-            msg.update(begin(party == self.channel.label_party))
+        msg.update(self.labels.begin(party == self.channel.label_party))
         return msg
 
-    def _searchable(self, tree, cand):
+    def searchable(self, tree, cand):
         return self.kind.searchable(tree.col["impurity"][cand])
 
-    def _takes(self, best):
+    def takes(self, best):
         return self.kind.takes(best)
 
-    def _leaf_values(self, stats, weight):
+    def leaf_values(self, stats, weight):
         return self.kind.leaf_values(stats, weight)
 
     # -- shared steps -----------------------------------------------------
@@ -469,7 +517,7 @@ class TreeGrower:
         """Nodes that may split as far as depth and row counts tell (no labels needed)."""
         return may_split(self.s, tree.col["depth"][nodes], tree.col["count"][nodes])
 
-    def _collect_bits(self, tree, split_nodes, won, replies):
+    def collect_bits(self, tree, split_nodes, won, replies):
         """The winners' partition bits placed at their nodes' places in one
         packed bitmap of the level; returns it and each split node's number of
         left rows (the 1 bits of its segment)."""
@@ -548,13 +596,13 @@ def _warm_up_beside_growth():
     _WARM_BESIDE.append(True)
 
 
-def tree_state_bytes(n_rows, n_stats, label_privacy="plain", key_length=None):
+def tree_state_bytes(n_rows, n_stats, encrypted=False, key_length=None):
     """Bytes one growing tree holds on the busiest rank (the row index, the
     bootstrap counts, the per-row label statistics, the partition scratch, two
     levels of kept histograms and, with encrypted labels, the powers of the
     ciphertexts of rows drawn more than once, about a quarter of them)."""
     per_row = 4 + 4 + 4 + 8 * n_stats + 2 * HIST_CACHE_BYTES_PER_ROW
-    if label_privacy == "paillier":
+    if encrypted:
         per_row += 8 + (2 * int(key_length or 2048) // 8 + 64) // 4
     return int(n_rows) * per_row + 64 * 1024
 

@@ -66,7 +66,7 @@ def test_memory_budget_bounds_the_default_batch():
     assert 1 <= small < 100 and small * per_tree <= 64 * 2 ** 20
     assert growth.resolve_tree_batch(None, 100, 1, per_tree) == 1
     assert growth.resolve_tree_batch(8, 5, 1, per_tree) == 5
-    paillier = tree_grower.tree_state_bytes(10 ** 6, 3, "paillier", 2048)
+    paillier = tree_grower.tree_state_bytes(10 ** 6, 3, True, 2048)
     assert paillier > per_tree
 
 

@@ -39,7 +39,7 @@ BOOST_PARAMS = tuple(
 
 def _check_boost(cfg):
     check_job(cfg)
-    if cfg.label_privacy == "paillier":
+    if cfg.privacy.encrypted:
         from ...crypto.paillier import check_key_length
         check_key_length(cfg.key_length, cfg.insecure_key)
         if cfg.split_method != "hist":

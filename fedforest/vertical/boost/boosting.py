@@ -32,6 +32,7 @@ from ..tree_grower import TreeGrower
 from ...tree import criterion
 from ...tree.format import NO_CHILD
 from ...tree.impurity import NEWTON
+from ...tree.labels import RowLabels
 from .params import BoostParams
 
 SQUARED_ERROR = "reg:squarederror"
@@ -220,7 +221,7 @@ class EarlyStopping:
 
 
 # --------------------------------------------------------------------------- the grower's side
-class GradientLabels:
+class GradientLabels(RowLabels):
     """Per-row statistics of one boosting tree: ``(h, g, 0)`` times the row's
     count in the tree's subsample (the label-statistics seam of
     :mod:`fedforest.tree.labels`)."""
@@ -248,7 +249,7 @@ class GradientLabels:
         return np.zeros(c.shape[0], dtype=np.int32), yw
 
 
-class RoundGradients:
+class RoundGradients(RowLabels):
     """A boosting tree's labels at a party that receives them in plaintext: a
     tree's first message holds, besides the row subsample, every row's
     gradient and hessian of the tree's output (``grad``, ``hess``); the
@@ -261,6 +262,7 @@ class RoundGradients:
     # gradients and hessians lie on an exact grid (gradient_grid()): every sum, and a
     # parent's histogram minus a child's, is exact, so subtraction changes no bit
     exact_sums = True
+    records_splits = True
 
     def split_records(self, won, n_nodes, settings):
         """What a party stores with its tree beside the structure: the loss

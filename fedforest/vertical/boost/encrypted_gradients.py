@@ -17,6 +17,7 @@ import numpy as np
 
 from ...crypto import paillier as P
 from ...errors import InputError
+from ...tree.labels import RowLabels
 from ..messages import bad_message, shown
 from . import boosting as B
 from ..encrypted_labels import EncryptionSpec
@@ -82,7 +83,7 @@ def node_gradient_ints(spec, q_g, q_h, counts, rows, starts, ends):
 
 
 # --------------------------------------------------------------------------- the other parties
-class EncryptedGradients:
+class EncryptedGradients(RowLabels):
     """A boosting tree's labels at a party without them
     (:class:`~.encrypted_labels.CipherSums` is its channel): the label holder's
     row ciphertexts of the tree's output come with the tree's first message
@@ -109,7 +110,7 @@ class EncryptedGradients:
 
 
 # --------------------------------------------------------------------------- the master
-class EncryptedRound:
+class EncryptedRound(RowLabels):
     """A boosting tree's labels as the master knows them in the encrypted mode:
     its output and the label holder's ciphertexts of that output (byte
     blocks, to relay to the other parties with the tree's first message)."""

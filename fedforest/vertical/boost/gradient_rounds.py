@@ -4,6 +4,7 @@
 """
 import numpy as np
 
+from ...tree.labels import RowLabels
 from ..encrypted_labels import encrypt_own
 from ..messages import bad_message, int_value
 from ..paillier import sealed as S
@@ -11,7 +12,7 @@ from . import boosting as B
 from .encrypted_gradients import node_gradient_ints
 
 
-class GradientRounds:
+class GradientRounds(RowLabels):
     """Boosting's labels at the label holder of a job with encrypted
     gradients (the splitter's labels beside the :class:`KeyHolder` channel).  It keeps
     every aligned row's margin (base margin plus the leaf values so far), so

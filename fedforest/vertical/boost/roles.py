@@ -306,11 +306,12 @@ def server_train(comm, cfg):
     t_start = time.perf_counter()
     cfg.check_train()
     params = boost_params(cfg)
-    if cfg.label_privacy == "paillier":
+    if cfg.privacy.encrypted:
         paillier.check_key_length(cfg.key_length, cfg.insecure_key)
         check_encrypted_job(cfg)
     job = open_training(comm, cfg, params)
-    source = (_EncryptedGradients if cfg.label_privacy == "paillier" else _PlainGradients)(comm, cfg, job, params)
+    # the label source, chosen once: encrypted at the label holder, or the labels at the master
+    source = (_EncryptedGradients if cfg.privacy.encrypted else _PlainGradients)(comm, cfg, job, params)
     source.feature_counts = job.feature_counts
     try:
         return _boost(comm, cfg, params, job, source, t_start)
@@ -444,7 +445,7 @@ def _boost(comm, cfg, params, job, source, t_start):
         "validation_loss": None,
         **source.summary,
     }
-    if cfg.label_privacy == "paillier":
+    if cfg.privacy.encrypted:
         summary["label_round_seconds"] = source.encrypt_seconds
     log(cfg, f"boosted {done // k_out} rounds ({done} trees) on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)})")
@@ -462,7 +463,7 @@ def client_train(comm, cfg):
     n_rows = X.shape[0]
     msg = comm.recv(MASTER)
     held = None
-    paillier_mode = cfg.label_privacy == "paillier"
+    paillier_mode = cfg.privacy.encrypted
     if table.has_label:  # the master asks the label holder, and only it, for its labels
         y = label_array(table.y, cfg.task, f"label column {cfg.label_column!r}")
         codes, held = encode_labels(y, cfg.task, what=f"label column {cfg.label_column!r}")

@@ -3,10 +3,11 @@
 
 import numpy as np
 
+from ...tree.labels import RowLabels
 from ..encrypted_labels import node_int_stats
 
 
-class HeldLabels:
+class HeldLabels(RowLabels):
     """The forest's labels at the label holder: the plain labels its own
     columns are scored with (``labels``, a
     :class:`~fedforest.tree.labels.PlainLabels`) and their codes on the slot

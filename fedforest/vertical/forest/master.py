@@ -34,7 +34,8 @@ def master_train(comm, cfg):
     t_start = time.perf_counter()
     cfg.check_train()
     params = validate(forest_params(cfg), cfg.task)
-    if cfg.label_privacy == "paillier":
+    encrypted = cfg.privacy.encrypted      # the label holder keeps the key and decides the splits
+    if encrypted:
         _check_paillier(params, cfg)
     job = open_training(comm, cfg, params)
     feature_counts, job_id, my_dir = job.feature_counts, job.job_id, job.my_dir
@@ -45,7 +46,7 @@ def master_train(comm, cfg):
     common = {"op": protocol.SETUP, "start": start, "job_id": job_id, "run_id": run_id,
               "params": params.to_dict(), "task": cfg.task, "random_state": random_state}
     he = {}
-    if cfg.label_privacy == "paillier":
+    if encrypted:
         # the master learns the number of classes, not their names
         grower, n_classes, he = _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, common)
         classes = None
@@ -81,7 +82,7 @@ def master_train(comm, cfg):
     seeds = tree_seeds(random_state, params.n_estimators)
     n_stats = n_classes if is_clf else 3
     fixed, batch = batch_limits(cfg, job.infos, params.n_estimators,
-                                tree_grower.tree_state_bytes(n_rows, n_stats, cfg.label_privacy, he.get("key_length")))
+                                tree_grower.tree_state_bytes(n_rows, n_stats, encrypted, he.get("key_length")))
     plan = growth.BatchPlan(fixed, batch, 60.0 * cfg.checkpoint_minutes,
                              tree_grower.estimated_tree_seconds(n_rows, max(feature_counts), params.max_depth,
                                                             he.get("key_length")))

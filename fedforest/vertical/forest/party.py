@@ -45,8 +45,9 @@ def party_train(comm, cfg):
     n_rows = X.shape[0]
     msg = comm.recv(MASTER)
     held = None
+    encrypted = cfg.privacy.encrypted      # this party's own label_privacy
     if table.has_label:  # the master asks the label holder, and only it, for its labels
-        if cfg.label_privacy == "paillier":
+        if encrypted:
             held = _encrypt_labels(comm, cfg, expect(msg, protocol.ENCRYPT_LABELS), table.y)
         else:
             expect(msg, protocol.SEND_LABELS)
@@ -65,7 +66,7 @@ def party_train(comm, cfg):
     settings = accept_settings(setup.get("settings"), params, n_rows, is_clf, n_classes,
                                     len(table.columns), cfg.master_full_model)
     n_total = resolve_max_samples(params.max_samples, n_rows) if params.bootstrap else n_rows
-    if cfg.label_privacy == "paillier":
+    if encrypted:
         splitter = _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_total)
     else:
         labels = PlainLabels(_plain_labels(setup.get("y"), is_clf, n_classes, n_rows, held), is_clf,
@@ -84,7 +85,7 @@ def party_train(comm, cfg):
     n_estimators = params.n_estimators
     batch = growth.resolve_tree_batch(
         cfg.tree_batch, n_estimators, cfg.batch_memory_mb,
-        tree_grower.tree_state_bytes(n_rows, n_classes if is_clf else 3, cfg.label_privacy, cfg.key_length))
+        tree_grower.tree_state_bytes(n_rows, n_classes if is_clf else 3, encrypted, cfg.key_length))
     numba_threads.set_threads(resolve_n_jobs(cfg.n_jobs))
     splitter.crypto_workers = cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True)
     tree_grower.warm_up(settings.split_method, settings.is_classification)
@@ -98,12 +99,12 @@ def party_train(comm, cfg):
         "n_estimators": n_estimators,
         "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
-        "label_party": setup.get("label_party") if cfg.label_privacy == "paillier" else None,
+        "label_party": setup.get("label_party") if encrypted else None,
         # this party's set-up (read, align, bin) and the memory it holds when growth starts
         "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
         "rss_training_mb": current_rss_mb(),
     }
-    if cfg.label_privacy == "paillier" and held is not None:
+    if encrypted and held is not None:
         # the label holder writes the predictions: the class names stay with it
         manifest["classes"] = [str(c) for c in held["classes"]] if is_clf else None
     if start == 0:

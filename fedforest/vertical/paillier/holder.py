@@ -81,9 +81,7 @@ class KeyHolder(OwnSplits):
         if self.feature_counts[self.me] != sp.n_features:
             raise bad_message(f"'feature_counts' gives the label holder {self.feature_counts[self.me]} columns; "
                               f"it has {sp.n_features}")
-        bind = getattr(sp.labels, "bind", None)
-        if bind is not None:
-            bind(sp)
+        sp.labels.bind(sp)
 
     # -- set-up -----------------------------------------------------------
     def set_bins(self, msg):
@@ -118,7 +116,7 @@ class KeyHolder(OwnSplits):
 
     def ensure_stats(self, sp, nodes, t=None):
         """Statistics, weight and impurity of the nodes that have none yet."""
-        t = sp._tree if t is None else t
+        t = sp.state if t is None else t
         tree = t["nodes"]
         c = tree.col
         todo = nodes[c["has_stats"][nodes] == 0]
@@ -145,7 +143,7 @@ class KeyHolder(OwnSplits):
 
     def find(self, sp, msg):
         """Score its own columns; the gains stay here for the decision."""
-        t = sp._tree
+        t = sp.state
         nodes = msg["nodes"]
         gain = sp.score(msg)["gain"] if nodes.size else np.empty(0)
         t["own_gain"] = (nodes, np.asarray(gain, dtype=np.float64))
@@ -153,7 +151,7 @@ class KeyHolder(OwnSplits):
 
     def check_apply(self, sp, msg):
         """A level's partition must be exactly the one decided here."""
-        decided = sp._tree["decided"]
+        decided = sp.state["decided"]
         nodes = msg.get("split_nodes")
         if decided is None or not (isinstance(nodes, np.ndarray) and np.array_equal(nodes, decided)):
             raise bad_message("'split_nodes' must be the splits the label holder decided at this level")
@@ -161,7 +159,7 @@ class KeyHolder(OwnSplits):
     def level_bits(self, sp, msg, nodes):
         """The level's partition bits: its own, and the other winners' sealed
         for it; the master's plain ``winners`` must be the ones decided here."""
-        t = sp._tree
+        t = sp.state
         winners = int_array(msg.get("winners"), "'winners'")
         if t["decided_winner"] is None or not np.array_equal(winners, t["decided_winner"]):
             raise bad_message("'winners' must be the winners the label holder decided at this level")
@@ -171,8 +169,8 @@ class KeyHolder(OwnSplits):
         return bits
 
     def applied(self, sp, nodes):
-        tree = sp._tree["nodes"]
-        sp._tree["decided"] = None
+        tree = sp.state["nodes"]
+        sp.state["decided"] = None
         children = np.arange(tree.n - 2 * nodes.size, tree.n, dtype=np.int32)
         self.ensure_stats(sp, children)
 
@@ -181,14 +179,14 @@ class KeyHolder(OwnSplits):
         return self.kind.leaf_values(stats, weight) * sp.labels.value_scale
 
     def check_finish(self, sp, msg):
-        if sp._tree["decided"] is not None:
+        if sp.state["decided"] is not None:
             raise bad_message("'finish' before the decided splits were applied")
 
     def finish(self, sp):
         """What only the label holder stores with a tree: node statistics,
         impurities, leaf values and every split's share of the tree's
         impurity decrease (in place of the master's)."""
-        t = sp._tree
+        t = sp.state
         tree = t["nodes"]
         self.ensure_stats(sp, np.arange(tree.n, dtype=np.int32))
         c = tree.trimmed(["left", "right", "stats", "weight", "impurity", "owner", "split_feature",
@@ -202,16 +200,14 @@ class KeyHolder(OwnSplits):
                     split_feature=c["split_feature"], split_bin=c["split_bin"])
 
     def committed(self, sp):
-        hook = getattr(sp.labels, "committed", None)
-        if hook is not None:
-            hook(sp.tree_ids, sp.trees)
+        sp.labels.committed(sp.tree_ids, sp.trees)
 
     # -- the decision ---------------------------------------------------------
     def _open_sums(self, sp, msg):
         """The other parties' sealed sums, row counts and weights of this
         level, opened and laid end to end in party order (``hist``, ``cnt``,
         ``wcnt``)."""
-        t = sp._tree
+        t = sp.state
         others = [p for p in range(len(self.feature_counts)) if p != self.me]
         blobs = S.from_message(msg, len(self.feature_counts), self.me)
         if sorted(blobs) != others:
@@ -235,7 +231,7 @@ class KeyHolder(OwnSplits):
                     wcnt=np.concatenate(parts["wcnt"]))
 
     def _decide_checked(self, sp, msg):
-        t = sp._tree
+        t = sp.state
         msg = self._open_sums(sp, msg)
         if sp.checked:     # its keys were checked with every message's
             if t["decided"] is not None:
@@ -269,7 +265,7 @@ class KeyHolder(OwnSplits):
         return party, node, feat
 
     def _decide(self, sp, msg):
-        t = sp._tree
+        t = sp.state
         tree = t["nodes"]
         c = tree.col
         n_parties = len(self.feature_counts)
@@ -414,7 +410,7 @@ class KeyHolder(OwnSplits):
 
     def _evaluate(self, sp, p, nodes, mask, store):
         """Party ``p``'s best split per node from its rebuilt histograms."""
-        t = sp._tree
+        t = sp.state
         c = t["nodes"].col
         s = sp.settings
         pairs = [(i, int(f)) for i, row in enumerate(mask) for f in np.flatnonzero(row)]
@@ -442,7 +438,7 @@ class KeyHolder(OwnSplits):
     def row_values(self, sp, t):
         """The value of the leaf every row of tree ``t``'s sample lands in, from
         the tree's state here (rows outside the sample: NaN)."""
-        state = sp._states.get(t)
+        state = sp.state_of(t)
         if state is None:
             raise bad_message(f"tree {t} is not grown here")
         tree = state["nodes"]

@@ -28,18 +28,20 @@ alter (:mod:`.sealed`), and receives no row, gain, statistic or leaf value.
 """
 import numpy as np
 
+from ...tree.labels import RowLabels
 from ..encrypted_labels import needed_pairs, sum_plan
 from . import sealed as S
+from ..tree_grower import ChannelState, LabelChannel
 from .holder import DECIDE
 
 
-class LabelHolderChooses:
+class LabelHolderChooses(LabelChannel):
     """The label channel of the master's grower (``TreeGrower(channel=...)``)
     when the label holder (party index ``label_party``) holds the key and
     chooses the splits.  ``spec`` the public slot layout;
     ``public_key`` the label holder's public key.  The tree's state (which
-    sums the label holder holds, the families of the last split, the chosen
-    splits) lives on the grower's per-tree copy ``g``."""
+    sums the label holder holds, the families of the last split, the sealed
+    decisions) is the :class:`~..tree_grower.ChannelState` it makes per tree."""
 
     parallel_steps = False
 
@@ -48,34 +50,29 @@ class LabelHolderChooses:
         self.spec = spec
         self.public = public_key
 
-    def keeps_rows(self, g):
-        return False    # node sizes only: the label holder keeps the rows by node
-
     def begin_tree(self, g, tree, counts, cw):
-        # per party, the (node, feature) histograms the label holder holds from the last level
-        g._held = {p: set() for p in range(len(g.feature_counts))}
-        g._family = {}     # child -> (parent, sibling)
-        g._ahead = {}      # party -> its sealed sums of the next level, sent with its partition bits
-        g._applied = set()     # parties that applied the last level themselves
-        g._decisions = {}  # party -> the label holder's sealed decision of this level for it
+        return ChannelState(
+            held={p: set() for p in range(len(g.feature_counts))},  # per party, the (node, feature)
+            # histograms the label holder holds from the last level
+            family={},      # child -> (parent, sibling)
+            ahead={},       # party -> its sealed sums of the next level, sent with its partition bits
+            applied=set(),  # parties that applied the last level themselves
+            decisions={})   # party -> the label holder's sealed decision of this level for it
 
     def after_split(self, g, split_nodes, lefts, rights):
         for p, left, right in zip(split_nodes.tolist(), lefts.tolist(), rights.tolist()):
-            g._family[left] = (p, right)
-            g._family[right] = (p, left)
-
-    def partitioned(self, g, tree, split_nodes, won, replies):
-        pass
+            g.channel_state.family[left] = (p, right)
+            g.channel_state.family[right] = (p, left)
 
     def choose(self, g, tree, children, cand, masks, pending):
         """The splits of a level, chosen by the label holder (see the module's docstring)."""
         n_parties = len(g.feature_counts)
         lh = self.label_party
         none = [None] * n_parties
-        sums, g._ahead, g._applied = g._ahead, {}, set()
+        sums, g.channel_state.ahead, g.channel_state.applied = g.channel_state.ahead, {}, set()
         if not cand.size:      # those parties found no candidate either
             return cand, None, pending, none
-        plan = {p: sum_plan(cand, masks[p], g._family, g._held[p], tree.col["count"])
+        plan = {p: sum_plan(cand, masks[p], g.channel_state.family, g.channel_state.held[p], tree.col["count"])
                 for p in range(n_parties) if p != lh}
         msgs = [None if p == lh or p in sums else dict(pending[p], op="find", nodes=cand, fmask=masks[p])
                 for p in range(n_parties)]
@@ -94,7 +91,7 @@ class LabelHolderChooses:
                 parts[key + "_party"].append(np.full(arr.shape[0], p, dtype=np.int32))
                 parts[key + "_node"].append(arr[:, 0])
                 parts[key + "_feat"].append(arr[:, 1])
-            g._held[p] = needed_pairs(cand, masks[p])
+            g.channel_state.held[p] = needed_pairs(cand, masks[p])
         msg = {**pending[lh], "op": DECIDE, "cand": cand, "fmask": masks[lh],
                "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
                                              else np.zeros((cand.size, 0), dtype=np.uint8)),
@@ -112,7 +109,8 @@ class LabelHolderChooses:
             raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
         n_left = reply.take("n_left", int((winner == lh).sum()))
         want = {(q, S.DECISION) for q in range(n_parties) if q != lh} if m else set()
-        g._decisions = {q: b for (q, _), b in self._only(S.from_reply(reply, lh, n_parties), lh, want).items()}
+        sealed = self._only(S.from_reply(reply, lh, n_parties), lh, want)
+        g.channel_state.decisions = {q: b for (q, _), b in sealed.items()}
         # the label holder's own splits came partitioned with its decision
         got = [_Partitioned(n_left) if p == lh else None for p in range(n_parties)]
         return split.astype(np.int32), winner.astype(np.int64), pending, got
@@ -126,13 +124,13 @@ class LabelHolderChooses:
         return parts
 
     def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
-        msg = {"op": "partition", "nodes": split_nodes[won[p]], "decision": g._decisions.pop(p)}
+        msg = {"op": "partition", "nodes": split_nodes[won[p]], "decision": g.channel_state.decisions.pop(p)}
         lh = self.label_party
         if all(not won[q].size for q in range(len(won)) if q not in (p, lh)):
             # the only other winner is the label holder, whose bits came with its decision:
             # this party applies the level itself and sums the next one in its reply
             msg.update(level_nodes=split_nodes, child_fmask=child_masks[p])
-            g._applied.add(p)
+            g.channel_state.applied.add(p)
         return msg
 
     def level_partition(self, g, tree, split_nodes, won, replies):
@@ -156,25 +154,25 @@ class LabelHolderChooses:
             rep = replies[p]
             n_left[won[p]] = rep.take("n_left", won[p].size)
             want = {(q, S.BITS) for q in range(n_parties) if q != p}
-            if p in g._applied:
+            if p in g.channel_state.applied:
                 want.add((lh, S.SUMS))
             parts = self._only(S.from_reply(rep, p, n_parties), p, want)
-            if p in g._applied:
-                g._ahead[p] = parts.pop((lh, S.SUMS))
+            if p in g.channel_state.applied:
+                g.channel_state.ahead[p] = parts.pop((lh, S.SUMS))
             for (q, _), blob in parts.items():
                 bits_for[q].append((p, blob))
         if np.any(n_left < 0) or np.any(n_left > ends - starts):
             raise ValueError("a winner sent more left rows than its node holds")
         msgs = []
         for q in range(n_parties):
-            if q in g._applied:
+            if q in g.channel_state.applied:
                 msgs.append(None)
                 continue
             items = list(bits_for[q])
-            if q in g._decisions:
-                items.append((lh, g._decisions.pop(q)))
+            if q in g.channel_state.decisions:
+                items.append((lh, g.channel_state.decisions.pop(q)))
             msgs.append({"op": "apply", "split_nodes": split_nodes, "winners": winners, **S.incoming(items)})
-        if g._decisions:
+        if g.channel_state.decisions:
             raise ValueError("the label holder sealed decisions for parties the level does not reach")
         return msgs, n_left, None
 
@@ -191,7 +189,7 @@ class LabelHolderChooses:
         return np.zeros(master["children_left"].shape[0])
 
 
-class RowCount:
+class RowCount(RowLabels):
     """The master's view of a forest's labels in the encrypted modes: their number only."""
     is_classification = False
     n_classes = 1

@@ -190,7 +190,7 @@ def open_decision(sp, sealer, lh, blob):
     ``split`` (open leaves, increasing), ``winner`` (a party per split), its
     own partition ``bits`` and, for this party's splits, ``feature``,
     ``bin`` and ``missing_left``."""
-    t = sp._tree
+    t = sp.state
     dec = sealer.open(lh, DECISION, sp.tree_id, t["level"], blob)
     split = np.asarray(dec.get("split"))
     if not (isinstance(dec.get("split"), np.ndarray) and split.dtype.kind in "iu" and split.ndim == 1):
@@ -210,7 +210,7 @@ def assemble_bits(sp, sealer, nodes, winners, trusted, blobs):
     from each winner's: ``trusted`` maps parties whose bits this party holds
     already (its own, the label holder's decision) to them; every other
     winner's come sealed in ``blobs`` (party -> bytes), bound to their nodes."""
-    t = sp._tree
+    t = sp.state
     tree = t["nodes"]
     starts, ends = tree.bounds(nodes)
     lengths = (ends - starts).astype(np.int64)
