@@ -37,6 +37,7 @@ bench: $(VENV)/.test-installed
 	$(PY) experiments/bench_paillier.py --dense-rows 100000
 	$(PY) experiments/bench_vertical_boost.py
 	$(PY) experiments/bench_leakage.py
+	$(PY) experiments/bench_sealing.py
 	$(PY) experiments/bench_fedxgbllr.py
 	$(PY) experiments/bench_efdt.py
 	$(PY) experiments/bench_fedga.py
