@@ -5,7 +5,13 @@ import numbers
 
 from ..constraints import MAX_TREES, Interval, Options
 from ..errors import InputError
+from ..federation import privacy
 from ..federation.mode import Param
+
+def label_privacy_param(default, help_text):
+    """The ``label_privacy`` setting of a vertical mode (its default and help are the mode's)."""
+    return Param("label_privacy", default, (Options(*privacy.BY_NAME),), help_text, text=True)
+
 
 JOB_PARAMS = (
     Param("key_length", 2048, (Interval(int, 256, 16_384),), "Paillier key bits: 2048 or 3072"),

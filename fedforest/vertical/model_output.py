@@ -18,3 +18,18 @@ class ModelOutput(abc.ABC):
         values in the first column) from its leaf (node id) in each of
         ``trees`` (``row_leaves[i]``: an array of ``n_rows`` leaves of tree
         ``i``), with the model's ``manifest``."""
+
+
+def prediction_roles(output):
+    """A mode's ``server_predict`` and ``client_predict`` roles: the shared
+    prediction (:func:`~.job_master.master_predict`,
+    :func:`~.job_party.party_predict`) with the algorithm's ``output``."""
+    from .job_master import master_predict
+    from .job_party import party_predict
+
+    def server_predict(comm, cfg):
+        return master_predict(comm, cfg, output)
+
+    def client_predict(comm, cfg):
+        return party_predict(comm, cfg, output)
+    return server_predict, client_predict

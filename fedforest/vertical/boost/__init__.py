@@ -12,10 +12,9 @@ same grower, transport path, model format and one-round prediction.
 
 This module declares the mode; its implementation is imported only when it runs.
 """
-from ...constraints import Options
 from ...errors import InputError
 from ...federation.mode import VERTICAL, Mode, Param
-from ..declare import JOB_PARAMS, check_job
+from ..declare import JOB_PARAMS, check_job, label_privacy_param
 from .params import CONSTRAINTS as BOOST_CONSTRAINTS
 from .params import HELP as BOOST_HELP
 from .params import BoostParams
@@ -29,10 +28,10 @@ BOOST_PARAMS = tuple(
           text=name == "split_method")
     for name in BoostParams.names()
 ) + (
-    Param("label_privacy", "paillier", (Options("plain", "paillier"),),
-          "'paillier': the label holder keeps the key, the labels, the margins and the leaf values and "
-          "sends the gradients only encrypted under its own key (needs split_method 'hist'); 'plain': "
-          "the master computes them from the labels and sends them in the clear", text=True),
+    label_privacy_param("paillier", "'paillier': the label holder keeps the key, the labels, the margins and the "
+                        "leaf values and sends the gradients only encrypted under its own key (needs "
+                        "split_method 'hist'); 'plain': the master computes them from the labels and sends "
+                        "them in the clear"),
 ) + tuple(p for p in JOB_PARAMS if p.name in _SHARED)
 
 

@@ -34,10 +34,11 @@ from .. import encrypted_labels as encrypted
 from .. import messages, model_files, protocol
 from ..common import (MASTER, RemoteParties, bar_round, check_encrypted_job, label_array, log, peak_rss_mb,
                       plural_rounds, progress_bar, report_training)
-from ..job_master import master_predict, open_training, received_key, relay_bins
-from ..job_party import (check_setup, job_seed, open_training as party_open_training, party_predict, serve_growth,
+from ..job_master import open_training, received_key, relay_bins
+from ..job_party import (check_setup, job_seed, open_training as party_open_training, serve_growth,
                          setup_parties)
 from ..job_party import public_key as party_public_key
+from ..model_output import prediction_roles
 from ..messages import accept_settings, bad_message, check_fields, int_value, shown
 from ..paillier import sealed
 from ..paillier.holder import KeyHolder
@@ -56,14 +57,8 @@ LABEL_INFO = "label_info"  # master -> label holder (paillier): the classes and 
 MAX_CLASSES = 1 << 16
 
 
-def server_predict(comm, cfg):
-    """The master's side of a boosted model's prediction."""
-    return master_predict(comm, cfg, BoostOutput())
-
-
-def client_predict(comm, cfg):
-    """A party's side of a boosted model's prediction."""
-    return party_predict(comm, cfg, BoostOutput())
+# prediction: the shared one with boosting's model output
+server_predict, client_predict = prediction_roles(BoostOutput())
 
 
 def warm_up(cfg, command):

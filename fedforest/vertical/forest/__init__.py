@@ -14,9 +14,8 @@ columns; one party holds the label.
 This module declares the mode; its implementation is imported only when it runs.
 """
 from ...federation.mode import VERTICAL, Mode, Param
-from ...constraints import Options
 from ...tree.params import HELP, PARAMETER_CONSTRAINTS, ForestParams
-from ..declare import JOB_PARAMS, check_job
+from ..declare import JOB_PARAMS, check_job, label_privacy_param
 
 _TEXT = ("criterion", "split_method", "feature_sampling")
 
@@ -24,10 +23,9 @@ PARAMS = tuple(
     Param(name, getattr(ForestParams(), name), PARAMETER_CONSTRAINTS[name], HELP[name], text=name in _TEXT)
     for name in ForestParams.names()
 ) + (
-    Param("label_privacy", "plain", (Options("plain", "paillier"),),
-          "'plain': labels shared with the master and the parties; 'paillier': the label holder keeps "
-          "the Paillier key, the labels and every label statistic, the other parties sum its "
-          "ciphertexts (needs split_method 'hist', no class_weight)", text=True),
+    label_privacy_param("plain", "'plain': labels shared with the master and the parties; 'paillier': the label "
+                        "holder keeps the Paillier key, the labels and every label statistic, the other "
+                        "parties sum its ciphertexts (needs split_method 'hist', no class_weight)"),
 ) + JOB_PARAMS
 
 

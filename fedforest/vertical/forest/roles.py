@@ -2,8 +2,7 @@
 from ...data.tasks import CLASSIFICATION
 from ...tree import predict
 from .. import tree_grower
-from ..job_master import master_predict
-from ..job_party import party_predict
+from ..model_output import prediction_roles
 from .master import master_train as server_train
 from .output import ForestOutput
 from .party import party_train as client_train
@@ -11,14 +10,8 @@ from .party import party_train as client_train
 __all__ = ["server_train", "client_train", "server_predict", "client_predict", "warm_up"]
 
 
-def server_predict(comm, cfg):
-    """The master's side of a forest's prediction."""
-    return master_predict(comm, cfg, ForestOutput())
-
-
-def client_predict(comm, cfg):
-    """A party's side of a forest's prediction."""
-    return party_predict(comm, cfg, ForestOutput())
+# prediction: the shared one with the forest's model output
+server_predict, client_predict = prediction_roles(ForestOutput())
 
 
 def warm_up(cfg, command):
