@@ -59,13 +59,14 @@ CLIENTS = [2, 5, 10]
 PUBLISHED = {("spambase", 2): 91.2, ("spambase", 5): 90.9, ("satellite", 5): 80.6, ("soybean", 5): 73.0,
              ("dna", 5): 89.5}
 #: the method's text taken literally: every setting where fedforest's defaults differ from it
-LITERAL = {"merge_bounds": "loose", "rule_weight": "none", "global_max_depth": 5, "filter_min_trees": 1,
-           "over_max_rules": "coarsen", "global_splits": "any", "validation_fraction": 0.0, "min_coverage": 0}
+LITERAL = {"merge_bounds": "loose", "rule_votes": "fractions", "rule_weight": "none", "global_max_depth": 5,
+           "filter_min_trees": 1, "over_max_rules": "coarsen", "global_splits": "any", "validation_fraction": 0.0,
+           "min_coverage": 0}
 #: the defaults with every compatible combination of leaves merged, uncounted (before min_coverage)
 UNCOUNTED = {"min_coverage": 0}
 #: the settings the header reports
-SHOWN = ("filter", "filter_min_trees", "validation_fraction", "min_coverage", "merge_bounds", "rule_weight", "max_rules",
-         "over_max_rules", "global_splits", "global_max_depth", "global_max_nodes")
+SHOWN = ("filter", "filter_min_trees", "validation_fraction", "min_coverage", "merge_bounds", "rule_votes",
+         "rule_weight", "max_rules", "over_max_rules", "global_splits", "global_max_depth", "global_max_nodes")
 
 
 def defaults():

@@ -38,6 +38,15 @@ from the JSON and leaves out runs recorded with other settings, or none).
     .venv/bin/python experiments/icdta4fl_tables.py --quick --out /tmp/r --allow-dirty   # smoke run
     .venv/bin/python experiments/icdta4fl_tables.py --replot     # the figure from the JSON
 
+``--methods`` runs some of the methods only; a baseline left out then takes the
+scores of the clients' own trees from the evaluate round of the matching
+ICDTA4FL run (the same trees the ``local`` mode fits), and ``--reuse
+earlier.json`` takes the rows of the methods not run from an earlier result,
+naming its commit (rerunning ICDTA4FL after a change to it only):
+
+    .venv/bin/python experiments/icdta4fl_tables.py --methods ICDTA4FL-ID3,ICDTA4FL-CART \
+        --reuse experiments/results/icdta4fl_tables.json
+
 The grid can run as several processes (the work is mostly one core per
 process), each on part of it, writing its finished cells to a file that a
 stopped run also goes on from; the tables are then written from the cells:
@@ -129,7 +138,16 @@ def write_clients(folder, X, y, parts, seed):
     return train, test
 
 
-def run_one(name, X_by_type, y, k, dist, seed, workdir):
+#: a baseline that an ICDTA4FL run measures too: its evaluate round scores every client's own tree
+#: (the ``local`` mode's tree: same rows, depth and seed) on the client's test file
+OWN_TREES = {"Baseline (ID3)": "ICDTA4FL-ID3", "Baseline (CART)": "ICDTA4FL-CART"}
+
+
+def run_one(name, X_by_type, y, k, dist, seed, workdir, methods=None):
+    """One seed of one cell: every method of ``methods`` (labels; default all).  A
+    baseline left out whose ICDTA4FL run is in takes that run's scores of the
+    clients' own trees (``local_test_accuracy``, ``local_test_f1``)."""
+    methods = [m for m, _, _ in METHODS] if methods is None else methods
     parts = (iid_partition(y.to_numpy(), k, seed) if dist == "IID"
              else dirichlet_partition(y.to_numpy(), k, 0.5, seed, min_rows=5))
     out = {}
@@ -139,6 +157,8 @@ def run_one(name, X_by_type, y, k, dist, seed, workdir):
         os.makedirs(folder, exist_ok=True)
         files[tree_type] = write_clients(folder, X, y, parts, seed)
     for label, tree_type, mode in METHODS:
+        if label not in methods:
+            continue
         train, test = files[tree_type]
         t0 = time.perf_counter()
         try:
@@ -154,6 +174,10 @@ def run_one(name, X_by_type, y, k, dist, seed, workdir):
                           "leaves": s.get("global_tree_leaves"), "reached": s.get("global_leaves_reached"),
                           "rule_conditions_mean": s.get("global_rule_conditions_mean"),
                           "rule_conditions_max": s.get("global_rule_conditions_max")}
+            for base, icdta in OWN_TREES.items():
+                if icdta == label and base not in methods and "local_test_accuracy" in s:
+                    out[base] = {"acc": s["local_test_accuracy"], "f1": s["local_test_f1"],
+                                 "from": f"{label} (the clients' own trees in its evaluate round)"}
         except InputError as exc:
             out[label] = {"error": str(exc)}
     return out
@@ -171,13 +195,23 @@ def main(argv=None):
     ap.add_argument("--cells", default=None, metavar="PATH.jsonl",
                     help="append every finished cell to this file and skip the cells it already holds "
                          "(a run of part of the grid, or one that was stopped, goes on from it)")
+    ap.add_argument("--methods", default=None,
+                    help="run only these methods (comma-separated labels, e.g. 'ICDTA4FL-ID3,ICDTA4FL-CART'); "
+                         "a baseline left out takes its ICDTA4FL run's scores of the clients' own trees")
+    ap.add_argument("--reuse", default=None, metavar="PATH.json",
+                    help="the rows of methods not run (nor derived) taken from this earlier icdta4fl_tables.json "
+                         "(same cells and seeds); the result names the commit they come from")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PATH.jsonl",
                     help="write the tables from the cells of these files (runs of parts of the grid, "
                          "from one commit) instead of running")
     provenance.add_arguments(ap)
     args = ap.parse_args(argv)
+    methods = args.methods.split(",") if args.methods else None
+    unknown = sorted(set(methods or []) - {m for m, _, _ in METHODS})
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; the methods are {[m for m, _, _ in METHODS]}")
     if args.merge:
-        return merge(args.merge, args.out)
+        return merge(args.merge, args.out, args.reuse)
     if args.replot:
         with open(os.path.join(args.out, "icdta4fl_tables.json")) as fh:
             doc = json.load(fh)
@@ -203,19 +237,39 @@ def main(argv=None):
                 t_cell = time.perf_counter()
                 for seed in range(seeds):
                     with tempfile.TemporaryDirectory() as work:
-                        runs.append(run_one(name, X_by_type, y, k, dist, seed, work))
+                        runs.append(run_one(name, X_by_type, y, k, dist, seed, work, methods))
                 results[key] = runs
                 if args.cells:
                     with open(args.cells, "a") as fh:
                         fh.write(json.dumps({"key": key, "runs": runs, "seeds": seeds, "seconds":
                                              time.perf_counter() - t_cell, "provenance": prov},
                                             default=float) + "\n")
-                cells = {m: np.mean([r[m]["acc"] for r in runs if "acc" in r[m]]) for m, _, _ in METHODS}
+                cells = {m: np.mean([r[m]["acc"] for r in runs if "acc" in r.get(m, {})] or [np.nan])
+                         for m, _, _ in METHODS}
                 print(f"{name:13s} {dist:7s} K={k:2d} " + "  ".join(f"{m}: {v:.4f}" for m, v in cells.items()),
                       flush=True)
     write(results, datasets, clients, seeds, " ".join(sys.argv[1:] if argv is None else argv),
-          time.perf_counter() - t_all, prov, args.out)
+          time.perf_counter() - t_all, prov, args.out, args.reuse)
     return 0
+
+
+def reuse_rows(results, path):
+    """Fill every method missing from ``results`` (``{key: runs}``) from the earlier
+    result ``path``; returns ``{method: {"commit": ..., "settings": ...}}`` for those filled."""
+    with open(path) as fh:
+        old = json.load(fh)
+    filled = {}
+    for key, runs in results.items():
+        before = old["results"].get(key)
+        if before is None or len(before) != len(runs):
+            raise SystemExit(f"--reuse {path}: no runs of {key} with {len(runs)} seeds")
+        for run, prev in zip(runs, before):
+            for m, _, _ in METHODS:
+                if m not in run and m in prev:
+                    run[m] = dict(prev[m], reused_from=old["provenance"]["git_commit"])
+                    filled[m] = {"commit": old["provenance"]["git_commit"],
+                                 "settings": (old.get("settings") or {}).get(m)}
+    return filled
 
 
 def read_cells(paths, commit=None, seeds=None):
@@ -239,7 +293,7 @@ def read_cells(paths, commit=None, seeds=None):
     return out
 
 
-def merge(paths, out):
+def merge(paths, out, reuse=None):
     """Write the tables from the cells of ``paths`` (one commit, one seed count)."""
     cells = []
     for path in paths:
@@ -255,12 +309,12 @@ def merge(paths, out):
     prov = dict(cells[0]["provenance"], command="python experiments/icdta4fl_tables.py --merge "
                 + " ".join(os.path.relpath(p, ROOT) for p in paths))
     write(results, names, clients, cells[0]["seeds"], "--merge " + " ".join(os.path.relpath(p, ROOT) for p in paths),
-          sum(c["seconds"] for c in cells), prov, out)
+          sum(c["seconds"] for c in cells), prov, out, reuse)
     return 0
 
 
 def _cell(runs, method, key):
-    vals = [100 * r[method][key] for r in runs if key in r[method]]
+    vals = [100 * r[method][key] for r in runs if key in r.get(method, {})]
     if not vals:
         return "n/a"
     return f"{np.mean(vals):.2f}"
@@ -269,7 +323,7 @@ def _cell(runs, method, key):
 def _size(runs, method):
     """Mean merged rules / global tree nodes / depth / leaves / leaves reached by training rows (%) and
     mean / max conditions of a rule of an ICDTA4FL cell."""
-    vals = [r[method] for r in runs if r[method].get("nodes") is not None]
+    vals = [r[method] for r in runs if r.get(method, {}).get("nodes") is not None]
     if not vals:
         return "n/a"
     out = " / ".join(f"{np.mean([v[k] for v in vals]):.{d}f}" for k, d in
@@ -320,8 +374,10 @@ def plot(results, settings, path):
     return f"wrote {path}" + (f" (left out, run with other settings: {', '.join(stale)})" if stale else "")
 
 
-def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT):
+def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT, reuse=None):
     os.makedirs(out, exist_ok=True)
+    reused = reuse_rows(results, reuse) if reuse else {}
+    derived = sorted({m for runs in results.values() for r in runs for m, v in r.items() if "from" in v})
     lines = ["# ICDTA4FL against its baselines (shape of the paper's Tables 2-5)", "",
              ("Command: `.venv/bin/python experiments/icdta4fl_tables.py " + argv).rstrip() + "`", "",
              f"Mean over {seeds} seed(s) of the clients' mean test accuracy and macro-F1 (%), each client "
@@ -332,6 +388,12 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT):
              f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
              f"{seconds / 60:.1f} minutes in all; code at commit {str(prov['git_commit'])[:12]}"
              f"{' with uncommitted changes' if prov['fedforest_uncommitted_changes'] else ''}.", ""]
+    for m in derived:
+        lines += [f"{m}: the scores of the clients' own trees in the evaluate round of the matching ICDTA4FL "
+                  "run (the `local` mode's trees: same rows, depth and seed; not a separate run).", ""]
+    for m, where in sorted(reused.items()):
+        lines += [f"{m}: not rerun; its rows are those of the run at commit {where['commit'][:12]} "
+                  f"(`--reuse`).", ""]
     for dist in ("IID", "non-IID"):
         lines += [f"## {dist}", "", "| clients | method | " + " | ".join(f"{d} Acc | {d} F1" for d in datasets)
                   + " |", "|---|---|" + "---|---|" * len(datasets)]
@@ -359,11 +421,15 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT):
     if errors:
         lines += ["## Runs that stopped with an input error", ""] + [f"- {e}" for e in errors] + [""]
     settings = current_settings()
+    for m, where in reused.items():
+        settings[m] = where["settings"]
     lines += ["![accuracy against clients](icdta4fl_tables.png)", ""]
     with open(os.path.join(out, "icdta4fl_tables.md"), "w") as fh:
         fh.write("\n".join(lines))
     with open(os.path.join(out, "icdta4fl_tables.json"), "w") as fh:
-        json.dump({"results": results, "settings": settings, "provenance": prov}, fh, indent=1, default=float)
+        json.dump({"results": results, "settings": settings, "provenance": prov,
+                   "reused": {m: w["commit"] for m, w in reused.items()}, "derived": derived},
+                  fh, indent=1, default=float)
     print("\n".join(lines))
     print(plot(results, settings, os.path.join(out, "icdta4fl_tables.png")))
 

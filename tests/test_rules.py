@@ -296,3 +296,28 @@ def test_capped_merge_keeps_coverage_and_matches_one_block(monkeypatch):
         again, _ = aggregate(sets, max_rules=150, bounds="intersect")
     assert [(r.conditions, r.mass) for r in again] == [(r.conditions, r.mass) for r in capped]
     assert all(np.array_equal(a.dist, b.dist) for a, b in zip(again, capped))
+
+
+def test_leaf_votes_weigh_a_leaf_by_its_rows():
+    """A leaf's vote is the class counts of its rows ('rows', the default of
+    ICDTA4FL) or its class fractions ('fractions', the method's text); merged
+    rules add votes up, so with 'rows' a 10-row pure leaf does not outvote a
+    700-row leaf of 91 % the other class, as it does with fractions."""
+    from fedforest.tree.rules import leaf_votes
+    big = Rule({0: (-INF, 5.0)}, np.array([640 / 703, 63 / 703]), 703, NUMERIC)
+    small = Rule({1: (-INF, 2.0)}, np.array([0.0, 1.0]), 10, NUMERIC)
+    rows = leaf_votes([big, small])
+    assert np.allclose(rows[0].dist, [640, 63]) and np.allclose(rows[1].dist, [0, 10])
+    assert rows[0].support == 703 and rows[0].conditions == big.conditions
+    assert np.allclose(big.dist, [640 / 703, 63 / 703])              # the rules given are not changed
+    assert merge(*rows).predicted == 0 and np.allclose(merge(*rows).dist, [640, 73])
+    fractions = leaf_votes([big, small], "fractions")
+    assert merge(*fractions).predicted == 1                            # 0.91 + 0 against 0.09 + 1
+    keyed = leaf_votes({3: big, 7: small})
+    assert list(keyed) == [3, 7] and np.allclose(keyed[7].dist, [0, 10])
+    assert np.allclose(leaf_votes([Rule({}, np.array([0.5, 0.5]), 0, NUMERIC)])[0].dist, [0, 0])
+    with pytest.raises(ValueError, match="votes must be one of"):
+        leaf_votes([big], "mass")
+    # aggregated (min_coverage = 0): each merged rule holds the class counts of its leaves' rows
+    merged, _ = aggregate([leaf_votes([big]), leaf_votes([small])], bounds="intersect")
+    assert len(merged) == 1 and merged[0].predicted == 0 and merged[0].support == 713

@@ -35,7 +35,7 @@ from .client_tree import ClientTree, TreeJob, grow_and_save, serve_client_tree, 
 from .encoding import (MAX_CATEGORIES, MISSING, ClientTable, Encoding, agree, category_codes, client_what,
                        table_settings, text_of)
 from .message_checks import bad_message, check_categories, field_of, message_encoding, number_array, same_setting
-from .model_files import covered, explain as tree_explain, predict_proba as tree_predict_proba, tree_proba
+from .model_files import COVERED, covered, explain as tree_explain, predict_proba as tree_predict_proba, tree_proba
 from .setup import SERVER, client_load, job_seed, log, server_load
 
 ROW_TYPE = "xgboost"     # the row encoding of a saved binned model: numbers as numbers, missing values kept
@@ -247,8 +247,9 @@ def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
     order = sorted(rules)
     lines = [f"{doc['mode']} model (id3 on {sum(binned)} binned numeric columns, {len(rules)} rules, "
              f"classes {enc.classes}"
-             + ("; [rows of the clients' training data that reach the rule]" if rows is not None else "") + "):"]
-    lines += [f"  rule {k}: {text(rules[n])}{covered(rows, n)}" for k, n in enumerate(order, start=1)]
+             + (f"; [{COVERED}]" if rows is not None else "") + "):"]
+    lines += [f"  rule {k}: {text(rules[n])}{covered(rows, n, rules[n].dist, enc.classes)}"
+              for k, n in enumerate(order, start=1)]
     if X is not None:
         leaf = int(tree_format.apply(doc["tree"], id3_rows(doc, X))[0])
 

@@ -63,12 +63,26 @@ def rule_text(rule, enc):
     return f"IF {text} THEN {enc.classes[int(np.argmax(rule.dist))]}"
 
 
-def covered(rows, n):
-    """A rule's coverage as ``explain`` prints it (``rows``: per node, or None)."""
+#: what :func:`covered` prints, for the header of ``explain``
+COVERED = ("rows of the clients' training data that reach the rule, their share of all rows; "
+           "the share of the rule's class in the kept trees' votes")
+
+
+def covered(rows, n, dist=None, classes=None):
+    """A rule's coverage as ``explain`` prints it (``rows``: per node, or None):
+    the rows reaching leaf ``n`` and their share of all rows; with the leaf's
+    class distribution ``dist`` (the votes it holds) and the job's ``classes``,
+    the share of the rule's class in it (``[703 rows, 18.7 %; vote 91 % no]``)."""
     if rows is None:
         return ""
     total = max(1, int(rows[0]))
-    return f"  [{int(rows[n])} rows, {100 * int(rows[n]) / total:.1f} %]"
+    text = f"{int(rows[n])} rows, {100 * int(rows[n]) / total:.1f} %"
+    if dist is not None and classes is not None:
+        dist = np.asarray(dist, dtype=np.float64)
+        c, s = int(np.argmax(dist)), float(dist.sum())
+        if s > 0:
+            text += f"; vote {100 * dist[c] / s:.0f} % {classes[c]}"
+    return f"  [{text}]"
 
 
 def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
@@ -80,10 +94,10 @@ def explain(doc, X=None, raw=None, row=None, rules=None, rows=None):
     kind = CATEGORICAL if enc.tree_type == "id3" else NUMERIC
     rules = leaf_rules(doc["tree"], kind) if rules is None else rules
     lines = [f"{doc['mode']} model ({enc.tree_type}, {len(rules)} rules, classes {enc.classes}"
-             + ("; [rows of the clients' training data that reach the rule]" if rows is not None else "") + "):"]
+             + (f"; [{COVERED}]" if rows is not None else "") + "):"]
     order = sorted(rules)
     for k, n in enumerate(order, start=1):
-        lines.append(f"  rule {k}: {rule_text(rules[n], enc)}{covered(rows, n)}")
+        lines.append(f"  rule {k}: {rule_text(rules[n], enc)}{covered(rows, n, rules[n].dist, enc.classes)}")
     if X is not None:
         leaf = int(tree_format.apply(doc["tree"], np.asarray(X, dtype=np.float64))[0])
 

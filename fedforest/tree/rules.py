@@ -10,7 +10,12 @@ conditions and the leaf's class distribution.  Two kinds of condition exist:
 The rules of a tree are read by :func:`leaf_rules`.
 
 Merging two rules (ICDTA4FL) keeps the conjunction of their conditions and
-sums their class distributions.  Rules contradict each other when some
+sums their class distributions.  What a leaf adds to that sum is its *vote*
+(:func:`leaf_votes`): the class counts of the training rows behind the leaf
+(``"rows"``: its class fractions times its rows), so a leaf of 700 rows
+outweighs one of 10, or its class fractions (``"fractions"``, the method's
+text: every tree's leaf weighs 1, whatever rows it holds; a small client's
+pure leaves then outvote a large client's).  Rules contradict each other when some
 feature cannot satisfy both conditions: two different categories, or two
 disjoint intervals.  For numeric conditions on the same feature and side,
 the less restrictive threshold is kept (``x > 32.5`` and ``x > 35`` merge to
@@ -34,15 +39,18 @@ import numpy as np
 
 from . import format as tree_format
 from .impurity import entropy
-from .rule_kinds import BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES, SPLITS  # noqa: F401  (part of this module's names)
+from .rule_kinds import (BOUNDS, CATEGORICAL, NUMERIC, OVER_MAX_RULES, SPLITS,  # noqa: F401  (this module's names)
+                         VOTES)
 
 
 
 @dataclass
 class Rule:
     """``conditions`` maps a feature index to ``(lo, hi)`` (numeric) or to a
-    category value (categorical); ``dist`` is the class distribution (sums of
-    leaf probabilities after merging); ``support`` the training rows behind it;
+    category value (categorical); ``dist`` is the class distribution (a
+    leaf's class fractions as :func:`leaf_rules` reads them; after
+    :func:`leaf_votes` and merging, the sum of the merged leaves' votes);
+    ``support`` the training rows behind it;
     ``mass`` the estimated share of the rows it covers (see :func:`aggregate`)."""
     conditions: dict
     dist: np.ndarray
@@ -138,6 +146,31 @@ def leaf_rules(tree, kind):
             continue
         out[node] = Rule(cond, value[node].copy(), float(support[node]) if support is not None else 0.0, kind)
     return {n: out[n] for n in sorted(out)}
+
+
+def leaf_votes(rules, votes="rows"):
+    """The rules of one tree's leaves (``{leaf: Rule}`` or a list, as
+    :func:`leaf_rules` gives them) with ``dist`` set to what each leaf adds to
+    the merged rules it is part of: ``"rows"``, the class counts of its
+    training rows (its class fractions times its ``support``; a leaf without
+    rows adds nothing); ``"fractions"``, its class fractions as they are (the
+    method's text: one vote per tree).  The class a merged rule predicts is
+    then, with ``"rows"``, the class of most training rows over its leaves, a
+    tree's leaf counting as many times as it has rows.  Returns the same kind
+    of container; the rules given are not changed."""
+    if votes not in VOTES:
+        raise ValueError(f"votes must be one of {VOTES}, got {votes!r}")
+
+    def one(r):
+        if votes == "fractions":
+            return r
+        frac = np.asarray(r.dist, dtype=np.float64)
+        total = frac.sum()
+        dist = frac / total * max(float(r.support), 0.0) if total > 0 else np.zeros_like(frac)
+        return Rule(r.conditions, dist, r.support, r.kind, r.mass)
+    if isinstance(rules, dict):
+        return {n: one(r) for n, r in rules.items()}
+    return [one(r) for r in rules]
 
 
 def rules_from_tree(children_left, children_right, feature, threshold, value, n_node_samples):

@@ -192,6 +192,13 @@ def test_icdta4fl_cover_names_distinct_trees_of_the_job(tmp_path, trees):
     refused(tmp_path, at("cover", put("trees", trees)), "trees", mode="icdta4fl")
 
 
+@pytest.mark.parametrize("votes,options", [("yes", {}), (1, {}), (True, {"rule_votes": "fractions"})])
+def test_icdta4fl_cover_asks_for_class_estimates_only_as_the_client_agreed(tmp_path, votes, options):
+    """A client sends its rows' class estimates per cell (its own tree's
+    fractions) only when its own rule_votes is "rows"."""
+    refused(tmp_path, at("cover", put("votes", votes)), "votes", mode="icdta4fl", **options)
+
+
 def test_icdta4fl_count_tree_is_checked(tmp_path):
     refused(tmp_path, at("count", put("tree", dag())), "tree", mode="icdta4fl", global_max_nodes=3)
 

@@ -506,7 +506,10 @@ def test_global_tree_describes_the_clients_rows(tmp_path, capsys):
     assert len(lines) == leaves.size
     for k, leaf in enumerate(sorted(shown), start=1):
         assert lines[k - 1].startswith(f"  rule {k}: IF ")
-        assert lines[k - 1].endswith(f"[{rows[leaf]} rows, {100 * rows[leaf] / len(df):.1f} %]"), lines[k - 1]
+        cls = lines[k - 1].split(" THEN ")[1].split()[0]
+        vote = 100 * tree["value"][leaf].max() / tree["value"][leaf].sum()
+        assert lines[k - 1].endswith(f"[{rows[leaf]} rows, {100 * rows[leaf] / len(df):.1f} %; "
+                                     f"vote {vote:.0f} % {cls}]"), lines[k - 1]
 
 
 def test_min_coverage_drops_rare_combinations(tmp_path):
@@ -563,6 +566,9 @@ def _cover_edit(change):
     (lambda m: m.__setitem__("cells", m["cells"][:, :1]), "cells"),            # one column per kept tree
     (lambda m: m.__setitem__("cells", np.concatenate([m["cells"], m["cells"][:1]])), "counts"),
     (lambda m: m.update(rows=np.arange(3)), "reply"),                          # a key the protocol has not
+    (lambda m: m["votes"].__setitem__((0, 0), m["votes"][0, 0] + 1), "votes"),  # votes beyond the cell's rows
+    (lambda m: m.__setitem__("votes", m["votes"][:, :1]), "votes"),            # one class short
+    (lambda m: m.pop("votes"), "reply"),                                       # rule_votes "rows" asked for them
 ])
 def test_a_hostile_cover_reply_is_refused(tmp_path, change, field):
     paths, _ = _calls_clients(tmp_path, n=600)

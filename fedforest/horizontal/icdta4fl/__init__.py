@@ -9,7 +9,10 @@ merges the rule sets (by default only the combinations of leaves the clients'
 rows reach, as the clients count them: ``min_coverage``; 0: the Cartesian
 product of the method) and grows the global tree from the
 merged rules (see docs/horizontal.md for the choices where the method's text
-and its published code differ: ``merge_bounds``, ``rule_weight``).  The clients count their rows at every node of the
+and its published code differ: ``merge_bounds``, ``rule_weight``; and
+``rule_votes``: by default a merged rule's class comes from its rows, which
+each client counts with its own tree's class fractions, not from one vote per
+tree).  The clients count their rows at every node of the
 global tree (``n_node_samples``, printed per rule by ``explain``).  The final
 tree and the merged rules go back to every client,
 which evaluates the tree on its rows (and its ``test_data`` file) and saves it.
@@ -22,7 +25,7 @@ import numbers
 from ...constraints import MAX_DEPTH, Interval, Options
 from ...data.tasks import CLASSIFICATION
 from ...federation.mode import HORIZONTAL, Mode, Param
-from ...tree.rule_kinds import BOUNDS, OVER_MAX_RULES, SPLITS
+from ...tree.rule_kinds import BOUNDS, OVER_MAX_RULES, SPLITS, VOTES
 from ..declare import tree_params
 
 FILTERS = ("mean", "median", "percentile", "none")
@@ -47,6 +50,11 @@ PARAMS = tree_params() + (
           "CART rules bounding one feature on the same side: keep the more restrictive bound "
           "('intersect': the exact conjunction) or the less restrictive ('loose', the method's text)",
           text=True),
+    Param("rule_votes", "rows", (Options(*VOTES),),
+          "a merged rule's class distribution: its rows, each client counting its rows there with the class "
+          "fractions of its own tree ('rows'; with min_coverage = 0, each leaf's class fractions times its "
+          "rows), or the kept leaves' class fractions added up ('fractions', the method's text: one vote per "
+          "tree, so a small client's pure leaves can outvote a large client's rows)", text=True),
     Param("rule_weight", "mass", (Options(*RULE_WEIGHTS),),
           "CART global tree: weigh each merged rule by its share of rows ('mass': the share of the counted "
           "rows it holds; with min_coverage = 0, estimated as the product of its leaves' row shares) in the "

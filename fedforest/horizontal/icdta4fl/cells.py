@@ -5,9 +5,10 @@ of the trees' common refinement: one leaf per tree.  Most of the Cartesian
 product of the leaves is empty when columns are correlated, so instead of
 building every compatible combination the server asks each client which
 combinations of leaves its rows fall in, and how many rows each holds
-(:func:`client_cells`); the server adds the counts up (:func:`pool_cells`)
-and builds a merged rule for each combination some row reaches
-(:func:`covered_rules`), dropping those that hold fewer than
+(:func:`client_cells`; with ``rule_votes = "rows"`` also those rows counted
+with the class fractions of its own tree); the server adds them up
+(:func:`pool_cells`) and builds a merged rule for each combination some row
+reaches, dropping those that hold fewer than
 ``min_coverage`` rows in all.  The global tree grown from them then carries
 the rows of every node (:func:`node_rows`, :func:`subtree_rows`), and its
 rules are shown without the conditions their rows do not need
@@ -33,21 +34,40 @@ def leaves_of(tree, X):
     return nodes, np.asarray(tree["feature"])[nodes] < 0
 
 
-def client_cells(trees, X):
+def client_cells(trees, X, own=None):
     """``(cells, counts)``: the distinct combinations of leaves (node ids, one
     column per tree of ``trees``) that this client's rows reach, and how many
     rows reach each.  Rows that end at an inner node of some tree (ID3) are
-    in no cell."""
+    in no cell.  With this client's ``own`` tree, also ``votes`` (cells x
+    classes): per cell, its rows counted with the class fractions of the node
+    each ends at in its own tree (``rule_votes = "rows"``), so each cell's
+    votes add up to its rows; returns ``(cells, counts, votes)``."""
     n = np.asarray(X).shape[0]
     cols, ok = [], np.ones(n, dtype=bool)
     for t in trees:
         nodes, leaf = leaves_of(t, X)
         cols.append(nodes)
         ok &= leaf
+    C = np.asarray(own["value"]).shape[1] if own is not None else 0
     if not n or not ok.any() or not trees:
-        return np.zeros((0, len(trees)), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    cells, counts = np.unique(np.stack(cols, axis=1)[ok], axis=0, return_counts=True)
-    return cells.astype(np.int64), counts.astype(np.int64)
+        empty = (np.zeros((0, len(trees)), dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return empty + ((np.zeros((0, C)),) if own is not None else ())
+    cells, inv, counts = np.unique(np.stack(cols, axis=1)[ok], axis=0, return_inverse=True, return_counts=True)
+    out = (cells.astype(np.int64), counts.astype(np.int64))
+    if own is None:
+        return out
+    votes = np.zeros((cells.shape[0], C))
+    np.add.at(votes, inv.reshape(-1), own_fractions(own, np.asarray(X)[ok]))
+    return out + (votes,)
+
+
+def own_fractions(tree, X):
+    """Per row of ``X``, the class fractions of the node it ends at in ``tree``
+    (a leaf, or the inner node where an ID3 row's category has no branch)."""
+    nodes = tree_format.apply(tree, np.asarray(X, dtype=np.float64)).astype(np.int64)
+    frac = np.asarray(tree["value"], dtype=np.float64)[nodes]
+    total = frac.sum(axis=1, keepdims=True)
+    return np.divide(frac, total, out=np.zeros_like(frac), where=total > 0)
 
 
 def node_rows(tree, X):
@@ -77,13 +97,17 @@ def reply_array(rank, op, reply, field, ndim, kinds="iu"):
     return v.astype(np.int64)
 
 
-def check_cells(rank, op, reply, leaf_sets, n_rows):
+def check_cells(rank, op, reply, leaf_sets, n_rows, n_classes=None):
     """Client ``rank``'s cells and counts (:func:`client_cells`): one column
     per kept tree holding leaves of that tree, distinct rows, counts of at
-    least one row adding up to at most the client's ``n_rows``."""
-    if not isinstance(reply, dict) or set(reply) != {"cells", "counts"}:
+    least one row adding up to at most the client's ``n_rows``; with
+    ``n_classes``, also its votes: one row per cell of ``n_classes`` finite,
+    non-negative numbers adding up to the cell's count.  Returns ``(cells,
+    counts)``, or ``(cells, counts, votes)`` with ``n_classes``."""
+    keys = ["cells", "counts"] + (["votes"] if n_classes is not None else [])
+    if not isinstance(reply, dict) or set(reply) != set(keys):
         got = sorted(map(str, reply)) if isinstance(reply, dict) else type(reply).__name__
-        raise bad_reply(rank, op, "reply", f"expected the arrays ['cells', 'counts'], got {str(got)[:200]}")
+        raise bad_reply(rank, op, "reply", f"expected the arrays {keys}, got {str(got)[:200]}")
     cells = reply_array(rank, op, reply, "cells", 2)
     counts = reply_array(rank, op, reply, "counts", 1)
     U, T = cells.shape
@@ -99,7 +123,17 @@ def check_cells(rank, op, reply, leaf_sets, n_rows):
             raise bad_reply(rank, op, "cells", f"column {t} names nodes that are not leaves of its tree")
     if U and np.unique(cells, axis=0).shape[0] != U:
         raise bad_reply(rank, op, "cells", "a combination of leaves is listed twice")
-    return cells, counts
+    if n_classes is None:
+        return cells, counts
+    votes = reply.get("votes")
+    if not isinstance(votes, np.ndarray) or votes.dtype.kind not in "iuf" or votes.shape != (U, n_classes):
+        what = f"shape {votes.shape}" if isinstance(votes, np.ndarray) else type(votes).__name__
+        raise bad_reply(rank, op, "votes", f"expected numbers, one row of {n_classes} per cell ({U}), got {what}")
+    votes = votes.astype(np.float64)
+    if U and (not np.isfinite(votes).all() or votes.min() < 0
+              or not np.allclose(votes.sum(axis=1), counts, rtol=1e-9, atol=1e-6)):
+        raise bad_reply(rank, op, "votes", "expected non-negative numbers adding up to each cell's count")
+    return cells, counts, votes
 
 
 def check_node_rows(rank, op, reply, n_nodes, n_rows):
@@ -117,14 +151,22 @@ def check_node_rows(rank, op, reply, n_nodes, n_rows):
 
 
 def pool_cells(parts):
-    """The cells of every client (``[(cells, counts)]``) as one set: distinct
-    combinations and their summed counts."""
-    cells = np.concatenate([c for c, _ in parts])
-    counts = np.concatenate([n for _, n in parts])
+    """The cells of every client (``[(cells, counts)]``, or ``[(cells, counts,
+    votes)]``) as one set: distinct combinations and their summed counts (and
+    summed votes)."""
+    cells = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    votes = np.concatenate([p[2] for p in parts]) if all(len(p) > 2 for p in parts) else None
     if not cells.shape[0]:
-        return cells, counts
+        return (cells, counts) + ((votes,) if votes is not None else ())
     uniq, inv = np.unique(cells, axis=0, return_inverse=True)
-    return uniq, np.bincount(inv.reshape(-1), weights=counts, minlength=uniq.shape[0]).astype(np.int64)
+    inv = inv.reshape(-1)
+    out = (uniq, np.bincount(inv, weights=counts, minlength=uniq.shape[0]).astype(np.int64))
+    if votes is None:
+        return out
+    pooled = np.zeros((uniq.shape[0], votes.shape[1]))
+    np.add.at(pooled, inv, votes)
+    return out + (pooled,)
 
 
 def subtree_rows(tree, ends):

@@ -16,7 +16,8 @@ from ...federation.metrics import class_scores
 from ...federation import protocol
 from ...federation.rounds import ask
 from ...tree.id3 import id3_from_rules
-from ...tree.rules import CATEGORICAL, NUMERIC, MergeStats, RuleArrays, aggregate, leaf_rules, tree_from_rules
+from ...tree.rules import (CATEGORICAL, NUMERIC, MergeStats, RuleArrays, aggregate, leaf_rules, leaf_votes,
+                           tree_from_rules)
 from . import cells as cover
 from ..client_tree import TRAIN_LOCAL, run_tree_client, run_tree_server
 from ..message_checks import bad_message, field_of, number_array
@@ -29,6 +30,8 @@ from ..binned_id3 import predict_proba  # noqa: F401  (the mode's local role)
 EVALUATE = "evaluate"        # server -> client: score these trees on your rows
 COVER = "cover"              # server -> client: count your rows in each combination of the kept trees' leaves
 COUNT = "count"              # server -> client: count your rows at each node of the global tree
+#: rule_votes "rows": the rows' worth of the merged trees' equal vote added to each merged rule's estimates
+PRIOR_ROWS = 1.0
 
 
 def cross_scores(matrix):
@@ -81,7 +84,9 @@ def _build(comm, job):
         # best score first (ties: client order), so the cap leaves out the weakest trees
         kept = kept[np.argsort(-scores[kept], kind="stable")]
     leaf_sets = [leaf_rules(trees[i], kind) for i in kept]
-    rule_sets = [list(rs.values()) for rs in leaf_sets]
+    # uncounted (min_coverage = 0), each leaf votes with the class counts of all its rows
+    # (rule_votes "rows") or its class fractions; counted, see _covered
+    rule_sets = [list(leaf_votes(rs, cfg.rule_votes).values()) for rs in leaf_sets]
     counted = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -126,7 +131,7 @@ def _build(comm, job):
         merged_trees=merged_trees,
         # per kept tree, in the order of kept_trees (client order)
         rules_per_tree=[len(rs) for _, rs in sorted(zip(kept.tolist(), rule_sets))],
-        merged_rules=len(merged),
+        merged_rules=len(merged), rule_votes=cfg.rule_votes,
         merge_steps=stats.steps, rules_capped=stats.capped, **counted,
         global_tree_truncated=bool(info.get("truncated")),
         global_tree_nodes=len(tree["value"]), global_tree_leaves=int(leaves.size),
@@ -166,10 +171,12 @@ def _covered(comm, job, kept, leaf_sets, counted):
     ``counted`` with the figures for the summary; returns ``(rules, MergeStats)``."""
     cfg, enc = job.cfg, job.enc
     clients = comm.clients
-    replies = ask(comm, COVER, {"trees": [int(i) for i in kept]})
+    rows_vote = cfg.rule_votes == "rows"
+    replies = ask(comm, COVER, {"trees": [int(i) for i in kept], "votes": rows_vote})
     leaves = [np.array(sorted(ls), dtype=np.int64) for ls in leaf_sets]
-    parts = [cover.check_cells(r, COVER, replies[r], leaves, int(job.infos[r]["n_rows"])) for r in clients]
-    cells, counts = cover.pool_cells(parts)
+    C = len(enc.classes) if rows_vote else None
+    parts = [cover.check_cells(r, COVER, replies[r], leaves, int(job.infos[r]["n_rows"]), C) for r in clients]
+    cells, counts, *votes = cover.pool_cells(parts)
     pos = cover.positions(cells, leaves)
     use, m, capped = cover.refine(pos, counts, cfg.max_rules, cfg.over_max_rules)
     stats = MergeStats(capped=capped, merged_sets=m)
@@ -180,10 +187,17 @@ def _covered(comm, job, kept, leaf_sets, counted):
     elif capped:
         warnings.warn(f"rule aggregation: some covered rules of least rows were not refined (max_rules="
                       f"{cfg.max_rules})", RuntimeWarning, stacklevel=2)
-    use, _, rows = cover.group(use, counts)
+    use, of_cell, rows = cover.group(use, counts)
     keep = rows >= cfg.min_coverage
     leaf_arrays = [RuleArrays.from_rules(list(ls.values()), len(enc.columns)) for ls in leaf_sets]
     every = cover.cell_arrays(use, leaf_arrays, cfg.merge_bounds, len(enc.classes))
+    if rows_vote:
+        # each rule's class distribution: its rows, each counted by its client with its own tree, and
+        # one row's worth of the merged trees' equal vote (their class fractions averaged), which only
+        # decides where a rule holds a row or two
+        fractions = every.dist / np.maximum(every.dist.sum(axis=1, keepdims=True), 1e-300)
+        every.dist = fractions * PRIOR_ROWS
+        np.add.at(every.dist, of_cell, votes[0])
     every.support = rows.astype(np.float64)
     every.mass = every.support / max(1.0, float(rows[keep].sum()))
     arrays = every.take(np.flatnonzero(keep))
@@ -242,7 +256,9 @@ def _evaluate(client, msg):
 
 def _cover(client, msg):
     """The leaf combinations of the kept trees that this client's rows reach,
-    and how many rows each holds (all rows of the client)."""
+    and how many rows each holds (all rows of the client); when the server
+    asks (``votes``, ``rule_votes = "rows"``), also per combination its rows
+    counted with the class fractions of its own tree."""
     trees = getattr(client, "trees", None)
     if trees is None:
         raise bad_message(COVER, "op", "no trees were evaluated before")
@@ -251,8 +267,18 @@ def _cover(client, msg):
     if (not isinstance(kept, (list, tuple)) or not kept or len(set(map(repr, kept))) != len(kept)
             or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < K for i in kept)):
         raise bad_message(COVER, "trees", f"expected distinct tree numbers in 0..{K - 1}")
-    cells, counts = cover.client_cells([trees[i] for i in kept], client.X)
-    return {"cells": cells, "counts": counts}
+    votes = msg.get("votes", False)
+    if not isinstance(votes, bool):
+        raise bad_message(COVER, "votes", f"expected true or false, got {type(votes).__name__}")
+    if votes and client.cfg.rule_votes != "rows":
+        raise bad_message(COVER, "votes", f"this client's rule_votes is {client.cfg.rule_votes!r}: it sends no "
+                                          "class estimates")
+    if not votes:
+        cells, counts = cover.client_cells([trees[i] for i in kept], client.X)
+        return {"cells": cells, "counts": counts}
+    # its rows in each cell counted with the class fractions of its own tree (its model of its rows)
+    cells, counts, est = cover.client_cells([trees[i] for i in kept], client.X, own=client.own_tree())
+    return {"cells": cells, "counts": counts, "votes": est}
 
 
 def _count(client, msg):
