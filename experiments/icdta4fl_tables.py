@@ -138,6 +138,23 @@ def write_clients(folder, X, y, parts, seed):
     return train, test
 
 
+def always_majority(y, k, dist, seed):
+    """Always-majority on the split :func:`run_one` makes: the class of most training
+    rows over all clients, scored on each client's test rows; the mean over the clients."""
+    parts = (iid_partition(y.to_numpy(), k, seed) if dist == "IID"
+             else dirichlet_partition(y.to_numpy(), k, 0.5, seed, min_rows=5))
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for rows in parts:                       # the permutation and cut of write_clients
+        rows = rng.permutation(rows)
+        cut = max(1, int(round(0.25 * rows.size)))
+        test.append(y.iloc[rows[:cut]].to_numpy())
+        train.append(y.iloc[rows[cut:]].to_numpy())
+    classes, counts = np.unique(np.concatenate(train), return_counts=True)
+    majority = classes[np.argmax(counts)]
+    return float(np.mean([np.mean(t == majority) for t in test]))
+
+
 #: a baseline that an ICDTA4FL run measures too: its evaluate round scores every client's own tree
 #: (the ``local`` mode's tree: same rows, depth and seed) on the client's test file
 OWN_TREES = {"Baseline (ID3)": "ICDTA4FL-ID3", "Baseline (CART)": "ICDTA4FL-CART"}
@@ -307,7 +324,7 @@ def merge(paths, out, reuse=None):
     if missing:
         raise SystemExit(f"cells missing from {paths}: {', '.join(missing)}")
     prov = dict(cells[0]["provenance"], command="python experiments/icdta4fl_tables.py --merge "
-                + " ".join(os.path.relpath(p, ROOT) for p in paths))
+                + " ".join(os.path.relpath(p, ROOT) for p in paths), merged_at_commit=provenance.git_state()[0])
     write(results, names, clients, cells[0]["seeds"], "--merge " + " ".join(os.path.relpath(p, ROOT) for p in paths),
           sum(c["seconds"] for c in cells), prov, out, reuse)
     return 0
@@ -388,12 +405,40 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT, reuse
              f"Run on {platform.node()} ({os.cpu_count()} cores), {datetime.date.today()}, "
              f"{seconds / 60:.1f} minutes in all; code at commit {str(prov['git_commit'])[:12]}"
              f"{' with uncommitted changes' if prov['fedforest_uncommitted_changes'] else ''}.", ""]
+    if prov.get("merged_at_commit") and prov["merged_at_commit"] != prov["git_commit"]:
+        lines += [f"Tables (and the always-majority rows, computed from the same splits) written by "
+                  f"`--merge` at commit {prov['merged_at_commit'][:12]}.", ""]
     for m in derived:
         lines += [f"{m}: the scores of the clients' own trees in the evaluate round of the matching ICDTA4FL "
                   "run (the `local` mode's trees: same rows, depth and seed; not a separate run).", ""]
     for m, where in sorted(reused.items()):
         lines += [f"{m}: not rerun; its rows are those of the run at commit {where['commit'][:12]} "
                   f"(`--reuse`).", ""]
+    majority = {}                            # {key: always-majority's accuracy per seed}
+    for d in datasets:
+        _, y = load(d)
+        for key in [k for k in results if k.startswith(d + "|")]:
+            _, dist, k = key.split("|")
+            majority[key] = [always_majority(y, int(k), dist, seed) for seed in range(len(results[key]))]
+    below = {}
+    for method in ("ICDTA4FL-ID3", "ICDTA4FL-CART"):
+        margins = {key: 100 * (np.mean([r[method]["acc"] for r in runs if "acc" in r.get(method, {})])
+                               - np.mean(majority[key])) for key, runs in results.items()
+                   if key in majority and any("acc" in r.get(method, {}) for r in runs)}
+        runs_below = [f"{key} seed {i}" for key, runs in results.items() if key in majority
+                      for i, r in enumerate(runs) if r.get(method, {}).get("acc", np.inf) < majority[key][i]]
+        n_runs = sum(1 for key, runs in results.items() if key in majority for r in runs if "acc" in r.get(method, {}))
+        if margins:
+            below[method] = {"cells": len(margins), "below": sorted(k for k, v in margins.items() if v < 0),
+                             "worst_minus_majority": min(margins.values()),
+                             "worst_cell": min(margins, key=margins.get), "runs": n_runs, "runs_below": runs_below}
+            cells_below = below[method]["below"]
+            lines += [f"{method} against always-majority (the class of most training rows of all clients, "
+                      f"scored like the methods): below it in {len(cells_below)} of {len(margins)} cells "
+                      f"(mean over seeds){': ' + ', '.join(cells_below) if cells_below else ''}; worst margin "
+                      f"{below[method]['worst_minus_majority']:+.2f} points ({below[method]['worst_cell']}); "
+                      f"single runs below it: {len(runs_below)} of {n_runs}"
+                      f"{' (' + ', '.join(runs_below) + ')' if runs_below else ''}.", ""]
     for dist in ("IID", "non-IID"):
         lines += [f"## {dist}", "", "| clients | method | " + " | ".join(f"{d} Acc | {d} F1" for d in datasets)
                   + " |", "|---|---|" + "---|---|" * len(datasets)]
@@ -404,6 +449,11 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT, reuse
                     runs = results.get(f"{d}|{dist}|{k}", [])
                     row += [_cell(runs, method, "acc"), _cell(runs, method, "f1")]
                 lines.append("| " + " | ".join(row) + " |")
+            row = [str(k), "Always-majority"]
+            for d in datasets:
+                accs = majority.get(f"{d}|{dist}|{k}")
+                row += [f"{100 * np.mean(accs):.2f}" if accs else "n/a", "—"]
+            lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     lines += ["## Global trees (ICDTA4FL)", "", "Means over seeds: merged rules / global tree nodes / depth / "
               "leaves / percentage of the leaves that some training row of the clients reaches / conditions "
@@ -428,7 +478,8 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT, reuse
         fh.write("\n".join(lines))
     with open(os.path.join(out, "icdta4fl_tables.json"), "w") as fh:
         json.dump({"results": results, "settings": settings, "provenance": prov,
-                   "reused": {m: w["commit"] for m, w in reused.items()}, "derived": derived},
+                   "reused": {m: w["commit"] for m, w in reused.items()}, "derived": derived,
+                   "always_majority": majority, "below_always_majority": below},
                   fh, indent=1, default=float)
     print("\n".join(lines))
     print(plot(results, settings, os.path.join(out, "icdta4fl_tables.png")))
