@@ -284,8 +284,9 @@ def reuse_rows(results, path):
             for m, _, _ in METHODS:
                 if m not in run and m in prev:
                     run[m] = dict(prev[m], reused_from=old["provenance"]["git_commit"])
-                    filled[m] = {"commit": old["provenance"]["git_commit"],
-                                 "settings": (old.get("settings") or {}).get(m)}
+                    where = filled.setdefault(m, {"commit": old["provenance"]["git_commit"],
+                                                  "settings": (old.get("settings") or {}).get(m), "runs": 0})
+                    where["runs"] += 1
     return filled
 
 
@@ -311,7 +312,8 @@ def read_cells(paths, commit=None, seeds=None):
 
 
 def merge(paths, out, reuse=None):
-    """Write the tables from the cells of ``paths`` (one commit, one seed count)."""
+    """Write the tables from the cells of ``paths`` (one commit, one seed count),
+    the rows of the methods they lack from ``reuse`` (an earlier result)."""
     cells = []
     for path in paths:
         with open(path) as fh:
@@ -323,9 +325,10 @@ def merge(paths, out, reuse=None):
                if f"{d}|{dist}|{k}" not in results]
     if missing:
         raise SystemExit(f"cells missing from {paths}: {', '.join(missing)}")
-    prov = dict(cells[0]["provenance"], command="python experiments/icdta4fl_tables.py --merge "
-                + " ".join(os.path.relpath(p, ROOT) for p in paths), merged_at_commit=provenance.git_state()[0])
-    write(results, names, clients, cells[0]["seeds"], "--merge " + " ".join(os.path.relpath(p, ROOT) for p in paths),
+    argv = "--merge " + " ".join(os.path.relpath(p, ROOT) for p in paths) + (" --reuse EARLIER.json" if reuse else "")
+    prov = dict(cells[0]["provenance"], command="python experiments/icdta4fl_tables.py " + argv,
+                merged_at_commit=provenance.git_state()[0])
+    write(results, names, clients, cells[0]["seeds"], argv,
           sum(c["seconds"] for c in cells), prov, out, reuse)
     return 0
 
@@ -411,9 +414,12 @@ def write(results, datasets, clients, seeds, argv, seconds, prov, out=OUT, reuse
     for m in derived:
         lines += [f"{m}: the scores of the clients' own trees in the evaluate round of the matching ICDTA4FL "
                   "run (the `local` mode's trees: same rows, depth and seed; not a separate run).", ""]
+    n_runs = sum(len(runs) for runs in results.values())
     for m, where in sorted(reused.items()):
-        lines += [f"{m}: not rerun; its rows are those of the run at commit {where['commit'][:12]} "
-                  f"(`--reuse`).", ""]
+        what = "not rerun: its runs are" if where["runs"] == n_runs else \
+            f"{where['runs']} of its {n_runs} runs (where no run of this commit gave it) are"
+        lines += [f"{m}: {what} those of the run at commit {where['commit'][:12]} (`--reuse` its "
+                  "icdta4fl_tables.json).", ""]
     majority = {}                            # {key: always-majority's accuracy per seed}
     for d in datasets:
         _, y = load(d)
