@@ -121,6 +121,17 @@ needs the rows' leaves of every round), it flips one byte of the sealed
 ``'leaf_sets'`` (false, with 0 forgeries, where leaf sets do not travel
 sealed: then there is nothing sealed to alter).
 
+The product's own figure: every encrypted job's label holder audits what a
+party without the labels could read (``privacy_audit`` in the run summary,
+:mod:`fedforest.vertical.audit`: the same two attacks on the trees' leaf row
+sets).  Each passive party's row records it as ``audit_passive_fraction``
+beside the attack's ``labels_recovered_fraction``; they must agree within
+0.02 (``audit_agrees``; the audit plays the worst-case party without the
+labels, which sees every partition: here every passive party).  Extra demo
+cases (``--no-first-trees`` skips) run the forest and boosting with
+``label_holder_first_trees`` = 1 and 3 (``label_holder_first_trees_results``:
+the passive party's rows), beside the main cases (k = 0).
+
 Written to ``experiments/results/bench_leakage.json`` and ``.md``; a table is
 printed.  Targets (issue 47): the master no better than the majority
 baseline + 0.01 and 0 feature cells, on both tables, encrypted forest.
@@ -143,6 +154,8 @@ OUT = os.path.join(ROOT, "experiments", "results", "bench_leakage.json")
 CIPHER_WIDTH = 128   # a 2-D uint8 array at least this wide holds ciphertext blocks (keys of >= 512 bits)
 SEALED_KEYS = ("sealed", "decision")   # keys of relayed sealed bytes (batch keys end with them)
 APPLY, DECIDE, GRADIENTS = "apply", "decide", "gradients"
+AUDIT_TOLERANCE = 0.02   # the product's audit and the attack's passive figure agree within this
+FIRST_TREES = (1, 3)     # label_holder_first_trees of the extra demo cases (0: the main cases)
 
 
 # -- recording --------------------------------------------------------------
@@ -590,6 +603,8 @@ def cooccurrence_clustering(views, y, seed=0):
     guess = np.full(n, order[0], dtype=y.dtype)
     rows, cols, k = [], [], 0
     for tv in views:
+        if tv.leaves().size < 2:    # a tree seen as one leaf: no row shares it with fewer than all
+            continue
         for leaf in tv.leaves().tolist():
             r = tv.rows(leaf)
             rows.append(r)
@@ -715,8 +730,9 @@ def tables(work, data_dir):
     return out
 
 
-def run_case(tab, algorithm, max_depth, trees, key, work, forge=None):
-    """One recorded training job; returns (recorder, summary, seconds, error)."""
+def run_case(tab, algorithm, max_depth, trees, key, work, forge=None, options=None):
+    """One recorded training job (``options``: further settings); returns
+    (recorder, summary, seconds, error)."""
     from fedforest.jobs import run_job
     opts = dict(task="classification", id_column=tab["id_column"], label_column=tab["label_column"],
                 label_privacy="paillier", n_estimators=trees, random_state=0,
@@ -729,6 +745,7 @@ def run_case(tab, algorithm, max_depth, trees, key, work, forge=None):
             opts["max_depth"] = max_depth
     if forge is not None:
         opts.update(forge.get("options", {}))
+    opts.update(options or {})
     t0 = time.perf_counter()
     error = None
     with Recorder() as rec:
@@ -779,6 +796,23 @@ def attack_case(tab, algorithm, depth_label, max_depth, rec, seconds, trees):
             "feature_cells_by_party": {str(k): v for k, v in cells.items()},
             "job_seconds": round(seconds, 1),
         })
+    return rows
+
+
+def add_audit(rows, summary, first_trees=0):
+    """The product's own figure beside the attack's: the label holder's privacy
+    audit (``privacy_audit`` of the job's summary: the worst-case party without
+    the labels, which sees every partition, as each passive party here does)
+    as ``audit_passive_fraction`` of every passive party's row, with
+    ``audit_agrees`` (within :data:`AUDIT_TOLERANCE` of the attack's own
+    ``labels_recovered_fraction``) and the job's ``label_holder_first_trees``."""
+    audit = (summary or {}).get("privacy_audit") or {}
+    for r in rows:
+        r["label_holder_first_trees"] = first_trees
+        if r["role"] == "passive party":
+            got = audit.get("passive_labels_recovered_fraction")
+            r["audit_passive_fraction"] = None if got is None else round(got, 6)
+            r["audit_agrees"] = got is not None and abs(got - r["labels_recovered_fraction"]) <= AUDIT_TOLERANCE
     return rows
 
 
@@ -969,6 +1003,23 @@ def markdown(doc):
                      f"{r['rank']} {r['role']} | **{_pct(r['labels_recovered_fraction'])}** ({attacks}) | "
                      f"{_pct(r['majority_baseline_fraction'])} | **{_pct(r['feature_cells_recovered_fraction'])}** "
                      f"({r['feature_cells_recovered']:,}/{r['feature_cells_total']:,}) | {parts} |")
+    audited = [r for r in doc["results"] if r.get("audit_passive_fraction") is not None]
+    if audited:
+        lines += ["", "The label holder's privacy audit (`privacy_audit` of each job's summary, "
+                  "`fedforest.vertical.audit`) beside the attack's own figure for each passive party:", "",
+                  "| table | algorithm | depth | rank | attack | audit | agree |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['table']} | {r['algorithm']} ({r['trees']}) | {r['depth']} | {r['rank']} | "
+                  f"{_pct(r['labels_recovered_fraction'])} | {_pct(r['audit_passive_fraction'])} | "
+                  f"{r['audit_agrees']} |" for r in audited]
+    if doc.get("label_holder_first_trees_results"):
+        lines += ["", "`label_holder_first_trees = k` on the demo (the first k trees, boosting: rounds, split on "
+                  "the label holder's columns alone and the passive party sees nothing of them):", "",
+                  "| algorithm | k | passive labels (attack) | audit | majority baseline |", "|---|---|---|---|---|"]
+        rows = [r for r in doc["results"] if r["table"] == "demo" and r["role"] == "passive party"
+                and r["depth"] in ("default (None)", "default (6)")] + doc["label_holder_first_trees_results"]
+        lines += [f"| {r['algorithm']} ({r['trees']}) | {r.get('label_holder_first_trees', 0)} | "
+                  f"{_pct(r['labels_recovered_fraction'])} | {_pct(r.get('audit_passive_fraction'))} | "
+                  f"{_pct(r['majority_baseline_fraction'])} |" for r in rows]
     lines += ["", "Targets (issue 47, encrypted forest, master): labels <= majority baseline + 0.01, 0 cells.", ""]
     for k, v in doc["targets"].items():
         lines.append(f"- `{k}`: {v} -> met: **{doc['met'][k]}**")
@@ -996,6 +1047,7 @@ def main(argv=None):
     ap.add_argument("--boost-rounds", type=int, default=10)
     ap.add_argument("--key-length", type=int, default=1024)
     ap.add_argument("--no-forge", action="store_true")
+    ap.add_argument("--no-first-trees", action="store_true", help="skip the label_holder_first_trees cases")
     ap.add_argument("--only", default=None, help="table name to run alone (demo, spambase-3party)")
     ap.add_argument("--out", default=OUT)
     provenance.add_arguments(ap)
@@ -1004,7 +1056,7 @@ def main(argv=None):
     key = {"key_length": args.key_length}
     if args.key_length < 2048:
         key["insecure_key"] = True
-    results, hostile_out = [], None
+    results, hostile_out, first_trees = [], None, []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         for tab in tables(work, args.data_dir):
@@ -1015,7 +1067,7 @@ def main(argv=None):
                                                       ("boosting", "default (6)", None)):
                 n_trees = args.boost_rounds if algorithm == "boosting" else trees
                 rec, summary, sec, _ = run_case(tab, algorithm, max_depth, n_trees, key, work)
-                rows = attack_case(tab, algorithm, depth_label, max_depth, rec, sec, n_trees)
+                rows = add_audit(attack_case(tab, algorithm, depth_label, max_depth, rec, sec, n_trees), summary)
                 results += rows
                 for r in rows:
                     print(f"{r['table']:16s} {algorithm:8s} depth {depth_label:14s} rank {r['rank']} "
@@ -1024,6 +1076,22 @@ def main(argv=None):
                           f"{r['feature_cells_recovered_fraction']:.4f} wrong {r['feature_cells_wrong']} "
                           f"[{sec:.0f} s]", flush=True)
                 del rec
+            if tab["table"] == "demo" and not args.no_first_trees:
+                # label_holder_first_trees: the first k trees (rounds) are the label holder's alone
+                for algorithm, depth_label, first in [(a, d, k) for a, d in (("forest", "default (None)"),
+                                                                               ("boosting", "default (6)"))
+                                                      for k in FIRST_TREES]:
+                    n_trees = args.boost_rounds if algorithm == "boosting" else trees
+                    rec, summary, sec, _ = run_case(tab, algorithm, None, n_trees, key, work,
+                                                    options={"label_holder_first_trees": first})
+                    rows = [r for r in add_audit(attack_case(tab, algorithm, depth_label, None, rec, sec, n_trees),
+                                                 summary, first) if r["role"] == "passive party"]
+                    first_trees += rows
+                    for r in rows:
+                        print(f"{r['table']:16s} {algorithm:8s} label_holder_first_trees {first} rank {r['rank']} "
+                              f"labels {r['labels_recovered_fraction']:.4f} audit {r['audit_passive_fraction']:.4f} "
+                              f"[{sec:.0f} s]", flush=True)
+                    del rec
             if tab["table"] == "demo" and not args.no_forge:
                 hostile_out = hostile(tab, key, work)
     pick = {(r["table"], r["algorithm"], r["depth"], r["role"]): r for r in results}
@@ -1040,6 +1108,13 @@ def main(argv=None):
                "passive_labels_recovered_fraction": max(r["labels_recovered_fraction"] for r in passive),
                "label_holder_feature_cells_recovered_fraction": lh["feature_cells_recovered_fraction"]}
     targets, met = {}, {}
+    audited = [r for r in results + first_trees if r.get("audit_passive_fraction") is not None]
+    if audited:
+        k = f"every passive row: |audit_passive_fraction - labels_recovered_fraction| <= {AUDIT_TOLERANCE}"
+        targets[k], met[k] = AUDIT_TOLERANCE, all(r["audit_agrees"] for r in audited)
+        top["audit_agrees"] = met[k]
+        top["audit_largest_difference"] = round(max(abs(r["audit_passive_fraction"] - r["labels_recovered_fraction"])
+                                                    for r in audited), 6)
     for r in results:
         if r["role"] == "master" and r["algorithm"] == "forest":
             k = f"{r['table']}/forest/depth {r['depth']}/master"
@@ -1051,6 +1126,7 @@ def main(argv=None):
            "demo_trees": args.demo_trees, "table_trees": args.table_trees, "boost_rounds": args.boost_rounds,
            "random_state": 0,
            "bench_seconds": round(time.perf_counter() - t_start, 1), "results": results,
+           "label_holder_first_trees_results": first_trees,
            "targets": targets, "met": met, **top}
     if hostile_out is not None:
         doc["hostile_master"] = hostile_out

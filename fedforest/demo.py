@@ -97,6 +97,17 @@ def training_lines(summary):
     return [took, f"received in training: {sizes}; {labels}"]
 
 
+def audit_line(summary):
+    """The label holder's privacy audit of the run (encrypted labels only), as
+    the demo report's line (none without it)."""
+    got = summary.get("privacy_audit") or {}
+    if got.get("passive_labels_recovered_fraction") is None:
+        return []
+    from .vertical.audit import sentence
+    return ["privacy audit: " + sentence(got["passive_labels_recovered_fraction"],
+                                         got["majority_baseline_fraction"])]
+
+
 def report(folder):
     path = os.path.join(folder, SUMMARY)
     if not os.path.isfile(path):
@@ -115,7 +126,7 @@ def report(folder):
              f"{'Federated Forest (2 parties + master)':<44}{fed['accuracy']:>10.4f}{fed['f1_binary']:>10.4f}",
              f"{'scikit-learn RandomForest (pooled data)':<44}{central['accuracy']:>10.4f}{central['f1_binary']:>10.4f}",
              f"test rows: {fed['rows']}; F1 positive class: {fed['positive_class']} ({fed['positive_class_from']})",
-             *training_lines(summary),
+             *training_lines(summary), *audit_line(summary),
              "model files: " + ", ".join(os.path.join(folder, "model", d)
                                          for d in sorted(os.listdir(os.path.join(folder, "model")))),
              f"predictions: {os.path.join(folder, 'predictions.csv')}"]

@@ -23,6 +23,10 @@ JOB_PARAMS = (
           "key, and threads a party uses for its encrypted sums and the label holder for its "
           "decryptions (None: every core of its host, as n_jobs = -1 gives; the other parties wait "
           "for these steps)"),
+    Param("label_holder_first_trees", 0, (Interval(int, 0, MAX_TREES),),
+          "the first k trees (boosting: the trees of the first k rounds) split on the label holder's "
+          "columns only, and no other party takes part in them: it stores their shape, learns none of "
+          "their partitions and refuses any message of theirs (FATE's complete_secure)"),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
@@ -56,5 +60,9 @@ JOB_PARAMS = (
 
 def check_job(cfg):
     cfg.check_parties("party")
+    first = cfg.values.get("label_holder_first_trees") or 0
+    if first > cfg.n_estimators:
+        raise InputError("label_holder_first_trees", f"must be at most n_estimators ({cfg.n_estimators}), "
+                                                     f"got {first}")
     if cfg.result_party > cfg.n_parties:
         raise InputError("result_party", f"must be a party rank in 1..{cfg.n_parties}, got {cfg.result_party!r}")

@@ -102,14 +102,16 @@ def open_training(comm, cfg):
 
 
 
-def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None, on_op=None):
+def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None, on_op=None, on_done=None):
     """A party's training loop, the forest's and boosting's alike: grow the
     trees the master's batch messages ask for (at most ``batch`` trees from
     the last stored one), store each batch's trees at its commit (trees and
     manifest on disk before the reply counts them), stop at ``done``.
     ``on_commit(trees, reply, first)`` adds to a commit's reply (``first``:
     the number of the first of the stored ``trees``); ``on_op`` maps
-    further ops to ``handler(msg, n_stored) -> (reply, n_stored)``."""
+    further ops to ``handler(msg, n_stored) -> (reply, n_stored)``;
+    ``on_done()`` gives what the party adds to its manifest and its reply
+    to ``done`` (the label holder's privacy audit)."""
     n_estimators = manifest["n_estimators"]
     crash_after = _crash_point(comm.rank)
     t = start
@@ -150,9 +152,10 @@ def serve_growth(comm, splitter, manifest, folder, start, batch, on_commit=None,
             # nothing of a party beyond what the protocol needs)
             # so do the seconds of its encrypted stages (party sums, decryption, the decision, ...)
             stages = {"stage_seconds": dict(splitter.seconds)} if splitter.seconds else {}
+            kept, told = on_done() if on_done is not None else ({}, {})
             model_files.write_manifest(folder, dict(manifest, n_trees=t, peak_rss_mb=peak_rss_mb(),
-                                                    complete=t == manifest["n_estimators"], **stages))
-            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder})
+                                                    complete=t == manifest["n_estimators"], **stages, **kept))
+            comm.send(MASTER, {"tree_bytes_sent": comm.bytes_sent - bytes0, "model_dir": folder, **told})
             return folder
         if on_op is not None and op in on_op:
             reply, t = on_op[op](msg, t)
@@ -201,6 +204,11 @@ def check_setup(setup, cfg, params, rank, job_id, n_done, folder):
     if setup.get("params") != params.to_dict():
         raise InputError("params", f"the master's forest settings differ from party {rank}'s: "
                                    f"{str(setup.get('params'))[:400]}")
+    first = cfg.values.get("label_holder_first_trees", 0)
+    if setup.get("label_holder_first_trees") != first:
+        raise InputError("label_holder_first_trees", f"the master runs "
+                                                     f"{str(setup.get('label_holder_first_trees'))[:40]}; party "
+                                                     f"{rank} runs {first}")
     start = int_value(setup.get("start"), "'start'", 0, n_done)
     if start == 0 and n_done and not cfg.overwrite:
         raise InputError(f"party {rank} model_dir", f"the master restarts training from tree 0, which "

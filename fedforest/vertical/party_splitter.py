@@ -67,6 +67,10 @@ class PartySplitter:
     (:class:`~fedforest.transport.base.ProtocolError` otherwise)."""
 
     checked = True        # check every message (off only where the grower is in this process)
+    # label_holder_first_trees: the trees below ``solo_trees`` are the label holder's alone; a
+    # party that does not grow them (``grows_solo`` False) gets only their shape at the commit
+    solo_trees = 0
+    grows_solo = False
     # the keys of a tree's first message (with the labels' own) and of the
     # partition of the last level (any op); the channel gives those per op
     begin_keys = ("counts", "class_weight")
@@ -232,6 +236,8 @@ class PartySplitter:
             self._tree["importance"] = msg["importance"]
             self._finish()
             return None
+        if self.tree_id is not None and self.tree_id < self.solo_trees and not self.grows_solo:
+            return self._shape_only(msg)
         if op not in self.op_keys:
             raise bad_message(f"unknown tree message {op!r}")
         allowed = self._allowed_keys(op)
@@ -387,6 +393,29 @@ class PartySplitter:
             raise bad_message(f"'importance' must be {n} finite float64 values (one per node), "
                               f"got {shown(imp)}")
         return imp
+
+    def _shape_only(self, msg):
+        """A tree of the first ``solo_trees`` (label_holder_first_trees), which
+        the label holder grows alone: this party takes no part in it, so the
+        only message of it that it takes is the commit's ``finish`` with the
+        tree's shape (stored with no split of its own, for prediction)."""
+        op = msg.get("op")
+        if op != "finish" or set(msg) != {"op", "shape_left", "shape_right"}:
+            raise bad_message(f"tree {self.tree_id} is one of the first {self.solo_trees} trees "
+                              f"(label_holder_first_trees), which the label holder grows alone; this "
+                              f"party takes no part in them, but got a {str(op)[:40]!r} message with "
+                              f"{', '.join(sorted(map(repr, map(str, msg)))[:8])}")
+        left, right = check_shape(msg["shape_left"], msg["shape_right"], self.n_rows, self.settings.max_depth)
+        n = left.shape[0]
+        out = {"children_left": left, "children_right": right,
+               "feature": np.where(left >= 0, NOT_OWNED, LEAF).astype(np.int32),
+               "threshold": np.full(n, np.nan), "missing_left": np.zeros(n, dtype=np.uint8),
+               "importance": np.zeros(n)}
+        if self.labels.records_splits:
+            out.update(self.labels.split_records((), n, self.settings))
+        self._current.finished = out
+        self._tree = None
+        return None
 
     def _begin(self, msg):
         self._tree = self.channel.begin(self, msg)
@@ -555,6 +584,31 @@ class PartySplitter:
     def timed(self, stage, seconds):
         """Add ``seconds`` to the time of ``stage`` (see :attr:`seconds`)."""
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+
+def check_shape(left, right, n_rows, max_depth):
+    """A tree's shape as the grower allocates node ids (children in (left,
+    right) pairs of increasing ids, each node but the root some node's child),
+    of at most ``2 n_rows - 1`` nodes and depth ``max_depth``: its child arrays (int32)."""
+    ok = all(isinstance(a, np.ndarray) and a.dtype.kind == "i" and a.ndim == 1 for a in (left, right))
+    n = left.shape[0] if ok else 0
+    if not (ok and right.shape == (n,) and 1 <= n <= max(1, 2 * n_rows - 1)):
+        raise bad_message(f"'shape_left' and 'shape_right' must be a tree's child ids (at most "
+                          f"{2 * n_rows - 1} nodes), got {shown(left)} and {shown(right)}")
+    left, right = left.astype(np.int32), right.astype(np.int32)
+    inner = np.flatnonzero(left >= 0)
+    leaf = left < 0
+    children = left[inner]
+    if not (np.all(right[leaf] == left[leaf]) and np.all(left[leaf] == -1)
+            and np.all(right[inner] == children + 1) and np.array_equal(children, 1 + 2 * np.arange(inner.size))
+            and np.all(children > inner) and 2 * inner.size + 1 == n):
+        raise bad_message("'shape_left' and 'shape_right' are not a tree grown level by level")
+    depth = np.zeros(n, dtype=np.int64)
+    for i in inner.tolist():      # children come after their parents
+        depth[left[i]] = depth[right[i]] = depth[i] + 1
+    if depth.max() > max_depth:
+        raise bad_message(f"the tree's shape is deeper than max_depth ({max_depth})")
+    return left, right
 
 
 class OwnSplits:

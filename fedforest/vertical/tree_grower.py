@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..errors import InputError
 from ..tree import criterion, partitioner
 from ..tree import threads as numba_threads
 from ..tree.format import LEAF
@@ -130,10 +131,13 @@ class MasterChooses(LabelChannel):
         nodes = cand[keep]
         if not nodes.size:
             return nodes, None, pending
-        msgs = [dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], stats=tree.col["stats"][nodes])
+        # a party that takes no part in the tree (label_holder_first_trees) is asked nothing
+        msgs = [None if p in g.absent else
+                dict(pending[p], op="find", nodes=nodes, fmask=masks[p][keep], stats=tree.col["stats"][nodes])
                 for p in range(len(g.feature_counts))]
         replies = yield msgs
-        return nodes, np.vstack([r.take("gain", nodes.size) for r in replies]), [{} for _ in msgs]
+        return nodes, np.vstack([np.full(nodes.size, -np.inf) if r is None else r.take("gain", nodes.size)
+                                 for r in replies]), [{} for _ in msgs]
 
     def partition_msg(self, g, p, split_nodes, won, replies, child_masks):
         return {"op": "partition", "nodes": split_nodes[won[p]]}
@@ -145,7 +149,7 @@ class MasterChooses(LabelChannel):
         packed, n_left = g.collect_bits(tree, split_nodes, won, replies)
         all_bits = None if tree.rows is None else unpack_bits(packed, tree.n_rows(split_nodes))
         msg = {"op": "apply", "split_nodes": split_nodes, "bits": packed}
-        return [msg] * len(won), n_left, all_bits
+        return [None if p in g.absent else msg for p in range(len(won))], n_left, all_bits
 
     def partitioned(self, g, tree, split_nodes, won, replies):
         g.channel_state.child_stats = self.take_child_stats(g, tree, split_nodes, won, replies)
@@ -212,6 +216,13 @@ class MasterChooses(LabelChannel):
         return out
 
 
+def check_label_holder_first(n_trees, feature_counts, party):
+    """``label_holder_first_trees`` needs columns at the label holder (party index ``party``)."""
+    if n_trees and feature_counts[party] == 0:
+        raise InputError("label_holder_first_trees", f"party {party + 1}, which holds the labels, holds no "
+                                                     "feature column to split on")
+
+
 class TreeGrower:
     """The master's side of tree growth.
 
@@ -232,6 +243,12 @@ class TreeGrower:
         return self.channel.keeps_rows(self)
 
     kind_class = ForestTrees
+    # label_holder_first_trees: trees below ``solo_trees`` split on the columns of party index
+    # ``solo_party`` (the label holder) alone, and the other parties take no part in them
+    # (``absent``, set on a tree's copy): they get no message of the tree but its shape at the commit
+    solo_trees = 0
+    solo_party = None
+    absent = frozenset()
 
     def __init__(self, parties, labels, params, settings, feature_counts, y_codes=None,
                  classes=None, channel=None):
@@ -252,6 +269,19 @@ class TreeGrower:
         self.y_codes = y_codes
         self.classes = classes
 
+    def label_holder_first(self, n_trees, party):
+        """The first ``n_trees`` trees split on party index ``party``'s columns
+        alone; no other party takes part in them (``label_holder_first_trees``)."""
+        check_label_holder_first(n_trees, self.feature_counts, party)
+        self.solo_trees, self.solo_party = int(n_trees), int(party)
+
+    def _feature_range(self):
+        """The columns a tree draws its features from: ``(first, end, how many)``."""
+        if self.absent:
+            lo, hi = (int(x) for x in self.offsets[self.solo_party:self.solo_party + 2])
+            return lo, hi, resolve_max_features(self.params.max_features, hi - lo)
+        return 0, self.n_features, self.k_features
+
     # -- random draws -----------------------------------------------------
     def _draw_counts(self, rng):
         # the very draw every party of a job recomputes to check the tree's counts
@@ -259,8 +289,9 @@ class TreeGrower:
                                 self.params.bootstrap)
 
     def _draw_features(self, rng):
+        lo, hi, k = self._feature_range()
         mask = np.zeros(self.n_features, dtype=np.uint8)
-        mask[rng.choice(self.n_features, self.k_features, replace=False)] = 1
+        mask[lo + rng.choice(hi - lo, k, replace=False)] = 1
         return mask
 
     def _masks(self, rng, tree_mask, n_nodes):
@@ -269,10 +300,11 @@ class TreeGrower:
             full = np.broadcast_to(tree_mask, (n_nodes, self.n_features))
         else:
             # an independent uniform k-subset per node: the k smallest of uniform keys
-            keys = rng.random((n_nodes, self.n_features))
-            chosen = np.argpartition(keys, self.k_features - 1, axis=1)[:, :self.k_features]
+            lo, hi, k = self._feature_range()
+            keys = rng.random((n_nodes, hi - lo))
+            chosen = np.argpartition(keys, k - 1, axis=1)[:, :k]
             full = np.zeros((n_nodes, self.n_features), dtype=np.uint8)
-            np.put_along_axis(full, chosen, 1, axis=1)
+            np.put_along_axis(full[:, lo:hi], chosen, 1, axis=1)
         return [np.ascontiguousarray(full[:, self.offsets[p]:self.offsets[p + 1]])
                 for p in range(len(self.feature_counts))]
 
@@ -316,6 +348,8 @@ class TreeGrower:
             run = copy.copy(self)
             if labels is not None:
                 run.labels = labels[i]
+            if first + i < self.solo_trees:
+                run.absent = frozenset(p for p in range(n_parties) if p != self.solo_party)
             runs[first + i] = run._steps(seed)
 
         def advance(t, replies):
@@ -456,7 +490,7 @@ class TreeGrower:
         self.channel_state = self.channel.begin_tree(self, tree, counts, cw)
         n_parties = len(self.feature_counts)
         children = np.zeros(1, dtype=np.int32)
-        pending = [self._begin_message(counts, cw, p) for p in range(n_parties)]
+        pending = [{} if p in self.absent else self._begin_message(counts, cw, p) for p in range(n_parties)]
         # the feature draws depend only on label-free facts, so every label mode draws alike:
         # a mask for every child of a level's splits, drawn as soon as the splits are chosen
         all_masks = self._masks(rng, tree_mask, 1)
@@ -491,7 +525,11 @@ class TreeGrower:
             pending = [{} for _ in range(n_parties)]
         master = self._master_tree(tree)
         for p in range(n_parties):
-            pending[p]["importance"] = self.channel.importance(self, master, p)
+            if p in self.absent:
+                # it took no part: the tree's shape is all it stores (no split of its own)
+                pending[p] = {"shape_left": master["children_left"], "shape_right": master["children_right"]}
+            else:
+                pending[p]["importance"] = self.channel.importance(self, master, p)
         return master, pending
 
     # -- the kind of tree (a component: forest trees here, boosting trees in vertical.boosting)

@@ -307,7 +307,9 @@ def test_privacy_audit(tmp_path, monkeypatch, task):
             allowed = {"spec", "seconds", "blocks", "public_key", "split", "winner", "n_left",
                        "n_rows", "n_features", "has_label", "n_trees",
                        "public", "sealed", "digests", "n_spaced_ids", "tree_bytes_sent", "model_dir", "fingerprint",
-                       "tree_batch", "batch_memory_mb"}
+                       "tree_batch", "batch_memory_mb",
+                       # the privacy audit's two aggregate fractions, at the end (docs/protocol.md)
+                       "privacy_audit"}
             allowed |= {k for k in msg if k.startswith("sealed")}
             allowed |= {"len." + k for k in allowed}   # per-tree entry counts of a batch reply
             assert set(msg) <= allowed, set(msg) - allowed

@@ -31,7 +31,7 @@ from ...tree.growth import SplitSettings, row_subsample, tree_draws, tree_seeds
 from ...tree.params import resolve_n_jobs
 from ...tree.predict import leaf_positions, leaves_of, pack_leaf_sets, party_leaf_sets, unpack_leaf_sets
 from .. import encrypted_labels as encrypted
-from .. import messages, model_files, protocol
+from .. import audit, messages, model_files, protocol, tree_grower
 from ..common import (MASTER, RemoteParties, bar_round, check_encrypted_job, label_array, log, peak_rss_mb,
                       plural_rounds, progress_bar, report_training)
 from ..job_master import open_training, received_key, relay_bins
@@ -327,15 +327,19 @@ def _boost(comm, cfg, params, job, source, t_start):
     start = job.start
     if start % k_out or start > n_trees:
         raise InputError("model_dir", f"the checkpoint holds {start} trees, not whole rounds of {k_out}")
+    # the trees of the first rounds split on the label holder's columns alone
+    first_rounds = cfg.label_holder_first_trees
+    tree_grower.check_label_holder_first(first_rounds, job.feature_counts, label_party - 1)
     # validation is complete: from here on work starts and files get written
     setup = {"op": protocol.SETUP, "start": start, "job_id": job.job_id, "run_id": job.run_id,
              "params": params.to_dict(), "task": cfg.task, "objective": objective, "n_classes": n_classes,
-             "random_state": seed, "settings": settings.to_dict()}
+             "random_state": seed, "settings": settings.to_dict(), "label_holder_first_trees": first_rounds}
     comm.scatter({r: dict(setup, **source.setup_message(r)) for r in comm.clients})
     # Without a validation share or a row subsample every training row lies in every tree:
     # each round's commit travels with the next round's first message (one exchange fewer)
     fuse = leaves_from_growth(params, train, valid, n_rows)
     grower = source.grower(comm, gparams, settings, job.feature_counts, fuse)
+    grower.label_holder_first(first_rounds * k_out, label_party - 1)
     manifest = {
         "role": "master", "rank": 0, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job.job_id,
         "run_id": job.run_id, "task": cfg.task, "params": params.to_dict(),
@@ -343,6 +347,7 @@ def _boost(comm, cfg, params, job, source, t_start):
         "classes": source.manifest().get("classes"), "n_classes": n_classes, "n_estimators": n_trees,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
         "random_state_used": seed, "label_privacy": cfg.label_privacy,
+        "label_holder_first_trees": first_rounds,
         "boost": dict({"objective": objective, "n_outputs": k_out, "learning_rate": params.learning_rate},
                       **({"base_margin": source.manifest()["base_margin"]} if "base_margin" in source.manifest()
                          else {})),
@@ -442,6 +447,9 @@ def _boost(comm, cfg, params, job, source, t_start):
     }
     if cfg.privacy.encrypted:
         summary["label_round_seconds"] = source.encrypt_seconds
+        # the label holder's audit: the two fractions, in the summary and the master's manifest
+        summary[audit.AUDIT] = audit.master_received(cfg, acks[label_party], label_party, first_rounds)
+        audit.add_to_manifest(my_dir, summary[audit.AUDIT])
     log(cfg, f"boosted {done // k_out} rounds ({done} trees) on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)})")
     return report_training(cfg, summary)
@@ -518,6 +526,15 @@ def client_train(comm, cfg):
             comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
     if not (paillier_mode and table.has_label):
         holder = None
+    # the trees of the first rounds are the label holder's alone: any other party takes no part in them
+    first_trees = cfg.label_holder_first_trees * k_out
+    splitter.solo_trees, splitter.grows_solo = first_trees, table.has_label
+    on_done = None
+    if holder is not None:
+        splitter.channel.solo_trees = first_trees
+        # the audit: what a party without the labels could read from the trees it sees
+        splitter.channel.audit = audit.LabelAudit(np.asarray(codes)[train], settings) if is_clf else None
+        on_done = audit.holder_done(cfg, splitter.channel.audit)
     splitter.count_max = 1
     splitter.count_total = train.size if params.subsample >= 1.0 else None
     splitter.class_weighted = False
@@ -541,6 +558,7 @@ def client_train(comm, cfg):
         "n_estimators": n_trees, "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted gradients)
         "label_party": lp if paillier_mode else None,
+        "label_holder_first_trees": cfg.label_holder_first_trees,
     }
     if holder is not None:
         # the label holder writes the predictions: the classes, the base margins and the
@@ -589,7 +607,7 @@ def client_train(comm, cfg):
     on_op.update({protocol.LEAF_SETS: stored_leaf_sets, STOP: stop})
     # where the rows' leaves are known from the growth, the master asks for no leaf sets
     return serve_growth(comm, splitter, manifest, folder, start, k_out,
-                        None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op)
+                        None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op, on_done)
 
 
 def _label_info(comm, cfg, params, msg, codes, classes, n_rows):

@@ -22,7 +22,7 @@ from ...tree.params import resolve_max_samples, resolve_n_jobs, validate
 from .. import encrypted_labels as encrypted
 from ..paillier.relay import LabelHolderChooses, RowCount
 from ..job_master import batch_limits, open_training, received_key, relay_bins
-from .. import model_files, protocol
+from .. import audit, model_files, protocol
 from . import forest_params
 from ...data.columns import return_large_frees
 from ..common import (RemoteParties, check_encrypted_job, log, peak_rss_mb, plural_rounds, progress_bar, bar_round, report_training)
@@ -42,9 +42,12 @@ def master_train(comm, cfg):
     start, run_id, random_state, n_rows, lost = job.start, job.run_id, job.random_state, job.n_rows, job.lost
     label_party = job.label_party
     is_clf = cfg.task == CLASSIFICATION
+    first_trees = cfg.label_holder_first_trees
+    tree_grower.check_label_holder_first(first_trees, feature_counts, label_party - 1)
     # the job's seed: every party recomputes each tree's bootstrap draws from it
     common = {"op": protocol.SETUP, "start": start, "job_id": job_id, "run_id": run_id,
-              "params": params.to_dict(), "task": cfg.task, "random_state": random_state}
+              "params": params.to_dict(), "task": cfg.task, "random_state": random_state,
+              "label_holder_first_trees": first_trees}
     he = {}
     if encrypted:
         # the master learns the number of classes, not their names
@@ -65,6 +68,8 @@ def master_train(comm, cfg):
             class_weight_vector(params.class_weight, codes, np.ones(n_rows), n_classes, classes)
         # validation is complete: from here on work starts and files get written
         comm.bcast(dict(common, y=codes, n_classes=n_classes, settings=settings.to_dict()))
+    # the first trees split on the label holder's columns alone; the other parties take no part
+    grower.label_holder_first(first_trees, label_party - 1)
     manifest = {
         "role": "master", "rank": 0, "mode": cfg.spec.name, "n_parties": cfg.n_parties, "job_id": job_id,
         "run_id": run_id,
@@ -74,6 +79,7 @@ def master_train(comm, cfg):
         "n_classes": n_classes, "n_estimators": params.n_estimators,
         "full_model": bool(cfg.master_full_model), "split_method": params.split_method,
         "random_state_used": random_state, "label_privacy": cfg.label_privacy,
+        "label_holder_first_trees": first_trees,
     }
     if start == 0:
         model_files.clear(my_dir)
@@ -145,6 +151,10 @@ def master_train(comm, cfg):
                            **{r: comm.bytes_sent_to.get(r, 0) for r in comm.clients}},
         "label_privacy": cfg.label_privacy, **he,
     }
+    if encrypted:
+        # the label holder's audit: the two fractions, in the summary and the master's manifest
+        summary[audit.AUDIT] = audit.master_received(cfg, acks[label_party], label_party, first_trees)
+        audit.add_to_manifest(my_dir, summary[audit.AUDIT])
     log(cfg, f"trained {params.n_estimators} trees on {n_rows} rows in {train_seconds:.2f}s "
               f"({plural_rounds(train_rounds)}, {_batches(plan.sizes)})")
     return report_training(cfg, summary)

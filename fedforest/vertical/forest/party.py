@@ -28,7 +28,7 @@ from ..paillier.holder import KeyHolder
 from .held_labels import HeldLabels
 from ...tree.growth import ForestTrees
 from ..job_party import MAX_CLASSES, check_setup, job_seed, open_training, public_key, serve_growth, setup_parties
-from .. import model_files, protocol
+from .. import audit, model_files, protocol
 from . import forest_params
 from ...transport.base import expect
 from ..common import MASTER, current_rss_mb, peak_rss_mb, label_array
@@ -81,6 +81,15 @@ def party_train(comm, cfg):
     n_boot, bootstrap = resolve_max_samples(params.max_samples, n_rows), params.bootstrap
     splitter.draws = growth.tree_draws(seed, params.n_estimators,
                                        lambda rng: growth.bootstrap_counts(rng, n_rows, n_boot, None, bootstrap))
+    # the first trees are the label holder's alone: any other party takes no part in them
+    first_trees = cfg.label_holder_first_trees
+    splitter.solo_trees, splitter.grows_solo = first_trees, table.has_label
+    on_done = None
+    if encrypted and table.has_label:
+        splitter.channel.solo_trees = first_trees
+        # the audit: what a party without the labels could read from the trees it sees
+        splitter.channel.audit = audit.LabelAudit(held["codes"], settings) if is_clf else None
+        on_done = audit.holder_done(cfg, splitter.channel.audit)
     # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
     n_estimators = params.n_estimators
     batch = growth.resolve_tree_batch(
@@ -100,6 +109,7 @@ def party_train(comm, cfg):
         "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
         "label_party": setup.get("label_party") if encrypted else None,
+        "label_holder_first_trees": first_trees,
         # this party's set-up (read, align, bin) and the memory it holds when growth starts
         "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
         "rss_training_mb": current_rss_mb(),
@@ -109,7 +119,7 @@ def party_train(comm, cfg):
         manifest["classes"] = [str(c) for c in held["classes"]] if is_clf else None
     if start == 0:
         model_files.clear(folder)
-    return serve_growth(comm, splitter, manifest, folder, start, batch)
+    return serve_growth(comm, splitter, manifest, folder, start, batch, on_done=on_done)
 
 
 def _n_classes(value, is_clf, n_rows, held):

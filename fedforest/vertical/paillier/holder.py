@@ -65,6 +65,11 @@ class KeyHolder(OwnSplits):
     extra_ops = frozenset((DECIDE,))
     op_keys = dict(OwnSplits.op_keys, decide=DECIDE_KEYS)
     apply_keys = ("split_nodes", "winners") + S.IN_KEYS
+    # label_holder_first_trees: the trees below it split on its own columns, and no other party
+    # takes part in them (no sums come, no decision goes out)
+    solo_trees = 0
+    # the privacy audit (:class:`~..audit.LabelAudit`), fed every finished tree the other parties saw
+    audit = None
 
     def __init__(self, kind, spec, private_key, me, feature_counts, sealer):
         self.sealer = sealer
@@ -76,6 +81,12 @@ class KeyHolder(OwnSplits):
         self.party_bins = {}       # party -> (n_bins, skip) of its features
         self.decrypted = 0
         self.decrypt_seconds = 0.0
+
+    def others(self, sp):
+        """The parties that take part in the tree being grown, this one aside."""
+        if sp.tree_id is not None and sp.tree_id < self.solo_trees:
+            return []
+        return [p for p in range(len(self.feature_counts)) if p != self.me]
 
     def attach(self, sp):
         if self.feature_counts[self.me] != sp.n_features:
@@ -191,6 +202,9 @@ class KeyHolder(OwnSplits):
         self.ensure_stats(sp, np.arange(tree.n, dtype=np.int32))
         c = tree.trimmed(["left", "right", "stats", "weight", "impurity", "owner", "split_feature",
                           "split_bin", "start", "end"])
+        if self.audit is not None and self.others(sp):
+            # a tree the other parties saw: its leaves' rows, as every one of them knows them
+            self.audit.add_tree(tree.rows, c["start"], c["end"], c["left"], c["right"])
         value = self.node_values(sp, c["stats"], c["weight"])
         full = {"children_left": c["left"], "children_right": c["right"], "weighted_n_node_samples": c["weight"],
                 "impurity": c["impurity"]}
@@ -208,7 +222,7 @@ class KeyHolder(OwnSplits):
         level, opened and laid end to end in party order (``hist``, ``cnt``,
         ``wcnt``)."""
         t = sp.state
-        others = [p for p in range(len(self.feature_counts)) if p != self.me]
+        others = self.others(sp)
         blobs = S.from_message(msg, len(self.feature_counts), self.me)
         if sorted(blobs) != others:
             raise bad_message("a 'decide' must carry one sealed sums payload from every other party")
@@ -245,6 +259,10 @@ class KeyHolder(OwnSplits):
                     and pmask.shape == (cand.size, width)):
                 raise bad_message(f"'pmask' must be a uint8 array of shape ({cand.size}, {width}), "
                                   f"got {shown(pmask)}")
+            if not self.others(sp) and pmask.any():
+                raise bad_message(f"'pmask' names other parties' columns in tree {sp.tree_id}, one of the "
+                                  f"first {self.solo_trees} trees (label_holder_first_trees), which split "
+                                  "on the label holder's columns alone")
             for k in ("hist", "cnt", "wcnt") + PAIR_KEYS + DERIVE_KEYS:
                 if k != "hist":
                     int_array(msg.get(k), repr(k))
@@ -291,7 +309,7 @@ class KeyHolder(OwnSplits):
         blocks = msg["hist"]
         store = {}
         at_cnt = at_ct = 0
-        others = [p for p in range(n_parties) if p != self.me]
+        others = self.others(sp)
         if pp.size and not np.isin(pp, others).all() or dp.size and not np.isin(dp, others).all():
             raise bad_message("pairs name a party that does not receive ciphertexts")
         for p in others:

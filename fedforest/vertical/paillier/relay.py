@@ -72,10 +72,11 @@ class LabelHolderChooses(LabelChannel):
         sums, g.channel_state.ahead, g.channel_state.applied = g.channel_state.ahead, {}, set()
         if not cand.size:      # those parties found no candidate either
             return cand, None, pending, none
+        # a party that takes no part in the tree (label_holder_first_trees) sums nothing
         plan = {p: sum_plan(cand, masks[p], g.channel_state.family, g.channel_state.held[p], tree.col["count"])
-                for p in range(n_parties) if p != lh}
-        msgs = [None if p == lh or p in sums else dict(pending[p], op="find", nodes=cand, fmask=masks[p])
-                for p in range(n_parties)]
+                for p in range(n_parties) if p != lh and p not in g.absent}
+        msgs = [None if p == lh or p in sums or p in g.absent else
+                dict(pending[p], op="find", nodes=cand, fmask=masks[p]) for p in range(n_parties)]
         if any(m is not None for m in msgs):
             got = yield msgs
             for p, r in enumerate(got):
@@ -93,8 +94,8 @@ class LabelHolderChooses(LabelChannel):
                 parts[key + "_feat"].append(arr[:, 1])
             g.channel_state.held[p] = needed_pairs(cand, masks[p])
         msg = {**pending[lh], "op": DECIDE, "cand": cand, "fmask": masks[lh],
-               "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in plan]) if plan
-                                             else np.zeros((cand.size, 0), dtype=np.uint8)),
+               "pmask": np.ascontiguousarray(np.hstack([masks[p] for p in range(n_parties) if p != lh])
+                                             if n_parties > 1 else np.zeros((cand.size, 0), dtype=np.uint8)),
                **S.incoming([(p, sums[p]) for p in plan])}
         for k, arrays in parts.items():
             msg[k] = np.concatenate(arrays).astype(np.int32) if arrays else np.empty(0, dtype=np.int32)
@@ -108,7 +109,7 @@ class LabelHolderChooses(LabelChannel):
         if m and (winner.min() < 0 or winner.max() >= n_parties):
             raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
         n_left = reply.take("n_left", int((winner == lh).sum()))
-        want = {(q, S.DECISION) for q in range(n_parties) if q != lh} if m else set()
+        want = {(q, S.DECISION) for q in range(n_parties) if q != lh and q not in g.absent} if m else set()
         sealed = self._only(S.from_reply(reply, lh, n_parties), lh, want)
         g.channel_state.decisions = {q: b for (q, _), b in sealed.items()}
         # the label holder's own splits came partitioned with its decision
@@ -165,7 +166,7 @@ class LabelHolderChooses(LabelChannel):
             raise ValueError("a winner sent more left rows than its node holds")
         msgs = []
         for q in range(n_parties):
-            if q in g.channel_state.applied:
+            if q in g.channel_state.applied or q in g.absent:
                 msgs.append(None)
                 continue
             items = list(bits_for[q])
