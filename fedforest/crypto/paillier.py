@@ -8,11 +8,18 @@ shift used to pack several values into one ciphertext — work on plain
 phe's object layer.
 
 Encryption is the textbook scheme with ``g = n + 1``:
-``Enc(m) = (1 + m n) · r^n mod n²`` with a fresh uniformly random ``r``;
-no reused randomness.  The factor ``r^n mod n²`` is the expensive part; the
-key holder (the label holder, which encrypts its own rows) computes it several
-times faster with the CRT and fixed-base tables (:meth:`PrivateKey.randomness`)
-and uses it with :meth:`PublicKey.encrypt_with`, see docs/protocol.md.
+``Enc(m) = (1 + m n) · f mod n²`` with a fresh ``n``-th residue ``f`` for
+every encryption (no reused randomness): ``r^n mod n²`` for a uniformly
+random ``r`` with the public key alone (:meth:`PublicKey.encrypt`).  The
+factor is the expensive part; the key holder (the label holder, which
+encrypts its own rows) makes it from its key's factorisation
+(:meth:`PrivateKey.randomness`, used with :meth:`PublicKey.encrypt_with`):
+by default as ``h_s^r mod n²`` for a fixed ``n``-th residue ``h_s`` of large
+order and a fresh *short* uniform exponent ``r`` (Damgård–Jurik–Nielsen's
+randomisation, ``r`` of twice the key's security strength: 224 bits for a
+2048-bit key), six to seven times cheaper per factor than a uniform one;
+``randomness = "full"`` keeps uniform factors (see :data:`RANDOMNESS_MODES`
+and docs/protocol.md).
 
 Several non-negative integers travel in one plaintext as fixed-width slots
 (:class:`Slots`).  Sums stay correct as long as no slot overflows its width;
@@ -59,11 +66,46 @@ def check_key_bound(key_length, max_key_length, who="this party"):
                                        f"(set max_key_length in {who}'s own file to allow it)")
 
 
-def generate_keypair(key_length=2048, insecure=False):
-    """A fresh key pair (see :func:`check_key_length` for the allowed lengths)."""
+#: how the key holder makes its encryption factors (its own setting ``paillier_randomness``):
+#: ``"short"``: ``h_s^r mod n²`` for a fresh uniform ``r`` of :func:`short_exponent_bits`
+#: bits (the short-exponent assumption, see :func:`_short_factors`); ``"full"``: a uniform
+#: ``n``-th residue, the distribution of ``r^n mod n²`` for a uniform ``r`` (:func:`_crt_factors`)
+RANDOMNESS_MODES = ("short", "full")
+
+#: NIST SP 800-57 Part 1 (rev. 5), table 2: the security strength (bits) of an
+#: RSA-type modulus of at least that many bits
+SECURITY_STRENGTHS = ((15360, 256), (7680, 192), (3072, 128), (2048, 112), (1024, 80))
+
+
+def check_randomness(mode):
+    """Refuse a ``paillier_randomness`` setting other than ``"short"`` and ``"full"``."""
+    if mode not in RANDOMNESS_MODES:
+        raise InputError("paillier_randomness", f"must be 'short' or 'full', got {mode!r}")
+    return mode
+
+
+def security_strength(key_length):
+    """The security strength of a ``key_length``-bit modulus (NIST SP 800-57:
+    2048 -> 112 bits, 3072 -> 128; 80 below 2048, for test keys)."""
+    return next((s for bits, s in SECURITY_STRENGTHS if key_length >= bits), SECURITY_STRENGTHS[-1][1])
+
+
+def short_exponent_bits(key_length):
+    """The length of the short exponents (``randomness = "short"``): twice the
+    key's security strength, so that finding one (Pollard's kangaroo, baby
+    steps and giant steps: square-root time) costs as much as the key's
+    strength: 224 bits for a 2048-bit key, 256 for a 3072-bit key."""
+    return 2 * security_strength(int(key_length))
+
+
+def generate_keypair(key_length=2048, insecure=False, randomness="short"):
+    """A fresh key pair (see :func:`check_key_length` for the allowed lengths);
+    ``randomness``: how the private key makes encryption factors
+    (:data:`RANDOMNESS_MODES`)."""
     check_key_length(key_length, insecure)
+    check_randomness(randomness)
     pub, priv = paillier.generate_paillier_keypair(n_length=key_length)
-    return PublicKey(pub.n), PrivateKey(priv)
+    return PublicKey(pub.n), PrivateKey(priv, randomness)
 
 
 class PublicKey:
@@ -181,23 +223,35 @@ class PublicKey:
 
 
 class PrivateKey:
-    """The key holder's part (the label holder): decryption with the CRT speed-up."""
+    """The key holder's part (the label holder): decryption with the CRT
+    speed-up (phe's, on gmpy2: its two exponentiations release the GIL in
+    :func:`gil_free_threads`), and the randomness of its own encryptions
+    (``randomness``: one of :data:`RANDOMNESS_MODES`)."""
 
-    def __init__(self, phe_private_key):
+    def __init__(self, phe_private_key, randomness="short"):
         self._key = phe_private_key
         self.public = PublicKey(phe_private_key.public_key.n)
+        self.randomness_mode = check_randomness(randomness)
 
     def decrypt(self, c):
         return gmpy2.mpz(self._key.raw_decrypt(int(c)))
 
     def randomness(self, count, workers=1):
-        """``count`` fresh encryption factors ``r^n mod n²`` (uniform ``r``),
-        computed with the CRT from fixed-base tables of generators of the
-        ``n``-th powers mod ``p²`` and ``q²`` (:func:`_crt_factors`; the
-        generators are found once per key); ``workers`` > 1 uses that many
-        processes."""
+        """``count`` fresh encryption factors, ``n``-th residues mod ``n²``
+        made with the CRT from fixed-base tables (the key's
+        :attr:`randomness_mode`: :func:`_short_factors` or
+        :func:`_crt_factors`; the generators are found once per key);
+        ``workers`` > 1 uses that many processes."""
         with RandomnessMaker(self, workers) as maker:
             return maker.take(count)
+
+    def short_base(self):
+        """``h_s``, the base of the short-exponent factors: the ``n``-th residue
+        mod ``n²`` that is the generator base ``b_p`` mod ``p²`` and ``b_q``
+        mod ``q²`` (:func:`_generator_base`), of order ``lcm(p - 1, q - 1)``
+        (but for a chance below 10⁻⁴, see there).  It stays with the key holder."""
+        p, q, bp, bq = (gmpy2.mpz(v) for v in self._crt_args())
+        return _crt_combine(bp, bq, p * p, q * q, gmpy2.invert(p * p, q * q))
 
     def _crt_args(self):
         p, q = int(self._key.p), int(self._key.q)
@@ -342,16 +396,23 @@ def group_products(items, index, starts, modulus, workers=1):
 
 
 class RandomnessMaker:
-    """Encryption factors (:meth:`PrivateKey.randomness`) made in ``workers``
-    worker processes that live as long as the maker, so each builds its
-    fixed-base tables once.  :meth:`start` begins a batch in the background
-    (a key holder that waits while the parties grow a tree can make the next
-    round's factors then); :meth:`take` returns that batch, or
-    makes one now.  Use it as a context manager, or call :meth:`close`."""
+    """Encryption factors (:meth:`PrivateKey.randomness`) of the key's
+    :attr:`~PrivateKey.randomness_mode` (``mode`` when given) made in
+    ``workers`` worker processes that live as long as the maker, so each
+    builds its fixed-base tables once.  :meth:`start` begins a batch in the
+    background (a key holder that waits while the parties grow a tree can make
+    the next round's factors then); :meth:`take` returns that batch, or makes
+    one now.  The exponents are drawn here (:meth:`draw`) and raised to in the
+    workers (:meth:`factors_for`): the factors of given exponents are the same
+    numbers for any ``workers``.  Use it as a context manager, or call
+    :meth:`close`."""
 
     CHUNK = 1024   # factors per task: a cancelled batch stops within one chunk
 
-    def __init__(self, private_key, workers=1):
+    def __init__(self, private_key, workers=1, mode=None):
+        self.mode = check_randomness(private_key.randomness_mode if mode is None else mode)
+        #: the length of the short exponents (``mode`` "short")
+        self.bits = short_exponent_bits(private_key.public.key_length)
         self.args = private_key._crt_args()
         self.workers = max(1, int(workers))
         self._pool = None
@@ -362,24 +423,40 @@ class RandomnessMaker:
             self._pool = worker_pool(self.workers)
         return self._pool
 
+    def draw(self, count):
+        """``count`` fresh exponents: in short mode uniform integers of
+        :attr:`bits` bits (:func:`short_exponents`); in full mode pairs
+        ``(a_p, a_q)``, uniform in ``[0, p - 1)`` and ``[0, q - 1)``."""
+        if self.mode == "short":
+            return short_exponents(count, self.bits)
+        p, q = self.args[:2]
+        return [(secrets.randbelow(p - 1), secrets.randbelow(q - 1)) for _ in range(count)]
+
+    def _submit(self, exponents):
+        size = max(1, min(self.CHUNK, -(-len(exponents) // self.workers)))
+        pool = self._executor()
+        return [pool.submit(_factors_task, self.mode, self.bits, *self.args, exponents[i:i + size])
+                for i in range(0, len(exponents), size)]
+
+    def factors_for(self, exponents):
+        """The factors of ``exponents`` (as :meth:`draw` gives them), made now:
+        in this process when ``workers`` is 1 or they are few, else in the workers."""
+        exponents = list(exponents)
+        if self.workers == 1 or len(exponents) < 2 * self.workers:
+            return [gmpy2.mpz(v) for v in _factors_task(self.mode, self.bits, *self.args, exponents)]
+        return [gmpy2.mpz(v) for f in self._submit(exponents) for v in f.result()]
+
     def start(self, count):
         """Begin making ``count`` factors in the background (one batch at a time)."""
         if self._ahead is not None:
             raise RuntimeError("a batch of randomness is already being made")
-        size = max(1, min(self.CHUNK, -(-count // self.workers)))
-        pool = self._executor()
-        futures = [pool.submit(_crt_factors_cached, *self.args[:2], min(size, count - i), *self.args[2:])
-                   for i in range(0, count, size)]
-        self._ahead = (count, futures)
+        self._ahead = (count, self._submit(self.draw(count)))
 
     def take(self, count):
         """``count`` fresh factors: the batch :meth:`start` began (it must be
         of this size), or one made now."""
         if self._ahead is None:
-            if self.workers == 1 or count < 2 * self.workers:
-                p, q, bp, bq = self.args
-                return [gmpy2.mpz(v) for v in _crt_factors(p, q, count, bp, bq)]
-            self.start(count)
+            return self.factors_for(self.draw(count))
         started, futures = self._ahead
         self._ahead = None
         if started != count:
@@ -409,7 +486,14 @@ class RandomnessMaker:
 
 
 TRIAL_BOUND = 1 << 20   # p - 1 is searched for prime factors below this (see _generator_base)
-WINDOW = 8              # bits of the exponent per fixed-base table row
+WINDOW = 8              # bits of the exponent per fixed-base table row (full mode)
+#: the widest window of the short mode's tables: 12 bits (19 rows for a 224-bit
+#: exponent, 36 multiplications modulo p² or q² per factor) was the fastest of 10 to 13
+#: at 2048 bits within :data:`TABLE_BYTES` (13 bits doubles the table for 2 fewer rows)
+SHORT_WINDOW = 12
+#: the most bytes of residues in one short-mode table (one per prime and process:
+#: about 22 MiB of Python objects at 2048 bits, built in about 0.2 s)
+TABLE_BYTES = 24 << 20
 
 
 def _small_prime_factors(m, bound=TRIAL_BOUND):
@@ -442,49 +526,151 @@ def _generator_base(p):
             return gmpy2.powmod(x, p, p * p)
 
 
-def _power_table(base, modulus, bits):
-    """``table[i][j] = base^(j · 2^(WINDOW·i)) mod modulus`` for exponents of ``bits`` bits."""
+def short_window(bits, modulus_bits):
+    """The window of short-mode tables for ``bits``-bit exponents modulo a
+    ``modulus_bits``-bit number: :data:`SHORT_WINDOW`, or narrower where the
+    table would hold more than :data:`TABLE_BYTES` (12 bits at 2048 bits,
+    11 at 3072)."""
+    size = -(-int(modulus_bits) // 8)
+    for w in range(SHORT_WINDOW, 1, -1):
+        if -(-int(bits) // w) * (1 << w) * size <= TABLE_BYTES:
+            return w
+    return 1
+
+
+def _power_table(base, modulus, bits, window=WINDOW):
+    """``table[i][j] = base^(j · 2^(window·i)) mod modulus`` for exponents of ``bits`` bits."""
     table = []
     row_base = base
-    for _ in range(-(-bits // WINDOW)):
+    for _ in range(-(-bits // window)):
         row = [gmpy2.mpz(1), row_base]
-        for _ in range(2, 1 << WINDOW):
+        for _ in range(2, 1 << window):
             row.append(row[-1] * row_base % modulus)
         table.append(row)
         row_base = row[-1] * row_base % modulus
     return table
 
 
-def _fixed_power(table, exponent, modulus):
-    """``base^exponent mod modulus`` from :func:`_power_table`: one
-    multiplication per non-zero window of the exponent."""
-    acc = gmpy2.mpz(1)
-    for i, digit in enumerate(int(exponent).to_bytes(len(table), "little")):
-        if digit:
-            acc = acc * table[i][digit] % modulus
+def _digits(exponents, window, rows):
+    """``(len(exponents), rows)`` array: the base-``2^window`` digits of each
+    exponent, the lowest first; refuses a negative exponent or one with more
+    than ``rows`` digits."""
+    nbytes = (rows * window + 7) // 8
+    try:
+        raw = b"".join(int(e).to_bytes(nbytes, "little") for e in exponents)
+    except OverflowError:
+        raise ValueError("an exponent is negative or beyond the table") from None
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(-1, nbytes), axis=1, bitorder="little")
+    if bits[:, rows * window:].any():
+        raise ValueError("an exponent is beyond the table")
+    bits = bits[:, :rows * window].reshape(-1, rows, window).astype(np.int64)
+    return (bits << np.arange(window, dtype=np.int64)).sum(axis=2)
+
+
+def _table_powers(table, digits, modulus):
+    """``base^e mod modulus`` for each exponent ``e`` given by its row of
+    ``digits`` (:func:`_digits`), from :func:`_power_table`: one
+    multiplication per non-zero digit after the first, a table row at a time
+    over all the exponents (the row stays in the cache)."""
+    if not len(digits):
+        return []
+    acc = [table[0][d] for d in digits[:, 0].tolist()]
+    for i in range(1, len(table)):
+        row = table[i]
+        acc = [a * row[d] % modulus if d else a for a, d in zip(acc, digits[:, i].tolist())]
     return acc
 
 
-_TABLES = {}   # a worker process's fixed-base tables, by (prime, base)
+def _fixed_power(table, exponent, modulus, window=WINDOW):
+    """``base^exponent mod modulus`` from :func:`_power_table` (one exponent)."""
+    return gmpy2.mpz(_table_powers(table, _digits([exponent], window, len(table)), modulus)[0])
 
 
-def _cached_table(prime, base):
-    key = (int(prime), int(base))
-    if key not in _TABLES:
-        _TABLES.clear()   # one key at a time
+_TABLES = {}   # a process's fixed-base tables, by (prime, base, bits, window): one key's at a time
+
+
+def _cached_table(prime, base, bits, window):
+    key = (int(prime), int(base), int(bits), int(window))
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) >= 4:    # one key's tables at a time (both modes)
+            _TABLES.clear()
         prime = gmpy2.mpz(prime)
-        _TABLES[key] = _power_table(gmpy2.mpz(base), prime * prime, int(prime - 1).bit_length())
-    return _TABLES[key]
+        table = _TABLES[key] = _power_table(gmpy2.mpz(base), prime * prime, int(bits), int(window))
+    return table
 
 
-def _crt_factors_cached(p, q, count, base_p, base_q):
-    """:func:`_crt_factors` with the tables kept for the process's next call."""
-    return _crt_factors(p, q, count, base_p, base_q, (_cached_table(p, base_p), _cached_table(q, base_q)))
+def _crt_combine(yp, yq, psq, qsq, psq_inv):
+    """The number mod ``p² q²`` that is ``yp`` mod ``p²`` and ``yq`` mod ``q²``."""
+    return yp + psq * gmpy2.f_mod((yq - yp) * psq_inv, qsq)
 
 
-def _crt_factors(p, q, count, base_p=None, base_q=None, tables=None):
+def _crt_setup(p, q, base_p, base_q):
+    p, q = gmpy2.mpz(p), gmpy2.mpz(q)
+    if gmpy2.gcd(q, p - 1) != 1 or gmpy2.gcd(p, q - 1) != 1:
+        raise ValueError("key primes unsuitable for CRT randomness")
+    bp = _generator_base(p) if base_p is None else gmpy2.mpz(base_p)
+    bq = _generator_base(q) if base_q is None else gmpy2.mpz(base_q)
+    psq, qsq = p * p, q * q
+    return p, q, bp, bq, psq, qsq, gmpy2.invert(psq, qsq)
+
+
+def _factors_task(mode, bits, p, q, base_p, base_q, exponents):
+    """A worker's (or this process's) factors of ``exponents``, as ints
+    (:meth:`RandomnessMaker.factors_for`); the tables stay for its next call."""
+    if mode == "short":
+        return _short_factors(p, q, exponents, base_p, base_q, bits)
+    return _full_factors(p, q, exponents, base_p, base_q)
+
+
+def short_exponents(count, bits):
+    """``count`` fresh uniform exponents of ``bits`` bits (in ``[0, 2^bits)``)."""
+    return [secrets.randbits(bits) for _ in range(count)]
+
+
+def _short_factors(p, q, exponents, base_p=None, base_q=None, bits=None):
+    """``h_s^r mod n²`` for each ``r`` of ``exponents`` (short uniform
+    exponents, :func:`short_exponents`), ``h_s`` the number that is the
+    generator base ``b_p`` mod ``p²`` and ``b_q`` mod ``q²``
+    (:meth:`PrivateKey.short_base`): ``b_p^r mod p²`` and ``b_q^r mod q²``
+    from fixed-base tables of :func:`short_window`-bit windows over
+    ``bits``-bit exponents (default :func:`short_exponent_bits` of the key:
+    36 multiplications modulo ``p²`` or ``q²`` in all for a 2048-bit key),
+    combined with the CRT.
+
+    This is Damgård–Jurik–Nielsen's randomisation with a short exponent:
+    every factor is an ``n``-th residue (an encryption of 0) of the
+    subgroup ``h_s`` generates, of order ``lcm(p - 1, q - 1)``, and the
+    assumption is that for a uniform ``r`` of twice the key's security
+    strength in bits ``h_s^r`` cannot be told from a uniform ``n``-th
+    residue (finding such an ``r`` takes about ``2^(bits/2)`` steps; see
+    docs/protocol.md).  ``base_p``, ``base_q``: the generators, when already
+    found (else fresh ones)."""
+    p, q, bp, bq, psq, qsq, psq_inv = _crt_setup(p, q, base_p, base_q)
+    bits = short_exponent_bits(int((p * q).bit_length())) if bits is None else int(bits)
+    window = short_window(bits, max(int(psq.bit_length()), int(qsq.bit_length())))
+    digits = _digits(exponents, window, -(-bits // window))
+    yp = _table_powers(_cached_table(p, bp, bits, window), digits, psq)
+    yq = _table_powers(_cached_table(q, bq, bits, window), digits, qsq)
+    return [int(_crt_combine(a, b, psq, qsq, psq_inv)) for a, b in zip(yp, yq)]
+
+
+def _full_factors(p, q, exponents, base_p=None, base_q=None):
+    """``b_p^a_p mod p²`` and ``b_q^a_q mod q²`` combined with the CRT for each
+    pair ``(a_p, a_q)`` of ``exponents`` (:func:`_crt_factors`), from
+    :data:`WINDOW`-bit fixed-base tables."""
+    p, q, bp, bq, psq, qsq, psq_inv = _crt_setup(p, q, base_p, base_q)
+    bits_p, bits_q = int(p - 1).bit_length(), int(q - 1).bit_length()
+    yp = _table_powers(_cached_table(p, bp, bits_p, WINDOW),
+                       _digits([a for a, _ in exponents], WINDOW, -(-bits_p // WINDOW)), psq)
+    yq = _table_powers(_cached_table(q, bq, bits_q, WINDOW),
+                       _digits([b for _, b in exponents], WINDOW, -(-bits_q // WINDOW)), qsq)
+    return [int(_crt_combine(a, b, psq, qsq, psq_inv)) for a, b in zip(yp, yq)]
+
+
+def _crt_factors(p, q, count, base_p=None, base_q=None):
     """``count`` uniform random ``n``-th residues mod ``n²`` (the factors
-    ``r^n mod n²`` of uniform ``r``), built with the CRT.
+    ``r^n mod n²`` of uniform ``r``; ``randomness = "full"``), built with the CRT.
 
     Mod ``p²`` the ``n``-th powers form a cyclic subgroup of order ``p - 1``
     (when ``q`` does not divide ``p - 1``); with a generator ``b`` of it
@@ -493,24 +679,10 @@ def _crt_factors(p, q, count, base_p=None, base_q=None, tables=None):
     distribution of ``r^n mod n²`` for a uniform ``r``.  Both powers come
     from fixed-base tables (:data:`WINDOW`-bit windows): about ``bits(p)/8``
     multiplications modulo ``p²`` each, instead of a full exponentiation.
-    ``base_p``, ``base_q``: the generators, when already found; ``tables``:
-    their tables, when already built."""
-    p, q = gmpy2.mpz(p), gmpy2.mpz(q)
-    if gmpy2.gcd(q, p - 1) != 1 or gmpy2.gcd(p, q - 1) != 1:
-        raise ValueError("key primes unsuitable for CRT randomness")
-    psq, qsq = p * p, q * q
-    psq_inv = gmpy2.invert(psq, qsq)
-    bp = _generator_base(p) if base_p is None else gmpy2.mpz(base_p)
-    bq = _generator_base(q) if base_q is None else gmpy2.mpz(base_q)
-    if tables is None:
-        tables = (_power_table(bp, psq, int(p - 1).bit_length()), _power_table(bq, qsq, int(q - 1).bit_length()))
-    tp, tq = tables
-    out = []
-    for _ in range(count):
-        yp = _fixed_power(tp, secrets.randbelow(int(p) - 1), psq)
-        yq = _fixed_power(tq, secrets.randbelow(int(q) - 1), qsq)
-        out.append(int(yp + psq * gmpy2.f_mod((yq - yp) * psq_inv, qsq)))
-    return out
+    ``base_p``, ``base_q``: the generators, when already found."""
+    p, q = int(p), int(q)
+    exponents = [(secrets.randbelow(p - 1), secrets.randbelow(q - 1)) for _ in range(count)]
+    return _full_factors(p, q, exponents, base_p, base_q)
 
 
 class Slots:

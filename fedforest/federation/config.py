@@ -63,6 +63,12 @@ JOB_PARAMS = (
           "the longest Paillier key (bits) this party takes part with: it refuses, before any work, a "
           "job whose key_length is above it (key generation and decryption time grow with the cube "
           "of the length); a party's own setting, never the master's", families=(VERTICAL,)),
+    Param("paillier_randomness", "short", (Options("short", "full"),),
+          "how the label holder makes the randomness of its Paillier encryptions with its own key: "
+          "'short': h_s^r mod n^2 for a fixed n-th residue h_s and a fresh uniform r of twice the key's "
+          "security strength (224 bits for 2048-bit keys, 256 for 3072), six to seven times cheaper per "
+          "factor than 'full' (docs/protocol.md); 'full': uniform factors (r^n mod n^2 for a uniform r); the "
+          "label holder's own setting, never the master's", text=True, families=(VERTICAL,)),
 )
 JOB_INDEX = {p.name: p for p in JOB_PARAMS}
 

@@ -45,7 +45,7 @@ DEFAULT_CONNECT_TIMEOUT = 300.0
 # settings that are each party's own: the master neither sends nor decides them (a job
 # message that names one is refused), and a party takes them from its own file only
 LOCAL = ("data", "test_data", "id_column", "na_values", "categorical_columns", "model_dir", "output",
-         "summary_json", "overwrite", "resume", "max_key_length",
+         "summary_json", "overwrite", "resume", "max_key_length", "paillier_randomness",
          "n_jobs", "encrypt_workers", "tree_batch", "batch_memory_mb", "memory_mb", "progress", "verbose", "quiet")
 # what a party's [job] table says about the label: the column it holds (the job must name the
 # same), or holds_label = false; a party that declares no label column does not hold the label

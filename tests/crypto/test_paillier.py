@@ -1,4 +1,10 @@
 """Paillier layer on raw gmpy2 integers (small insecure keys for speed, one 2048-bit run)."""
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import gmpy2
 import numpy as np
 import pytest
 from phe import paillier as phe_paillier
@@ -149,3 +155,44 @@ def test_parallel_map_keeps_order(keys):
     pub, priv = keys
     cts = pub.encrypt_many(range(40))
     assert [int(v) for v in paillier.parallel_map(priv.decrypt, cts, 4)] == list(range(40))
+
+
+def _other_thread_progress(pool, op):
+    """How often this thread ran while ``op`` ran in a thread of ``pool``: the
+    switch interval is raised above the op's time, so this thread, which
+    waits for the GIL, runs during the op only if the op releases it."""
+    started, span, stamps = threading.Event(), [], []
+
+    def work():
+        started.set()
+        span.append(time.perf_counter())
+        op()
+        span.append(time.perf_counter())
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(2.0)
+    try:
+        fut = pool.submit(work)
+        started.wait()
+        while not fut.done():
+            stamps.append(time.perf_counter())
+            time.sleep(0.0005)
+        fut.result()
+    finally:
+        sys.setswitchinterval(old)
+    return sum(span[0] < t < span[1] for t in stamps)
+
+
+@pytest.mark.parametrize("what", ["powmod", "mulmod"])
+def test_big_number_arithmetic_in_the_crypto_threads_releases_the_gil(what):
+    """The decryptions (phe's CRT: two gmpy2 powmods) and the encrypted sums
+    (products modulo n²) run on every core only if gmpy2 releases the GIL in
+    :func:`gil_free_threads`: while one of their threads computes, another
+    thread runs; in a plain thread it cannot."""
+    modulus = gmpy2.mpz(2) ** 8_000 + 1235
+    a = gmpy2.mpz(3) ** 5_000 % modulus
+    big, mod = gmpy2.mpz(3) ** 1_000_000, gmpy2.mpz(7) ** 200_000 + 2
+    op = (lambda: gmpy2.powmod(a, modulus - 2, modulus)) if what == "powmod" else (lambda: big * big % mod)
+    with ThreadPoolExecutor(1) as plain:
+        assert _other_thread_progress(plain, op) == 0           # the probe sees a held GIL
+    with paillier.gil_free_threads(1) as pool:
+        assert _other_thread_progress(pool, op) > 0

@@ -624,7 +624,7 @@ def _label_info(comm, cfg, params, msg, codes, classes, n_rows):
     train, _ = B.holdout(n_rows, params, seed)
     base = np.asarray(B.base_margin(objective, target[train], np.ones(train.size), n_classes, params.base_score),
                       dtype=np.float64)
-    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key, cfg.paillier_randomness)
     comm.send(MASTER, {"public_key": public.to_bytes(), "n_classes": int(n_classes)})
     return {"public": public, "private": private, "seed": seed, "base": base}
 

@@ -171,7 +171,7 @@ def _encrypt_labels(comm, cfg, msg, y):
     if msg.get("slot_bits") != cfg.slot_bits or isinstance(msg.get("slot_bits"), bool):
         raise bad_message(f"'slot_bits' must be {cfg.slot_bits} (this party's settings), got "
                           f"{shown(msg.get('slot_bits'))}")
-    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key)
+    public, private = paillier.generate_keypair(cfg.key_length, cfg.insecure_key, cfg.paillier_randomness)
     is_clf = cfg.task == CLASSIFICATION
     if is_clf:
         spec = encrypted.EncryptionSpec(True, classes.size, n_total, public.key_length, cfg.slot_bits)
