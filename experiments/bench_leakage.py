@@ -1017,6 +1017,7 @@ def markdown(doc):
                   "| algorithm | k | passive labels (attack) | audit | majority baseline |", "|---|---|---|---|---|"]
         rows = [r for r in doc["results"] if r["table"] == "demo" and r["role"] == "passive party"
                 and r["depth"] in ("default (None)", "default (6)")] + doc["label_holder_first_trees_results"]
+        rows.sort(key=lambda r: (r["algorithm"], r.get("label_holder_first_trees", 0)))
         lines += [f"| {r['algorithm']} ({r['trees']}) | {r.get('label_holder_first_trees', 0)} | "
                   f"{_pct(r['labels_recovered_fraction'])} | {_pct(r.get('audit_passive_fraction'))} | "
                   f"{_pct(r['majority_baseline_fraction'])} |" for r in rows]
