@@ -20,8 +20,13 @@ Statistics are exact integers in slots: class counts for classification;
 for regression ``(w, w (q + B), w q^2)`` with ``y`` rounded to ``q * step``
 (``step`` a power of two chosen so that every sum is exact in float64, see
 :func:`regression_grid`); the plain mode grows the same trees on the rounded
-targets.
+targets.  A bin's weight ``w`` travels in plaintext beside its sums, so the
+row ciphertexts leave out what it gives (the first class's count, the weight
+slot) and every sum travels in as few bits as a sum of that weight can need
+(:meth:`EncryptionSpec.sum_widths`): a bin of one row costs one bit of
+plaintext in a two-class forest.
 """
+import contextlib
 import math
 import time
 
@@ -160,14 +165,114 @@ class EncryptionSpec:
 
     @property
     def value_bits(self):
+        """Bits of a full statistics vector (``n_stats`` slots of ``width`` bits)."""
         return self.width * self.n_stats
 
-    def row_plaintexts(self, codes):
-        """One plaintext per row: a one-hot class slot, or ``(1, q + bias, q**2)``."""
-        if self.is_classification:
-            return P.one_hot_plaintexts(codes, self.n_classes, self.slots)
-        return [self.slots.pack_plain((1, int(q) + self.bias, int(q) * int(q))) for q in codes]
+    # -- the row plaintexts and per-bin sums of the shared instance space ---------
+    # A row plaintext holds ``n_slots`` slots of ``width`` bits: the statistics but the
+    # first (the first class's count, or the weight), which the label holder derives from
+    # the bin's weight; every sum then travels in :meth:`sum_widths` bits.
+    @property
+    def n_slots(self):
+        """Slots of a row plaintext: the classes but the first, or ``(q + B, q**2)``."""
+        return max(self.n_classes - 1, 1) if self.is_classification else 2
 
+    @property
+    def first_implied(self):
+        """Whether the first statistic is left out of the row plaintexts (derived
+        from a bin's weight): always but for a single class."""
+        return not self.is_classification or self.n_classes > 1
+
+    @property
+    def top_bound(self):
+        """The largest value of a row's highest slot at weight 1."""
+        return 1 if self.is_classification else 2 * self.bias
+
+    def row_plaintexts(self, codes):
+        """One plaintext per row: a one-hot slot of its class (none for the
+        first class), or ``(q + bias, q**2)``."""
+        if self.is_classification:
+            if not self.first_implied:
+                return [gmpy2.mpz(1)] * len(codes)
+            unit = [gmpy2.mpz(0)] + [gmpy2.mpz(1) << (self.width * (self.n_classes - 1 - k))
+                                     for k in range(1, self.n_classes)]
+            return [unit[int(c)] for c in codes]
+        return [self.slots.pack_plain((int(q) + self.bias, int(q) * int(q))) for q in codes]
+
+    def sum_widths(self, weights):
+        """Bits each sum of rows of total bootstrap weight ``weights`` travels in:
+        full slots below, the highest slot as wide as ``top_bound * w`` needs."""
+        low = (self.n_slots - 1) * self.width
+        top = self.top_bound
+        return [max(1, low + (top * int(w)).bit_length()) for w in weights]
+
+    def sum_runs(self, widths):
+        """Where each ciphertext's values begin (then the end): runs of
+        consecutive values, each as long as ``key_length - 1`` bits allow."""
+        cap = self.key_length - 1
+        starts, used = [0], 0
+        for i, w in enumerate(widths):
+            if used + w > cap and used:
+                starts.append(i)
+                used = 0
+            used += w
+        if not widths:
+            return [0]
+        starts.append(len(widths))
+        return starts
+
+    def split_sums(self, plaintexts, widths, runs):
+        """The slot values ``(k, n_slots)`` of the sums in ``plaintexts`` (one
+        per run of :meth:`sum_runs`); InputError when a plaintext holds more
+        bits than its values."""
+        n_slots, width = self.n_slots, self.width
+        out = np.zeros((len(widths), n_slots), dtype=np.int64)
+        low_mask = (1 << width) - 1
+        for r, pt in enumerate(plaintexts):
+            pt = int(pt)
+            for i in range(runs[r + 1] - 1, runs[r] - 1, -1):
+                w = widths[i]
+                v = pt & ((1 << w) - 1)
+                pt >>= w
+                for s in range(n_slots - 1, 0, -1):
+                    out[i, s] = v & low_mask
+                    v >>= width
+                out[i, 0] = v
+            if pt:
+                raise InputError("slot value", "a decrypted value overflows its slots")
+        return out
+
+    def full_sums(self, slot_values, weights):
+        """The ``(k, n_stats)`` statistics of sums from their slot values and weights."""
+        slot_values = np.asarray(slot_values, dtype=np.int64).reshape(-1, self.n_slots)
+        weights = np.asarray(weights, dtype=np.int64)
+        if not self.first_implied:
+            return slot_values.copy()
+        out = np.empty((slot_values.shape[0], self.n_stats), dtype=np.int64)
+        out[:, 1:] = slot_values
+        out[:, 0] = weights - slot_values.sum(axis=1) if self.is_classification else weights
+        return out
+
+    def sum_plaintexts(self, values):
+        """Plaintexts of the (k, n_stats) statistics ``values`` as their sums travel
+        (the widths of their weights), with the widths and runs."""
+        values = np.asarray(values, dtype=np.int64).reshape(-1, self.n_stats)
+        weights = self.weights_of(values)
+        widths = self.sum_widths(weights)
+        runs = self.sum_runs(widths)
+        slots = values[:, 1:] if self.first_implied else values
+        out = []
+        for r in range(len(runs) - 1):
+            acc = 0
+            for i in range(runs[r], runs[r + 1]):
+                v = 0
+                for x in slots[i].tolist():
+                    v = (v << self.width) | x
+                acc = (acc << widths[i]) | v
+            out.append(gmpy2.mpz(acc))
+        return out, widths, runs
+
+    # -- full statistics vectors (fixed slots) ---------------------------------
     def pack_values(self, values):
         """Plaintexts holding the (k, n_stats) integer array ``values``, in order."""
         values = np.asarray(values, dtype=np.int64).reshape(-1, self.n_stats)
@@ -224,24 +329,78 @@ def bin_counts(seg, nb):
     return out
 
 
-def hist_layout(feats, n_bins, skip, cnt_all):
+def sent_bins(cnt):
+    """The bin slots of one (node, feature) pair whose sums travel, from its
+    row counts per bin slot: every bin with rows but the one with the most
+    rows (the lowest on ties), which the label holder derives from the
+    node's total; and that left-out bin (-1: no rows)."""
+    full = np.flatnonzero(cnt)
+    if not full.size:
+        return full, -1
+    skip = int(full[np.argmax(cnt[full])])
+    return full[full != skip], skip
+
+
+def hist_layout(feats, n_bins, cnt_all):
     """The encrypted sums a party sends for the (node, feature) pairs of the
     features ``feats``: per pair (its row counts per bin slot, the bins whose
-    sums are sent: every bin with rows but the feature's most frequent one),
-    and the number of sums in all.  ``cnt_all`` holds the pairs' row counts
-    back to back (``n_bins`` of the feature, then the missing bin)."""
+    sums are sent, the left-out bin: :func:`sent_bins`), and the number of
+    sums in all.  ``cnt_all`` holds the pairs' row counts back to back
+    (``n_bins`` of the feature, then the missing bin)."""
     nb = n_bins[np.asarray(feats, dtype=np.int64)].astype(np.int64) if len(feats) else np.empty(0, np.int64)
     seg = np.concatenate(([0], np.cumsum(nb + 1)))
     if cnt_all.shape[0] != seg[-1]:
         raise bad_message(f"the bin counts hold {cnt_all.shape[0]} entries, the pairs need {int(seg[-1])}")
     layout, n_values = [], 0
-    slots = np.arange(N_SLOTS_BIN)
-    for i, f in enumerate(feats):
+    for i in range(len(feats)):
         cnt = bin_counts(cnt_all[seg[i]:seg[i + 1]].astype(np.int64), int(nb[i]))
-        inc = np.flatnonzero((cnt > 0) & (slots != skip[f]))
-        layout.append((cnt, inc))
+        inc, skip = sent_bins(cnt)
+        layout.append((cnt, inc, skip))
         n_values += inc.size
     return seg, layout, n_values
+
+
+@contextlib.contextmanager
+def gil_free():
+    """gmpy2's arithmetic on big numbers releases the GIL on this thread
+    while the block runs (a tree handled on one of a party's tree threads
+    then runs beside the others)."""
+    ctx = gmpy2.get_context()
+    before = ctx.allow_release_gil
+    ctx.allow_release_gil = True
+    try:
+        yield
+    finally:
+        ctx.allow_release_gil = before
+
+
+#: shifts of at most this many bits are squarings in Python (a modular power
+#: costs about two squarings more: the Montgomery form in and out)
+SQUARINGS_BELOW = 12
+
+
+def pack_sums(key, values, widths, runs, workers=1):
+    """One ciphertext per run of :meth:`EncryptionSpec.sum_runs`: the
+    ciphertexts ``values`` in slots of ``widths`` bits, the first highest
+    (Horner: shift by the next value's width, then add), the runs on
+    ``workers`` threads."""
+    nsq = key.nsq
+    powers = {w: gmpy2.mpz(1) << w for w in set(widths) if w > SQUARINGS_BELOW}
+
+    def run(r):
+        a, b = runs[r], runs[r + 1]
+        acc = values[a]
+        for i in range(a + 1, b):
+            w = widths[i]
+            if w > SQUARINGS_BELOW:
+                acc = gmpy2.powmod(acc, powers[w], nsq)
+            else:
+                for _ in range(w):
+                    acc = acc * acc % nsq
+            acc = acc * values[i] % nsq
+        return acc
+
+    return P.parallel_map(run, range(len(runs) - 1), workers)
 
 
 # ---------------------------------------------------------------------------
@@ -376,7 +535,10 @@ class CipherSums(OwnSplits):
     The master relays them and sees only their sizes and each split's
     number of left rows."""
 
-    tree_threads = False  # the homomorphic sums use the party's threads themselves (P.group_products)
+    # the trees of a large batch (a forest's) are summed on parallel threads, each tree's
+    # arithmetic on its own thread; a batch of a tree or a few (boosting's) uses the party's
+    # threads within the tree (P.group_products, pack_sums): the same ciphertexts either way
+    tree_threads = True
     child_stats = False   # no plain labels here
     # a partition may also hold the level's other splits and the masks of every child: the
     # party then applies the level itself and sums the next level at once (docs/protocol.md)
@@ -564,38 +726,43 @@ class CipherSums(OwnSplits):
 
     def sums(self, sp, pair_node, pair_feat):
         """Encrypted per-bin sums of the (node, feature) pairs, the left-out bin
-        aside, packed; with each bin's row count and bootstrap weight.  The
-        products and the packing run on the party's threads (``n_jobs``; the
-        same ciphertexts for any number)."""
+        of each (:func:`sent_bins`) aside, each in as many bits as its weight
+        needs and packed (:meth:`EncryptionSpec.sum_widths`); with each bin's
+        row count and bootstrap weight.  The products and the packing run on
+        the party's threads (``n_jobs``; the same ciphertexts for any number)."""
+        with gil_free():
+            return self._sums(sp, pair_node, pair_feat)
+
+    def _sums(self, sp, pair_node, pair_feat):
         tree = sp.state["nodes"]
         counts = sp.state["counts"]
         wc = sp.state["wc"]
         nsq = self.key.nsq
-        cnt_parts, wcnt_parts, runs, group_starts = [], [], [], []
+        cnt_parts, wcnt_parts, runs, group_starts, weights = [], [], [], [], []
         at = 0
-        for node, f in zip(pair_node.tolist(), pair_feat.tolist()):
-            s, e = tree.bounds(np.array([node]))
-            rows = tree.rows[int(s[0]):int(e[0])]
+        lo, hi = tree.bounds(np.asarray(pair_node, dtype=np.int32))
+        for s, e, f in zip(lo.tolist(), hi.tolist(), pair_feat.tolist()):
+            rows = tree.rows[s:e]
             b = sp.Xb[rows, f]
             nb = int(sp.n_bins[f])
             cnt = np.bincount(b, minlength=N_SLOTS_BIN)
             wcnt = np.bincount(b, weights=counts[rows], minlength=N_SLOTS_BIN)
             cnt_parts.append(np.append(cnt[:nb], cnt[MISSING_BIN]))
             wcnt_parts.append(np.append(wcnt[:nb], wcnt[MISSING_BIN]))
-            sel = b != sp.skip[f]
+            inc, skip = sent_bins(cnt)
+            sel = b != skip
             order = np.argsort(b[sel], kind="stable")
             if order.size:
                 runs.append(rows[sel][order])
                 group_starts.append(at + np.flatnonzero(np.diff(b[sel][order], prepend=-1)))
                 at += order.size
+                weights.append(wcnt[inc])
         index = np.concatenate(runs) if runs else np.empty(0, np.int64)
         starts = np.append(np.concatenate(group_starts), at) if runs else np.zeros(1, np.int64)
         workers = sp.crypto_threads()
         values = P.group_products(wc, index.tolist(), starts.tolist(), nsq, workers)
-        bits = self.spec.value_bits
-        per = self.spec.per_ciphertext
-        packed = P.parallel_map(lambda i: self.key.pack(values[i:i + per], bits), range(0, len(values), per),
-                                workers)
+        widths = self.spec.sum_widths(np.concatenate(weights).tolist() if weights else [])
+        packed = pack_sums(self.key, values, widths, self.spec.sum_runs(widths), workers)
         return {"hist": self.key.serialize(packed),
                 "cnt": np.concatenate(cnt_parts).astype(np.uint32) if cnt_parts else np.empty(0, np.uint32),
                 "wcnt": np.concatenate(wcnt_parts).astype(np.uint32) if wcnt_parts else np.empty(0, np.uint32)}

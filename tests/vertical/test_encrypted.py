@@ -221,6 +221,31 @@ def test_protocol_same_model_as_plain(tmp_path, task):
     assert not os.path.exists(tmp_path / "x.csv")
 
 
+def test_trees_of_a_batch_on_threads_same_model_as_plain(tmp_path, monkeypatch):
+    """A forest's batch of trees is summed and decided tree by tree on the
+    parties' threads (each tree's arithmetic on one thread): the same trees
+    as the plain mode."""
+    import threading
+    from fedforest.tree import threads as numba_threads
+    frames, X, y = _frames()
+    seen = set()
+    orig = E.CipherSums._sums
+
+    def sums(self, sp, pair_node, pair_feat):
+        seen.add(threading.current_thread().name)
+        return orig(self, sp, pair_node, pair_feat)
+
+    monkeypatch.setattr(E.CipherSums, "_sums", sums)
+    opts = dict(OPTS, n_estimators=8, n_jobs=2)
+    for mode in ("plain", "paillier"):
+        run_vertical("train", frames, task="classification", model_dir=str(tmp_path / mode), label_privacy=mode,
+                     **opts)
+    assert_same_trees(complete_trees(str(tmp_path / "paillier"), 3, list(range(8))),
+                      complete_trees(str(tmp_path / "plain"), 3, list(range(8))))
+    if numba_threads.threads() >= 2 and numba_threads.concurrent_launches_ok():
+        assert any(name.startswith("ThreadPoolExecutor") for name in seen), seen
+
+
 @pytest.mark.parametrize("mode", ["vertical", "vertical_boost"])
 def test_the_master_cannot_keep_a_full_model_of_an_encrypted_job(tmp_path, mode):
     """The master relays the splits sealed: master_full_model is refused before any work."""
@@ -352,14 +377,31 @@ def test_tampered_histogram_ciphertext(tmp_path, monkeypatch):
     assert err.value.rank == 2 and err.value.exc_type == "ProtocolIntegrityError"   # the key holder saw it
 
 
-@pytest.mark.parametrize("slot", [0, 1, 2])
+def _sent_widths(spec, n_bins, pair_feat, reply):
+    """The widths of the sums a party's reply carries, in order (its layout, as the label holder rebuilds it)."""
+    seg, layout, _ = E.hist_layout(pair_feat, n_bins, reply["cnt"].astype(np.int64))
+    wcnt = reply["wcnt"].astype(np.int64)
+    weights = np.concatenate([E.bin_counts(wcnt[seg[i]:seg[i + 1]], int(n_bins[f]))[layout[i][1]]
+                              for i, f in enumerate(pair_feat.tolist())])
+    return spec.sum_widths(weights.tolist()), weights
+
+
+@pytest.mark.parametrize("slot", [0, 1])
 def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, slot):
-    """A party adds to one slot of one bin (homomorphically, without the key):
-    the count slot is checked against the plaintext bin weights, the target
-    slots against the bounds of sums of that many rows (``[0, 2 B w]`` and
-    ``[0, B**2 w]``); the left-out bin absorbs the difference and goes out of
-    bounds too."""
+    """A party moves one slot of one sum just beyond what rows can sum (here
+    with the label holder's key, to place it exactly): the sum's weight
+    travels in plaintext (no slot holds it), the target slots are checked
+    against the bounds of sums of that weight (``[0, 2 B w]`` for the
+    highest, ``[0, B**2 w]`` for the lowest), and the job stops."""
     frames, X, y = _frames("regression")
+    keys = []
+    make = P.generate_keypair
+
+    def generate(*args, **kwargs):
+        keys.append(make(*args, **kwargs))
+        return keys[-1]
+
+    monkeypatch.setattr(P, "generate_keypair", generate)
     orig = E.CipherSums.sums
     state = {"n": 0}
 
@@ -367,16 +409,20 @@ def test_sums_moved_beyond_what_rows_can_sum_are_caught(tmp_path, monkeypatch, s
         reply = orig(self, sp, pair_node, pair_feat)
         state["n"] += 1
         if state["n"] == 1 and reply["hist"].size:
+            spec, w = self.spec, self.spec.width
+            widths, weights = _sent_widths(spec, sp.n_bins, pair_feat, reply)
+            last = spec.sum_runs(widths)[1] - 1        # the first ciphertext's last sum lies lowest
             cts = self.key.deserialize(reply["hist"])
-            w = self.spec.width
-            # the last value of a ciphertext lies in its lowest bits, its last slot lowest
-            shift = w * (self.spec.n_stats - 1 - slot)
-            cts[0] = cts[0] * self.key.encrypt((1 << (w - 2)) << shift) % self.key.nsq
+            m = int(keys[0][1].decrypt(cts[0]))
+            top, low = (m >> w) & ((1 << (widths[last] - w)) - 1), m & ((1 << w) - 1)
+            wt = int(weights[last])
+            delta = (2 * spec.bias * wt + 1 - top) << w if slot == 0 else spec.bias ** 2 * wt + 1 - low
+            cts[0] = cts[0] * self.key.encrypt(delta) % self.key.nsq
             reply["hist"] = self.key.serialize(cts)
         return reply
 
     monkeypatch.setattr(E.CipherSums, "sums", tamper)
-    with pytest.raises(RemoteError, match="do not match its row counts|altered") as err:
+    with pytest.raises(RemoteError, match="do not match its row counts") as err:
         run_vertical("train", frames, task="regression", model_dir=str(tmp_path / "m"),
                      label_privacy="paillier", **OPTS)
     assert err.value.rank == 2 and err.value.exc_type == "ProtocolIntegrityError"
@@ -420,6 +466,58 @@ def test_decrypted_overflow_detected():
     big = key.encrypt(1 << (spec.width * 2 * 2 + 3))
     with pytest.raises(InputError, match="overflows its slots"):
         spec.unpack_values([priv.decrypt(big)], 2)
+
+
+@pytest.mark.parametrize("kind", ["two classes", "four classes", "one class", "regression", "gradients"])
+def test_sums_travel_in_the_bits_their_weight_needs(kind):
+    """Row ciphertexts summed per bin and packed as a party packs them come
+    back, at the label holder, as the bins' full statistics: the first one
+    from the bin's weight, every sum in as many bits as its weight needs
+    (one bit for a bin of one row of a two-class forest); a plaintext with a
+    bit above its sums is refused."""
+    from fedforest.vertical.boost.encrypted_gradients import GradientSpec
+    from fedforest.vertical.paillier.holder import half_decrypter
+    key, priv = P.generate_keypair(KEY, insecure=True)
+    rng = np.random.default_rng(5)
+    n = 200
+    if kind == "gradients":
+        spec = GradientSpec(n, KEY)
+        q_g, q_h = rng.integers(-spec.bias, spec.bias + 1, n), rng.integers(0, spec.bias + 1, n)
+        plain = spec.row_plaintexts(q_g, q_h)
+        stats = np.stack([np.ones(n, np.int64), q_g + spec.bias, q_h], axis=1)
+    elif kind == "regression":
+        codes, step, bias = E.regression_grid(rng.normal(size=n) * 50, n)
+        spec = E.EncryptionSpec(False, 1, n, KEY, step=step, bias=bias)
+        plain = spec.row_plaintexts(codes)
+        stats = np.stack([np.ones(n, np.int64), codes + bias, codes * codes], axis=1)
+    else:
+        k = {"two classes": 2, "four classes": 4, "one class": 1}[kind]
+        spec = E.EncryptionSpec(True, k, n, KEY)
+        codes = rng.integers(0, k, n)
+        plain = spec.row_plaintexts(codes)
+        stats = np.eye(k, dtype=np.int64)[codes]
+    cts = [key.encrypt(int(m)) for m in plain]
+    # bins of 1 to 12 rows, one row in the first
+    sizes = np.concatenate(([1], rng.integers(1, 13, 20)))
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    sums = [P.group_products(cts, list(range(a, b)), [0, b - a], key.nsq)[0] for a, b in zip(bounds[:-1], bounds[1:])]
+    want = np.array([stats[a:b].sum(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
+    widths = spec.sum_widths(sizes.tolist())
+    if kind == "two classes":
+        assert widths == [int(w).bit_length() for w in sizes] and widths[0] == 1
+    runs = spec.sum_runs(widths)
+    assert all(sum(widths[a:b]) <= KEY - 1 for a, b in zip(runs[:-1], runs[1:]))
+    packed = E.pack_sums(key, sums, widths, runs, workers=2)
+    half, limit = half_decrypter(priv)
+    opened = [half(c) if sum(widths[a:b]) <= limit else priv.decrypt(c)
+              for c, a, b in zip(packed, runs[:-1], runs[1:])]
+    assert [int(m) for m in opened] == [int(priv.decrypt(c)) for c in packed]
+    got = spec.full_sums(spec.split_sums(opened, widths, runs), sizes)
+    assert np.array_equal(got, want) and spec.in_bounds(got)
+    plain_packed, w2, r2 = spec.sum_plaintexts(want)
+    assert w2 == widths and r2 == runs and [int(m) for m in plain_packed] == [int(m) for m in opened]
+    with pytest.raises(InputError, match="overflows its slots"):
+        spec.split_sums([opened[0] | (1 << sum(widths[runs[0]:runs[1]]))] + opened[1:], widths, runs)
 
 
 @pytest.mark.parametrize("opts,match", [

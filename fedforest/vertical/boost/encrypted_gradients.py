@@ -4,7 +4,7 @@ parties without labels.
 
 * the **label holder** (:class:`~.paillier.holder.GradientRounds`) keeps
   the key and the margins, encrypts every round's gradients on the exact
-  grid (:func:`~.boosting.gradient_grid`) as one plaintext ``(1, q_g + B,
+  grid (:func:`~.boosting.gradient_grid`) as one plaintext ``(q_g + B,
   q_h)`` per training row and output, and decides every split;
 * every **other party** (:class:`EncryptedGradients` with the forest's
   channel :class:`~.encrypted_labels.CipherSums`) receives a tree's row
@@ -13,6 +13,7 @@ parties without labels.
 * the **master** relays (:class:`~.paillier.relay.LabelHolderChooses`, with
   :class:`EncryptedRound` as a tree's labels).
 """
+import gmpy2
 import numpy as np
 
 from ...crypto import paillier as P
@@ -26,10 +27,12 @@ GRADIENTS = "gradients"   # master -> label holder: a round begins; reply: its e
 
 
 class GradientSpec(EncryptionSpec):
-    """Slot layout of encrypted gradients: per row and output three slots
+    """Slot layout of encrypted gradients: per row and output the statistics
     ``(1, q_g + B, q_h)`` with ``B = grid_bound(n_total)``, so that every slot
     is non-negative and every sum over at most ``n_total`` rows fits
-    ``width`` bits (the sums of ``q_g + B`` stay below ``2 B n_total < 2**54``)."""
+    ``width`` bits (the sums of ``q_g + B`` stay below ``2 B n_total < 2**54``).
+    A row's ciphertext holds the last two (:meth:`row_plaintexts`); a sum of
+    weight ``w`` travels in ``width + bits(2 B w)`` bits."""
 
     def __init__(self, n_total, key_length, slot_bits=None):
         self.is_classification = False
@@ -49,8 +52,11 @@ class GradientSpec(EncryptionSpec):
                                           f"{self.key_length}-bit plaintext")
 
     def row_plaintexts(self, q_g, q_h):
-        b = self.bias
-        return [self.slots.pack_plain((1, int(g) + b, int(h))) for g, h in zip(q_g.tolist(), q_h.tolist())]
+        """One plaintext ``(q_g + B, q_h)`` per row: the weight slot of the
+        statistics ``(1, q_g + B, q_h)`` stays out (every sum's weight travels
+        in plaintext beside it, see :meth:`EncryptionSpec.sum_widths`)."""
+        b, w = self.bias, self.width
+        return [gmpy2.mpz(int(g) + b) << w | int(h) for g, h in zip(q_g.tolist(), q_h.tolist())]
 
     def to_float(self, ints, steps=(1.0, 1.0)):
         """``(H, G, 0)`` statistics (as the Newton kernels hold them) from exact slot sums."""

@@ -21,8 +21,10 @@ here and are stored with the label holder's trees.  With the same seed the
 trees are the plain mode's, bit for bit: every statistic is an exact integer
 sum on the plain mode's grid.
 """
+import threading
 import time
 
+import gmpy2
 import numpy as np
 
 from ...crypto import paillier as P
@@ -34,7 +36,35 @@ from ..messages import bad_message, int_array, node_list, shown
 from ..party_splitter import OwnSplits
 from ...tree.importance import node_shares
 from . import sealed as S
-from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, hist_layout
+from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, gil_free, hist_layout
+
+#: a ciphertext of a run of sums this many bits shorter than the key's smaller
+#: prime is decrypted modulo that prime alone (half the work): a ciphertext
+#: altered or made under another key then still shows bits above its run's,
+#: and is refused, but for a chance of 2**-64
+HALF_MARGIN = 64
+
+
+def half_decrypter(private_key):
+    """``(decrypt, bits)``: the decryption modulo the key's smaller prime ``p``
+    alone (``L(c^(p-1) mod p^2) h_p mod p``, one of the two halves of the
+    CRT decryption), exact for plaintexts of at most ``bits = bits(p) - 1 -
+    HALF_MARGIN`` bits; ``(None, 0)`` when the key does not show its primes."""
+    k = getattr(private_key, "_key", None)
+    parts = [getattr(k, a, None) for a in ("p", "psquare", "hp")]
+    if any(x is None for x in parts):
+        return None, 0
+    p, psq, hp = (gmpy2.mpz(x) for x in parts)
+    pm1 = p - 1
+
+    def decrypt(c):
+        return (gmpy2.powmod(c, pm1, psq) - 1) // p * hp % p
+
+    return decrypt, int(p.bit_length()) - 1 - HALF_MARGIN
+
+
+_COUNTS = threading.Lock()   # the label holders' decryption counts and seconds
+
 
 DECIDE = "decide"   # master -> label holder: the other parties' sums of a level; reply: the splits
 PAIR_KEYS = ("pair_party", "pair_node", "pair_feat")
@@ -60,7 +90,10 @@ class KeyHolder(OwnSplits):
     ``feature_counts`` every party's column count (party order).  The
     splitter's labels are :class:`HeldLabels` or :class:`GradientRounds`."""
 
-    tree_threads = False   # the decryptions use the party's threads themselves (P.parallel_map)
+    # the trees of a large batch (a forest's) are decided on parallel threads, a small batch's
+    # decryptions use the party's threads (P.parallel_map); a subclass that keeps state across
+    # the trees of a batch says for itself whether its trees may run on threads
+    tree_threads = property(lambda self: type(self) is KeyHolder)
     child_stats = False    # nothing label-derived goes to the master
     extra_ops = frozenset((DECIDE,))
     op_keys = dict(OwnSplits.op_keys, decide=DECIDE_KEYS)
@@ -317,28 +350,36 @@ class KeyHolder(OwnSplits):
             feats, pnodes = pf[sel], pn[sel]
             if feats.size and (feats.min() < 0 or feats.max() >= self.feature_counts[p]):
                 raise bad_message(f"pairs name features outside party {p + 1}'s columns")
-            n_bins, skip = self.party_bins[p]
+            n_bins = self.party_bins[p][0]
             n_cnt = int((n_bins[feats] + 1).sum()) if feats.size else 0
-            seg, layout, n_values = hist_layout(feats, n_bins, skip, cnt_all[at_cnt:at_cnt + n_cnt])
+            seg, layout, n_values = hist_layout(feats, n_bins, cnt_all[at_cnt:at_cnt + n_cnt])
             wcnt = wcnt_all[at_cnt:at_cnt + n_cnt]
             if wcnt.shape[0] != n_cnt:
                 raise bad_message("'wcnt' is shorter than the pairs need")
             at_cnt += n_cnt
-            n_ct = self.spec.n_ciphertexts(n_values)
-            values = self._decrypt(sp, blocks[at_ct:at_ct + n_ct], n_ct, n_values, f"sums of party {p + 1}")
-            at_ct += n_ct
-            pos = 0
-            for i, (j, f) in enumerate(zip(pnodes.tolist(), feats.tolist())):
-                cnt, inc = layout[i]
-                h = np.zeros((N_SLOTS_BIN, self.spec.n_stats), dtype=np.int64)
-                h[inc] = values[pos:pos + inc.size]
-                pos += inc.size
-                h[int(skip[f])] = c["ints"][j] - h.sum(axis=0)   # the left-out bin: node total minus the rest
+            # every bin's weight, then the widths of the sent sums (the party's own arithmetic)
+            wbs = []
+            for i, f in enumerate(feats.tolist()):
                 wb = np.zeros(N_SLOTS_BIN, dtype=np.int64)
                 nb = int(n_bins[f])
                 wb[:nb], wb[MISSING_BIN] = wcnt[seg[i]:seg[i] + nb], wcnt[seg[i] + nb]
-                self._check_hist(h, wb, p)
-                store[(p, j, f)] = (h, cnt)
+                wbs.append(wb)
+            weights = np.concatenate([wb[inc] for wb, (_, inc, _) in zip(wbs, layout)]) if wbs \
+                else np.empty(0, np.int64)
+            values, n_ct = self._decrypt_sums(sp, blocks, at_ct, weights, f"sums of party {p + 1}")
+            at_ct += n_ct
+            pos = 0
+            for i, j in enumerate(pnodes.tolist()):
+                cnt, inc, left_out = layout[i]
+                h = np.zeros((N_SLOTS_BIN, self.spec.n_stats), dtype=np.int64)
+                h[inc] = values[pos:pos + inc.size]
+                pos += inc.size
+                if left_out >= 0:   # the left-out bin: node total minus the rest
+                    h[left_out] = c["ints"][j] - h.sum(axis=0)
+                elif c["ints"][j].any():
+                    raise ProtocolIntegrityError(f"party {p + 1} counts no rows in node {j}, which has some")
+                self._check_hist(h, wbs[i], p)
+                store[(p, j, int(feats[i]))] = (h, cnt)
         if at_cnt != cnt_all.shape[0] or at_cnt != wcnt_all.shape[0] or at_ct != blocks.shape[0]:
             raise bad_message("the 'decide' message holds more sums or counts than its pairs need")
         family = t["family"]
@@ -411,20 +452,46 @@ class KeyHolder(OwnSplits):
             raise ProtocolIntegrityError(f"sums of party {p + 1} do not match its row counts; the "
                                          "ciphertexts were altered or made under another key")
 
-    def _decrypt(self, sp, blocks, n_ct, n_values, what):
-        if blocks.shape[0] != n_ct or (n_ct and blocks.shape[1] != self.key.public.ciphertext_bytes):
-            raise bad_message(f"{what}: {blocks.shape[0]} ciphertexts for {n_values} values")
-        cts = self.key.public.deserialize(blocks, what) if n_ct else []
-        self.decrypted += len(cts)
+    _half = None   # (decryption modulo the smaller prime, the bits it reads), made at first use
+
+    def _decrypters(self, runs, widths):
+        """Per ciphertext of ``runs``, the decryption it needs: modulo the
+        key's smaller prime alone for a run of few bits (:func:`half_decrypter`),
+        else the full one."""
+        if self._half is None:
+            self._half = half_decrypter(self.key)
+        half, limit = self._half
+        full = self.key.decrypt
+        ends = np.cumsum([0] + list(widths))
+        return [half if half is not None and int(ends[b] - ends[a]) <= limit else full
+                for a, b in zip(runs[:-1], runs[1:])]
+
+    def _decrypt_sums(self, sp, blocks, at, weights, what):
+        """The statistics of the sums of ``weights`` (their bins' weights) from
+        the ciphertexts from ``blocks[at]`` on, as many as their widths take
+        (:meth:`~..encrypted_labels.EncryptionSpec.sum_runs`): decrypted, split
+        into slots and completed from the weights
+        (:meth:`~..encrypted_labels.EncryptionSpec.full_sums`); and that
+        number of ciphertexts."""
+        widths = self.spec.sum_widths(weights.tolist())
+        runs = self.spec.sum_runs(widths)
+        n_ct = len(runs) - 1
+        if blocks.shape[0] < at + n_ct:
+            raise bad_message(f"{what}: {blocks.shape[0] - at} ciphertexts for {len(widths)} sums")
+        cts = self.key.public.deserialize(blocks[at:at + n_ct], what) if n_ct else []
         t0 = time.perf_counter()
         try:
-            plain = P.parallel_map(self.key.decrypt, cts, sp.crypto_threads())
-            return self.spec.unpack_values(plain, n_values)
+            fns = self._decrypters(runs, widths)
+            with gil_free():
+                plain = P.parallel_map(lambda i: fns[i](cts[i]), range(n_ct), sp.crypto_threads())
+            return self.spec.full_sums(self.spec.split_sums(plain, widths, runs), weights), n_ct
         except InputError:
             raise ProtocolIntegrityError(f"{what}: a decrypted value overflows its slots; the "
                                          "ciphertexts were altered or made under another key") from None
         finally:
-            self.decrypt_seconds += time.perf_counter() - t0
+            with _COUNTS:     # the trees of a batch may be decided on several threads
+                self.decrypted += len(cts)
+                self.decrypt_seconds += time.perf_counter() - t0
 
     def _evaluate(self, sp, p, nodes, mask, store):
         """Party ``p``'s best split per node from its rebuilt histograms."""
