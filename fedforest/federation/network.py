@@ -174,8 +174,8 @@ class PartyNetwork:
 
 class Policy:
     """What a party accepts (its [policy] table); :meth:`refusals` lists what a request breaks."""
-    KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "allow_plain_labels",
-            "allow_master_full_model", "offered_columns", "base_dir")
+    KEYS = ("allowed_modes", "max_trees", "require_label_privacy", "require_instance_space",
+            "allow_plain_labels", "allow_master_full_model", "offered_columns", "base_dir")
 
     def __init__(self, doc):
         pol = _table(doc, POLICY, None, required=False)
@@ -196,6 +196,8 @@ class Policy:
         check("policy.max_trees", self.max_trees, (None, Interval(int, 1)))
         self.label_privacy = pol.get("require_label_privacy")
         check("policy.require_label_privacy", self.label_privacy, (None, Options(*label_privacy.BY_NAME)))
+        self.instance_space = pol.get("require_instance_space")
+        check("policy.require_instance_space", self.instance_space, (None, Options("shared", "hidden")))
         self.plain_labels = pol.get("allow_plain_labels", False)
         check("policy.allow_plain_labels", self.plain_labels, (bool,))
         self.full_model = pol.get("allow_master_full_model", False)
@@ -232,6 +234,10 @@ class Policy:
             elif label_privacy.of(got).encrypted and settings.get("insecure_key"):
                 out.append(f"the job allows Paillier keys below 2048 bits (insecure_key, key_length = "
                            f"{settings.get('key_length')}); this party requires label privacy")
+        if self.instance_space is not None and settings.get("instance_space", "shared") != self.instance_space:
+            got = settings.get("instance_space", "shared")
+            out.append(f"the job runs instance_space = {got!r}; this party requires {self.instance_space!r}"
+                       + ("" if mode == "vertical_boost" else f" (mode {mode!r} has no hidden instance space)"))
         # a label holder's labels leave it in the clear only where its own policy says so (a
         # policy that requires 'plain' says so too); one refusal of 'plain' is enough
         required = label_privacy.of(self.label_privacy)

@@ -27,6 +27,13 @@ JOB_PARAMS = (
           "the first k trees (boosting: the trees of the first k rounds) split on the label holder's "
           "columns only, and no other party takes part in them: it stores their shape, learns none of "
           "their partitions and refuses any message of theirs (FATE's complete_secure)"),
+    Param("instance_space", "shared", (Options("shared", "hidden"),),
+          "with label_privacy = 'paillier': 'shared' sends every party each level's "
+          "partition (SecureBoost's protocol); 'hidden' keeps every node's rows at the label holder: it "
+          "sends the other parties each row's gradients encrypted in the slot of its node, they sum "
+          "them per feature bin without learning any node, and only the label holder applies the "
+          "splits (more encryption, growing with the rows and the levels: see docs/protocol.md, 'Hidden "
+          "instance space')", text=True),
     Param("master_full_model", False, (bool,),
           "the master also stores every split's feature and threshold (each party must allow it)"),
     Param("tree_batch", None, (None, Interval(int, 1, MAX_TREES)),
@@ -64,5 +71,29 @@ def check_job(cfg):
     if first > cfg.n_estimators:
         raise InputError("label_holder_first_trees", f"must be at most n_estimators ({cfg.n_estimators}), "
                                                      f"got {first}")
+    if cfg.values.get("instance_space", "shared") == "hidden":
+        check_hidden(cfg)
     if cfg.result_party > cfg.n_parties:
         raise InputError("result_party", f"must be a party rank in 1..{cfg.n_parties}, got {cfg.result_party!r}")
+
+
+def check_hidden(cfg):
+    """What ``instance_space = "hidden"`` needs, checked before any work."""
+    if cfg.privacy is None or not cfg.privacy.encrypted:
+        raise InputError("instance_space", "'hidden' needs label_privacy = 'paillier' (with plain labels "
+                                           "every party sees the labels' statistics anyway)")
+    if cfg.values.get("label_holder_first_trees"):
+        raise InputError("label_holder_first_trees", "has no use with instance_space = 'hidden', where the "
+                                                     "other parties see no tree's partition: set it to 0")
+    if cfg.spec.name != "vertical_boost":
+        return
+    if cfg.values.get("resume"):
+        raise InputError("resume", "a boosting job with instance_space = 'hidden' cannot resume from a "
+                                   "checkpoint (the stored rounds' leaves would need every party's thresholds): "
+                                   "train again")
+    sub = cfg.values.get("subsample", 1.0)
+    stop = cfg.values.get("early_stopping_rounds")
+    if sub is not None and sub < 1.0 or stop:
+        raise InputError("instance_space", "'hidden' needs every training row in every boosting tree (subsample "
+                                           "= 1.0, no early_stopping_rounds): the label holder then takes the "
+                                           "rows' leaves from its own growth and no party routes rows")

@@ -22,7 +22,7 @@ from .messages import bad_message, index_array, int_array, int_value, shown
 from ..tree.params import resolve_n_jobs
 from ..tree.predict import pack_leaf_sets, party_leaf_sets, prepare_X
 from ..federation.files import atomic_write
-from .paillier import sealed
+from .paillier import hidden, sealed
 from . import explain, model_files, protocol
 from ..transport.base import ProtocolError, expect
 from .common import MASTER, PartyTable, peak_rss_mb, check_model_dir, check_world, load_role_model
@@ -310,12 +310,22 @@ def party_predict(comm, cfg, output):
     # with encrypted labels the leaf sets go sealed to the label holder, which keeps its own
     at_holder = of_manifest(manifest).encrypted
     sealer = sealed.Sealer.of(comm) if at_holder else None
+    hidden_space = manifest.get("instance_space") == hidden.HIDDEN
     own_sets = None
     while True:
         msg = comm.recv(MASTER)
         op = msg.get("op")
         if op == protocol.READY:
             comm.send(MASTER, {})
+        elif op == protocol.LEAF_SETS and hidden_space:
+            # the hidden instance space: thresholds' bits for the label holder, which routes the rows
+            lp = _label_party(manifest, msg, cfg)
+            if lp == rank:
+                own_sets = hidden.HIDDEN
+                comm.send(MASTER, {})
+            else:
+                comm.send(MASTER, sealed.outgoing([(lp - 1, sealed.LEAF_SETS, sealer.seal(
+                    lp - 1, sealed.LEAF_SETS, *sealed.PREDICTION, hidden.record_bits(X, trees)))]))
         elif op == protocol.LEAF_SETS:
             sets = pack_leaf_sets(party_leaf_sets(X, trees, method))
             if not at_holder:
@@ -354,7 +364,12 @@ def party_predict(comm, cfg, output):
             if at_holder:   # the leaf values are this party's: it makes the predictions
                 if own_sets is None:
                     raise bad_message("a result before the leaf sets")
-                leaves = sealed.leaves_from_sets(sealer, msg, own_sets, trees, ids.shape[0], sealed.PREDICTION)
+                if hidden_space:
+                    leaves = hidden.route_hidden(trees, X, rank - 1, hidden.opened_records(
+                        sealer, msg, sealed.PREDICTION), ids.shape[0])
+                else:
+                    leaves = sealed.leaves_from_sets(sealer, msg, own_sets, trees, ids.shape[0],
+                                                     sealed.PREDICTION)
                 msg = _holder_result(leaves, trees, manifest, ids.shape[0], cfg, output)
                 if cfg.explain_row is not None:
                     # the one row the job explains: its leaves go to the master, which prints its path

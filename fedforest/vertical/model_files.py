@@ -143,6 +143,22 @@ def check_partial_tree(tree, n_columns, max_depth, what):
             if not (isinstance(a, np.ndarray) and a.shape == (n,) and a.dtype.kind == "f"
                     and np.all(np.isfinite(a))):
                 raise InputError(what, f"tree array {key!r} must hold {n} finite numbers")
+    hidden = [k for k in ("hidden_feature", "hidden_threshold", "hidden_missing_left") if k in tree]
+    if hidden:      # a party's thresholds in the hidden instance space (docs/model-format.md)
+        arrays = [tree.get(k) for k in ("hidden_feature", "hidden_threshold", "hidden_missing_left")]
+        if len(hidden) != 3 or not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays) \
+                or len({a.shape for a in arrays}) != 1:
+            raise InputError(what, "tree arrays 'hidden_feature', 'hidden_threshold' and 'hidden_missing_left' "
+                                   "must be there together, one entry per threshold")
+        f, thr, ml = arrays
+        if f.dtype.kind not in "iu" or (f.size and (f.min() < 0 or f.max() >= n_columns)):
+            raise InputError(what, f"tree array 'hidden_feature' holds values outside the columns 0..{n_columns - 1}")
+        if thr.dtype.kind != "f" or np.isnan(thr).any() or not np.isin(ml, (0, 1)).all():
+            raise InputError(what, "tree arrays 'hidden_threshold' (numbers) or 'hidden_missing_left' (0 or 1) "
+                                   "hold other values")
+        out["hidden_feature"] = f.astype(np.int32)
+        out["hidden_threshold"] = thr.astype(np.float64)
+        out["hidden_missing_left"] = ml.astype(np.uint8)
     if max_depth is not None:
         level, depth = np.zeros(1, dtype=np.int64), 0
         while level.size:   # the nodes of each level in turn (a tree: each node met once)

@@ -20,7 +20,7 @@ from .params import HELP as BOOST_HELP
 from .params import BoostParams
 
 # the boosting mode: XGBoost-named settings, then the job settings it shares with the forest
-_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "label_holder_first_trees",
+_SHARED = ("key_length", "insecure_key", "slot_bits", "encrypt_workers", "label_holder_first_trees", "instance_space",
            "master_full_model", "memory_mb",
            "n_jobs", "resume", "result_party", "predict_method", "explain_row",
            "explain_trees")

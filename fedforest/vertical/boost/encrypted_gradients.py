@@ -69,6 +69,10 @@ class GradientSpec(EncryptionSpec):
     def weights_of(self, ints):
         return np.asarray(ints, dtype=np.int64)[..., 0]
 
+    def stat_bounds(self):
+        """The largest sum of each statistic ``(w, w (q_g + B), w q_h)`` over the rows."""
+        return (self.n_total, 2 * self.bias * self.n_total, self.bias * self.n_total)
+
     def in_bounds(self, ints):
         """Non-negative slots, gradients within ``[0, 2 B w]`` and hessians within ``[0, B w]``."""
         ints = np.asarray(ints, dtype=np.int64)
@@ -131,4 +135,7 @@ class EncryptedRound(RowLabels):
     def begin(self, label_holder):
         """What a tree's first message adds: its output for the label holder,
         the row ciphertexts for every other party."""
-        return {"output": self.output} if label_holder else {"grad_ct": self.blocks}
+        if label_holder:
+            return {"output": self.output}
+        # the hidden instance space sends no row ciphertexts with the tree (they come per level)
+        return {} if self.blocks is None else {"grad_ct": self.blocks}

@@ -2,10 +2,12 @@
 (:class:`GradientRounds`), beside the generic Paillier channel
 (:class:`~fedforest.vertical.paillier.holder.KeyHolder`).
 """
+import time
+
 import numpy as np
 
 from ...tree.labels import RowLabels
-from ..encrypted_labels import encrypt_own
+from ...crypto import paillier as P
 from ..messages import bad_message, int_value
 from ..paillier import sealed as S
 from . import boosting as B
@@ -43,6 +45,9 @@ class GradientRounds(RowLabels):
         self.values = {}              # tree -> finished tree's node values (for margins)
         self.trees = {}               # tree -> the last round's finished trees (for its leaf sets)
         self.splitter = None
+        # the shared instance space: every round's gradients are encrypted once per row for
+        # the other parties; the hidden one slots them per level instead (HiddenHolder)
+        self.encrypt_rows = True
 
     def bind(self, splitter):
         """The label holder's splitter (its channel gives the values of trees grown here)."""
@@ -104,10 +109,33 @@ class GradientRounds(RowLabels):
             self.round = None
             return {"stop": False, "best": best}
         self.round = self.B.gradient_grid(self.objective, self.y[self.train], self.margin[self.train], None)
+        if not self.encrypt_rows:
+            return {"stop": False, "best": best}
         q_g, q_h = self.round[2], self.round[3]
         plain = [pt for k in range(self.k_out) for pt in self.spec.row_plaintexts(q_g[:, k], q_h[:, k])]
-        cts = encrypt_own(self.key, plain, self.workers, None if self.splitter is None else self.splitter.timed)
+        cts = self._encrypt(plain)
         return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
+
+    _maker = None   # its randomness workers, kept from round to round (their tables are built once)
+
+    def _encrypt(self, plain):
+        """Encryptions of ``plain`` with fresh randomness of its own key."""
+        t0 = time.perf_counter()
+        if self._maker is None:
+            self._maker = P.RandomnessMaker(self.key, self.workers)
+        factors = self._maker.take(len(plain))
+        t1 = time.perf_counter()
+        cts = self.key.public.encrypt_with(plain, factors)
+        if self.splitter is not None:
+            self.splitter.timed("randomness", t1 - t0)
+            self.splitter.timed("encryption", time.perf_counter() - t1)
+        return cts
+
+    def close(self):
+        """End its randomness workers."""
+        if self._maker is not None:
+            self._maker.close()
+            self._maker = None
 
     # -- the trees -----------------------------------------------------------
     def check_begin(self, msg, n_rows):
@@ -125,6 +153,13 @@ class GradientRounds(RowLabels):
     def node_ints(self, t, rows, starts, ends):
         q_g, q_h, _ = t["grid"]
         return node_gradient_ints(self.spec, q_g, q_h, t["counts"], rows, starts, ends)
+
+    def row_ints(self, t, rows):
+        """The slot values ``(w, w (q_g + B), w q_h)`` of each row of ``rows``."""
+        q_g, q_h, _ = t["grid"]
+        w = t["counts"][rows].astype(np.int64)
+        return np.stack((w, w * (q_g[rows].astype(np.int64) + self.spec.bias), w * q_h[rows].astype(np.int64)),
+                        axis=1)
 
     def to_float(self, t, ints):
         return self.spec.to_float(ints, t["grid"][2])

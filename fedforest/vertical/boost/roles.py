@@ -41,6 +41,7 @@ from ..job_party import public_key as party_public_key
 from ..model_output import prediction_roles
 from ..messages import accept_settings, bad_message, check_fields, int_value, shown
 from ..paillier import sealed
+from ..paillier import hidden as H
 from ..paillier.holder import KeyHolder
 from ..paillier.relay import LabelHolderChooses, RowCount
 from ..party_splitter import PartySplitter
@@ -213,23 +214,28 @@ class _EncryptedGradients:
         self.objective = _objective(cfg.task, n_classes)
         self.k_out = B.n_outputs(self.objective, n_classes)
         self.spec = EG.GradientSpec(self.train.size, self.public.key_length, cfg.slot_bits)
+        # instance space, chosen once: the other parties see each level's partition, or none
+        self.hidden = cfg.instance_space == H.HIDDEN
         self.leaves = None    # the other parties' sealed leaf sets for the next 'gradients' message
         self.encrypt_seconds = 0.0
         self.summary = {"key_length": self.public.key_length, "paillier_key_holder": "label_holder",
-                        "slot_bits": self.spec.width, "values_per_ciphertext": self.spec.per_ciphertext}
+                        "slot_bits": self.spec.width, "values_per_ciphertext": self.spec.per_ciphertext,
+                        "instance_space": cfg.instance_space}
         log(cfg, f"Paillier key: {self.public.key_length} bits, made by party {self.lh}, which holds the "
                   "labels, encrypts the gradients and decides every split")
 
     def setup_message(self, r):
         """What the setup message adds for party rank ``r``."""
         return {"public_key": self.public.to_bytes(), "spec": self.spec.to_dict(),
-                "feature_counts": list(self.feature_counts), "label_party": self.lh}
+                "feature_counts": list(self.feature_counts), "label_party": self.lh,
+                "instance_space": self.cfg.instance_space}
 
     def grower(self, comm, gparams, settings, feature_counts, fuse):
         relay_bins(comm, self.lh)
         # the boosting grower with the label channel of the label holder
+        channel = (H.HiddenChooses if self.hidden else LabelHolderChooses)(self.lh - 1, self.spec, self.public)
         return B.BoostGrower(RemoteParties(comm), RowCount(self.train.size), gparams, settings, feature_counts,
-                             channel=LabelHolderChooses(self.lh - 1, self.spec, self.public))
+                             channel=channel)
 
     def manifest(self):
         return {}
@@ -276,6 +282,11 @@ class _EncryptedGradients:
             return None
         n = self.train.size
         blocks = rep.get("blocks")
+        if self.hidden:     # no row ciphertexts per round: the label holder slots them per level
+            if blocks is not None:
+                raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent a round's encrypted gradients "
+                                                       "in the hidden instance space")
+            return [EG.EncryptedRound(k, None) for k in range(self.k_out)]
         if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
                 and blocks.shape == (n * self.k_out, self.public.ciphertext_bytes)):
             raise encrypted.ProtocolIntegrityError(f"party {self.lh} sent {shown(blocks)} as encrypted gradients")
@@ -502,6 +513,13 @@ def client_train(comm, cfg):
         spec = EG.GradientSpec(train.size, public.key_length, cfg.slot_bits)
         check_fields(setup.get("spec"), spec.to_dict(), "the slot layout")
         fc, lp = setup_parties(setup, cfg, rank)
+        # the instance space is this party's own setting too: the master cannot choose another
+        hidden = setup.get("instance_space") == H.HIDDEN
+        if setup.get("instance_space") != cfg.instance_space:
+            raise InputError("instance_space", f"the job asks {shown(setup.get('instance_space'))}; this party's "
+                                               f"own setting is {cfg.instance_space!r}")
+        if hidden and not leaves_from_growth(params, train, valid, n_rows):
+            raise bad_message("instance_space = 'hidden' with a validation share or a row subsample")
         if lp != rank and table.has_label or lp == rank and not table.has_label:
             raise bad_message(f"'label_party' is {lp}; this party {'holds' if table.has_label else 'does not hold'} "
                               "the labels")
@@ -514,14 +532,16 @@ def client_train(comm, cfg):
                                     valid, info["base"], params.learning_rate, stopping,
                                     cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
             sealer = sealed.Sealer.of(comm)
+            holder.encrypt_rows = not hidden
             splitter = PartySplitter(X[train], settings, holder,
-                                     KeyHolder(B.BoostTrees(settings), spec, info["private"], rank - 1, fc, sealer))
+                                     (H.HiddenHolder if hidden else KeyHolder)(B.BoostTrees(settings), spec,
+                                                                               info["private"], rank - 1, fc, sealer))
             splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
             comm.send(MASTER, {})
         else:
             sealer = sealed.Sealer.of(comm)
-            splitter = PartySplitter(X[train], settings, EG.EncryptedGradients(public),
-                                     encrypted.CipherSums(spec, public, sealer, lp - 1))
+            splitter = PartySplitter(X[train], settings, H.HiddenLabels() if hidden else EG.EncryptedGradients(public),
+                                     (H.HiddenSums if hidden else encrypted.CipherSums)(spec, public, sealer, lp - 1))
             expect(comm.recv(MASTER), protocol.BINS)
             comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
     if not (paillier_mode and table.has_label):
@@ -533,7 +553,8 @@ def client_train(comm, cfg):
     if holder is not None:
         splitter.channel.solo_trees = first_trees
         # the audit: what a party without the labels could read from the trees it sees
-        splitter.channel.audit = audit.LabelAudit(np.asarray(codes)[train], settings) if is_clf else None
+        splitter.channel.audit = audit.LabelAudit(np.asarray(codes)[train], settings) \
+            if is_clf and not (paillier_mode and hidden) else None
         on_done = audit.holder_done(cfg, splitter.channel.audit)
     splitter.count_max = 1
     splitter.count_total = train.size if params.subsample >= 1.0 else None
@@ -558,6 +579,8 @@ def client_train(comm, cfg):
         "n_estimators": n_trees, "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted gradients)
         "label_party": lp if paillier_mode else None,
+        # hidden: the parties without labels hold thresholds, not trees (prediction routes at the label holder)
+        "instance_space": cfg.instance_space if paillier_mode else None,
         "label_holder_first_trees": cfg.label_holder_first_trees,
     }
     if holder is not None:
@@ -606,8 +629,15 @@ def client_train(comm, cfg):
 
     on_op.update({protocol.LEAF_SETS: stored_leaf_sets, STOP: stop})
     # where the rows' leaves are known from the growth, the master asks for no leaf sets
-    return serve_growth(comm, splitter, manifest, folder, start, k_out,
-                        None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op, on_done)
+    try:
+        return serve_growth(comm, splitter, manifest, folder, start, k_out,
+                            None if leaves_from_growth(params, train, valid, n_rows) else on_commit, on_op, on_done)
+    finally:
+        # the label holder's randomness workers (its rounds', the hidden space's levels')
+        for part in (splitter.labels, splitter.channel):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
 
 def _label_info(comm, cfg, params, msg, codes, classes, n_rows):

@@ -33,6 +33,17 @@ class HeldLabels(RowLabels):
         """Exact integer statistics of nodes, in the slot layout."""
         return node_int_stats(self.spec, self.codes, t["counts"], rows, starts, ends)
 
+    def row_ints(self, t, rows):
+        """Each row's own statistics in the slot layout: its bootstrap count in
+        its class's slot, or ``(w, w (q + B), w q^2)``."""
+        w = t["counts"][rows].astype(np.int64)
+        q = self.codes[rows]
+        if self.spec.is_classification:
+            out = np.zeros((rows.size, self.spec.n_stats), dtype=np.int64)
+            out[np.arange(rows.size), q] = w
+            return out
+        return np.stack((w, w * (q + self.spec.bias), w * q * q), axis=1)
+
     def to_float(self, t, ints):
         """The float statistics the kernels use, from exact slot sums."""
         return self.spec.to_float(ints)

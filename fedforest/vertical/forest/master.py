@@ -20,6 +20,7 @@ from ..tree_grower import TreeGrower
 from ...tree.labels import PlainLabels, class_weight_vector
 from ...tree.params import resolve_max_samples, resolve_n_jobs, validate
 from .. import encrypted_labels as encrypted
+from ..paillier.hidden import HIDDEN, HiddenChooses
 from ..paillier.relay import LabelHolderChooses, RowCount
 from ..job_master import batch_limits, open_training, received_key, relay_bins
 from .. import audit, model_files, protocol
@@ -195,8 +196,11 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
         raise encrypted.ProtocolIntegrityError(f"party {label_party} sent a slot layout for another job")
     n_classes = spec.n_classes if is_clf else 1
     blocks = rep.get("blocks")
-    if not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
-            and blocks.shape == (n_rows, public.ciphertext_bytes)):
+    hidden = cfg.instance_space == HIDDEN     # no row ciphertexts at set-up: the label holder slots them per level
+    if hidden and blocks is not None:
+        raise encrypted.ProtocolIntegrityError(f"party {label_party} sent encrypted labels in the hidden instance space")
+    if not hidden and not (isinstance(blocks, np.ndarray) and blocks.dtype == np.uint8
+                           and blocks.shape == (n_rows, public.ciphertext_bytes)):
         raise encrypted.ProtocolIntegrityError(f"party {label_party} sent {messages.shown(blocks)} as its "
                                                "encrypted labels")
     log(cfg, f"Paillier key: {public.key_length} bits, made by party {label_party}, which holds the labels "
@@ -206,19 +210,22 @@ def _paillier_setup(comm, cfg, params, n_rows, label_party, feature_counts, comm
     # validation is complete: from here on work starts and files get written
     comm.scatter({r: dict(common, settings=settings.to_dict(), n_classes=n_classes, spec=spec.to_dict(),
                           public_key=public.to_bytes(), feature_counts=list(feature_counts),
-                          label_party=label_party,
-                          **({} if r == label_party else {"labels": blocks, "fingerprint": public.fingerprint}))
+                          label_party=label_party, instance_space=cfg.instance_space,
+                          **({} if r == label_party or hidden else {"labels": blocks,
+                                                                   "fingerprint": public.fingerprint}))
                   for r in comm.clients})
     relay_bins(comm, label_party)
     # the forest's grower with the label channel of the label holder
     grower = TreeGrower(RemoteParties(comm), RowCount(n_rows), params, settings, feature_counts,
-                        channel=LabelHolderChooses(label_party - 1, spec, public))
+                        channel=(HiddenChooses if hidden else LabelHolderChooses)(label_party - 1, spec, public))
     # who got the labels, and in which form: the master and the other parties their ciphertexts only
-    got = {"form": "paillier ciphertexts", "rows": int(blocks.shape[0]), "bytes": int(blocks.nbytes),
+    got = {"form": "paillier ciphertexts", "rows": n_rows, "bytes": 0 if hidden else int(blocks.nbytes),
            "key_holder": label_party}
+    if hidden:
+        got["form"] = "paillier ciphertexts in node slots, per level (hidden instance space)"
     he = {"key_length": public.key_length, "paillier_key_holder": "label_holder",
           "label_encrypt_seconds": float(rep.get("seconds", 0.0)), "slot_bits": spec.width,
-          "values_per_ciphertext": spec.per_ciphertext,
+          "values_per_ciphertext": spec.per_ciphertext, "instance_space": cfg.instance_space,
           "labels_received": {r: got for r in range(comm.size) if r != label_party}}
     log(cfg, f"labels encrypted by party {label_party} in {he['label_encrypt_seconds']:.1f}s ({n_rows} rows, "
               f"{spec.width}-bit slots, {spec.per_ciphertext} statistics vectors per ciphertext)")

@@ -24,6 +24,7 @@ from ...tree.labels import PlainLabels
 from ...tree.params import resolve_max_samples, resolve_n_jobs, validate
 from .. import encrypted_labels as encrypted
 from ..paillier import sealed
+from ..paillier import hidden as H
 from ..paillier.holder import KeyHolder
 from .held_labels import HeldLabels
 from ...tree.growth import ForestTrees
@@ -88,7 +89,8 @@ def party_train(comm, cfg):
     if encrypted and table.has_label:
         splitter.channel.solo_trees = first_trees
         # the audit: what a party without the labels could read from the trees it sees
-        splitter.channel.audit = audit.LabelAudit(held["codes"], settings) if is_clf else None
+        splitter.channel.audit = audit.LabelAudit(held["codes"], settings) \
+            if is_clf and cfg.instance_space != H.HIDDEN else None
         on_done = audit.holder_done(cfg, splitter.channel.audit)
     # the trees of a batch: at most what this party's own tree_batch and batch_memory_mb allow
     n_estimators = params.n_estimators
@@ -109,6 +111,8 @@ def party_train(comm, cfg):
         "label_privacy": cfg.label_privacy, "random_state_used": seed,
         # the label holder's rank: a prediction's leaf sets go sealed to it (encrypted labels)
         "label_party": setup.get("label_party") if encrypted else None,
+        # hidden: the parties without labels hold thresholds, not trees (prediction routes at the label holder)
+        "instance_space": cfg.instance_space if encrypted else None,
         "label_holder_first_trees": first_trees,
         # this party's set-up (read, align, bin) and the memory it holds when growth starts
         "setup_seconds": time.perf_counter() - t0, "peak_rss_setup_mb": peak_rss_mb(),
@@ -119,7 +123,12 @@ def party_train(comm, cfg):
         manifest["classes"] = [str(c) for c in held["classes"]] if is_clf else None
     if start == 0:
         model_files.clear(folder)
-    return serve_growth(comm, splitter, manifest, folder, start, batch, on_done=on_done)
+    try:
+        return serve_growth(comm, splitter, manifest, folder, start, batch, on_done=on_done)
+    finally:
+        close = getattr(splitter.channel, "close", None)   # the hidden space's randomness workers
+        if close is not None:
+            close()
 
 
 def _n_classes(value, is_clf, n_rows, held):
@@ -182,14 +191,16 @@ def _encrypt_labels(comm, cfg, msg, y):
                                         step=step, bias=bias)
         scored = codes * step
     t0 = time.perf_counter()
-    # fresh randomness of its own key: by default every core of its host (the others wait)
-    cts = encrypted.encrypt_own(private, spec.row_plaintexts(codes),
-                                cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
+    reply = {}
+    if cfg.instance_space != H.HIDDEN:   # hidden: the rows are encrypted per level, in node slots
+        # fresh randomness of its own key: by default every core of its host (the others wait)
+        cts = encrypted.encrypt_own(private, spec.row_plaintexts(codes),
+                                    cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
+        reply["blocks"] = public.serialize(cts)
     seconds = time.perf_counter() - t0
     # the grid step says how large the targets are: it stays here (the others read no sums)
     public_spec = dict(spec.to_dict(), step=1.0)
-    comm.send(MASTER, {"public_key": public.to_bytes(), "spec": public_spec, "seconds": seconds,
-                       "blocks": public.serialize(cts)})
+    comm.send(MASTER, dict(reply, public_key=public.to_bytes(), spec=public_spec, seconds=seconds))
     return {"codes": codes, "scored": scored, "public": public, "private": private, "spec": spec,
             "classes": classes}
 
@@ -199,6 +210,11 @@ def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_t
     decides the splits; every other party sums ciphertexts."""
     is_clf = settings.is_classification
     fc, lp = setup_parties(setup, cfg, rank)
+    # the instance space is this party's own setting too: the master cannot choose another
+    if setup.get("instance_space") != cfg.instance_space:
+        raise InputError("instance_space", f"the job asks {shown(setup.get('instance_space'))}; this party's own "
+                                           f"setting is {cfg.instance_space!r}")
+    hidden = cfg.instance_space == H.HIDDEN
     if (held is not None) != (lp == rank):
         raise bad_message(f"'label_party' is {lp}; this party {'holds' if held is not None else 'does not hold'} "
                           "the labels")
@@ -211,14 +227,20 @@ def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_t
         labels = HeldLabels(PlainLabels(held["scored"], is_clf, n_classes), held["codes"], held["spec"])
         sealer = sealed.Sealer.of(comm)
         splitter = PartySplitter(X, settings, labels,
-                                 KeyHolder(ForestTrees(settings), held["spec"], held["private"], rank - 1, fc,
-                                           sealer))
+                                 (H.HiddenHolder if hidden else KeyHolder)(ForestTrees(settings), held["spec"],
+                                                                           held["private"], rank - 1, fc, sealer))
         splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
         comm.send(MASTER, {})
         return splitter
     public = public_key(setup.get("public_key"), cfg)
     spec = encrypted.party_spec(setup.get("spec"), is_clf, n_classes, n_total, cfg.key_length,
                                 cfg.slot_bits)
+    if hidden:
+        sealer = sealed.Sealer.of(comm)
+        splitter = PartySplitter(X, settings, H.HiddenLabels(), H.HiddenSums(spec, public, sealer, lp - 1))
+        expect(comm.recv(MASTER), protocol.BINS)
+        comm.send(MASTER, sealed.seal_bins(sealer, lp - 1, splitter))
+        return splitter
     if setup.get("fingerprint") != public.fingerprint:
         raise InputError(f"party {rank}", f"the labels were encrypted under another public key "
                                           f"(fingerprint {str(setup.get('fingerprint'))[:40]}, the "

@@ -148,8 +148,12 @@ class KeyHolder(OwnSplits):
             at += k
 
     # -- the tree's state ---------------------------------------------------
+    def node_columns(self):
+        """The per-node columns of its trees."""
+        return holder_columns(self.spec.n_stats)
+
     def begin(self, sp, msg):
-        t = sp.plain_tree(msg, holder_columns(self.spec.n_stats))
+        t = sp.plain_tree(msg, self.node_columns())
         t["counts"] = np.asarray(msg["counts"])
         t["store"] = {}       # (party, node, feature) -> (sums, row counts) of the last decided level
         t["decided"] = None   # the split nodes of this level's decision, until applied
@@ -398,7 +402,31 @@ class KeyHolder(OwnSplits):
                 raise ProtocolIntegrityError(f"histograms of party {p + 1} are inconsistent between levels")
             store[(p, j, f)] = (h, cn)
         t["store"] = store
-        # evaluation of the other parties' candidates
+        split, winner, feat, bins, ml, bits = self._choose(sp, msg, nodes, keep, gains, store)
+        starts, ends = tree.bounds(split[winner == self.me])
+        # the master learns the splits, their winners and the sizes of its own splits' children;
+        # every other party the decision, sealed: its own splits' features and bins, this one's bits
+        reply = {"split": split, "winner": winner, "n_left": S.n_left_of(bits, ends - starts)}
+        if split.size:
+            sealed = []
+            for q in others:
+                mine = winner == q
+                pay = {"split": split, "winner": winner, "bits": bits, "feature": feat[mine], "bin": bins[mine],
+                       "missing_left": ml[mine]}
+                sealed.append((q, S.DECISION, self.sealer.seal(q, S.DECISION, sp.tree_id, t["level"], pay)))
+            reply.update(S.outgoing(sealed))
+        return reply
+
+    def _choose(self, sp, msg, nodes, keep, gains, store):
+        """The level's splits from its own gains (``gains[self.me]``) and the
+        other parties' rebuilt histograms (``store``: (party, node, feature) ->
+        (sums, row counts)) under their masks (``msg["pmask"]``, rows
+        ``keep`` of the candidates): the split nodes, their winners, the
+        winners' features, bins and missing sides, and the partition bits of
+        its own splits (the largest gain per node, the lowest party on ties)."""
+        t = sp.state
+        c = t["nodes"].col
+        n_parties = len(self.feature_counts)
         pmask = np.asarray(msg["pmask"], dtype=np.uint8)[keep]
         chosen = {}
         col = 0
@@ -423,26 +451,15 @@ class KeyHolder(OwnSplits):
             c["split_bin"][split[mine]] = pbin[at]
         c["owner"][split] = winner
         own = split[winner == self.me]
-        t["searched"] = own_nodes
+        t["searched"] = t["own_gain"][0]
         # no split ends the tree: no partition follows
         t["decided"] = split if split.size else None
         t["partitioned"] = own
         bits = sp.partition({"nodes": own})["bits"] if own.size else np.empty(0, dtype=np.uint8)
         t["own_gain"] = None
-        starts, ends = tree.bounds(own)
-        # the master learns the splits, their winners and the sizes of its own splits' children;
-        # every other party the decision, sealed: its own splits' features and bins, this one's bits
-        reply = {"split": split, "winner": winner, "n_left": S.n_left_of(bits, ends - starts)}
         if split.size:
             t["decided_winner"], t["own_bits"] = winner, bits
-            sealed = []
-            for q in others:
-                mine = winner == q
-                pay = {"split": split, "winner": winner, "bits": bits, "feature": feat[mine], "bin": bins[mine],
-                       "missing_left": ml[mine]}
-                sealed.append((q, S.DECISION, self.sealer.seal(q, S.DECISION, sp.tree_id, t["level"], pay)))
-            reply.update(S.outgoing(sealed))
-        return reply
+        return split, winner, feat, bins, ml, bits
 
     def _check_hist(self, h, wb, p):
         """A rebuilt histogram against the plaintext bootstrap weights of its

@@ -101,13 +101,8 @@ class LabelHolderChooses(LabelChannel):
             msg[k] = np.concatenate(arrays).astype(np.int32) if arrays else np.empty(0, dtype=np.int32)
         reply = (yield [msg if p == lh else None for p in range(n_parties)])[lh]
         pending[lh] = {}
-        split = reply.take_upto("split", cand.size)
-        if split.size and not (np.all(split[1:] > split[:-1]) and np.isin(split, cand).all()):
-            raise ValueError(f"party {lh + 1} (the label holder) named splits that are not candidates")
+        split, winner = self.decided(reply, cand, n_parties)
         m = split.size
-        winner = reply.take("winner", m)
-        if m and (winner.min() < 0 or winner.max() >= n_parties):
-            raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
         n_left = reply.take("n_left", int((winner == lh).sum()))
         want = {(q, S.DECISION) for q in range(n_parties) if q != lh and q not in g.absent} if m else set()
         sealed = self._only(S.from_reply(reply, lh, n_parties), lh, want)
@@ -115,6 +110,18 @@ class LabelHolderChooses(LabelChannel):
         # the label holder's own splits came partitioned with its decision
         got = [_Partitioned(n_left) if p == lh else None for p in range(n_parties)]
         return split.astype(np.int32), winner.astype(np.int64), pending, got
+
+    def decided(self, reply, cand, n_parties):
+        """The label holder's split nodes (candidates, increasing) and their
+        winners (parties) from its reply to ``decide``."""
+        lh = self.label_party
+        split = reply.take_upto("split", cand.size)
+        if split.size and not (np.all(split[1:] > split[:-1]) and np.isin(split, cand).all()):
+            raise ValueError(f"party {lh + 1} (the label holder) named splits that are not candidates")
+        winner = reply.take("winner", split.size)
+        if split.size and (winner.min() < 0 or winner.max() >= n_parties):
+            raise ValueError(f"party {lh + 1} (the label holder) named a winner that is no party")
+        return split, winner
 
     @staticmethod
     def _only(parts, p, want):

@@ -33,7 +33,8 @@ DECISION = "decision"    # label holder -> other party: a level's splits, winner
 BITS = "bits"            # a passive winner -> every other party: its partition bits of a level
 LEAF_SETS = "leaf_sets"  # a party -> the label holder: its leaf sets of trees (boosting, prediction)
 BINS = "bins"            # passive party -> label holder, at set-up: its features' bin counts and left-out bins
-FIELDS = (SUMS, DECISION, BITS, LEAF_SETS, BINS)
+SLOTS = "slots"          # label holder -> passive party (hidden instance space): a level's rows in node slots
+FIELDS = (SUMS, DECISION, BITS, LEAF_SETS, BINS, SLOTS)
 SETUP = (-1, -1)         # the place of the set-up's payloads
 # the places of leaf sets: a boosting round's trees (first tree), the stored trees of a resumed
 # run (first tree to grow), a prediction
