@@ -278,3 +278,42 @@ def test_mpi_vertical_boost_equals_single_process(tmp_path, n_parties, privacy):
     got = pred[[f"proba_{c}" for c in est.classes_]].to_numpy()
     assert np.array_equal(got, est.predict_proba(X[:, order])[rows])
     assert (pred["prediction"].to_numpy() == est.predict(X[:, order])[rows]).all()
+
+
+@pytest.mark.parametrize("mode", ["vertical_boost", "vertical"])
+def test_mpi_hidden_instance_space_predicts_as_single_process(tmp_path, mode):
+    """instance_space = "hidden" under mpiexec (3 parties): the parties without
+    the labels store thresholds only, and the one-round prediction the label
+    holder routes equals the single-process estimator's on the pooled columns."""
+    from fedforest import BoostClassifier
+    X, y = _data(61, n=240)
+    groups = _groups(3)
+    frames = party_frames(X, y, groups, label_party=0)
+    paths = []
+    for p, f in enumerate(frames, start=1):
+        f.to_csv(tmp_path / f"party{p}.csv", index=False)
+        paths.append(f"party{p}.csv")
+    table = "boost" if mode == "vertical_boost" else "forest"
+    job = tmp_path / "job.toml"
+    job.write_text(f'[job]\nmode = "{mode}"\ntask = "classification"\ndata = {paths!r}\n'
+                   f'label_column = "y"\nmodel_dir = "model"\nprogress = false\n'
+                   f'[{table}]\nn_estimators = 3\nmax_depth = 3\nrandom_state = 3\nlabel_privacy = "paillier"\n'
+                   f'instance_space = "hidden"\nkey_length = 512\ninsecure_key = true\n'.replace("'", '"'))
+    _check(mpirun(4, ["train", "--config", str(job)]))
+    passive = model_io.read_trees(model_io.party_dir(str(tmp_path / "model"), 2), 3)
+    assert all(t["children_left"].shape == (1,) and "hidden_feature" in t for t in passive)
+    test_paths = [str(tmp_path / p) for p in paths]
+    pred_job = tmp_path / "predict.toml"
+    pred_job.write_text(f'[job]\ndata = {test_paths!r}\nmodel_dir = "model"\nprogress = false\n'
+                        f'[{table}]\nresult_party = 1\n'.replace("'", '"'))
+    out = _check(mpirun(4, ["predict", "--config", str(pred_job), "--output", str(tmp_path / "pred.csv")]))
+    assert "(oneshot, 1 round)" in out
+    order = [c for g in groups for c in g]
+    if mode == "vertical_boost":
+        est = BoostClassifier(n_estimators=3, max_depth=3, random_state=3).fit(X[:, order], y)
+    else:
+        est = ForestClassifier(n_estimators=3, max_depth=3, random_state=3).fit(X[:, order], y)
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    rows = [int(i.split("-")[1]) for i in pred["id"]]
+    got = pred[[f"proba_{c}" for c in est.classes_]].to_numpy()
+    np.testing.assert_array_equal(got, est.predict_proba(X[:, order])[rows])
