@@ -427,13 +427,21 @@ def encrypt_rows(public_key, plaintexts, workers=1, factors=None):
         return [gmpy2.mpz(c) for part in parts for c in part]
 
 
+#: a batch of fewer fresh factors than this is made in the rank itself: worker
+#: processes, started for a batch and building their tables, cost about two
+#: seconds, a factor about 0.1 ms (a boosting round of a small table then pays
+#: for its rows, not for the workers)
+LOCAL_FACTORS = 20_000
+
+
 def encrypt_own(private_key, plaintexts, workers, timed=None):
     """Encryptions of ``plaintexts`` under the label holder's own key, each with
     fresh randomness made from the key's factorisation (the CRT, in
-    ``workers`` processes).  ``timed(stage, seconds)``, when given, learns
+    ``workers`` processes, or in this one for fewer than
+    :data:`LOCAL_FACTORS`).  ``timed(stage, seconds)``, when given, learns
     the seconds of the two stages (``randomness``, ``encryption``)."""
     t0 = time.perf_counter()
-    factors = private_key.randomness(len(plaintexts), workers)
+    factors = private_key.randomness(len(plaintexts), workers if len(plaintexts) >= LOCAL_FACTORS else 1)
     t1 = time.perf_counter()
     cts = private_key.public.encrypt_with(plaintexts, factors)
     if timed is not None:
