@@ -47,6 +47,10 @@ from .paillier import sealed as S
 AHEAD_KEYS = ("level_nodes", "child_fmask")
 MAX_EXACT = 2 ** 53  # integers below this are exact in float64
 N_SLOTS_BIN = MISSING_BIN + 1
+#: the highest bits of a plaintext of packed sums stay free: a ciphertext altered or
+#: made under another key decrypts to a uniform number, which shows bits there
+#: (and is refused) but for a chance of 2**-64, however narrow the sums below
+SPARE_BITS = 64
 
 
 class ProtocolIntegrityError(RuntimeError):
@@ -208,8 +212,9 @@ class EncryptionSpec:
 
     def sum_runs(self, widths):
         """Where each ciphertext's values begin (then the end): runs of
-        consecutive values, each as long as ``key_length - 1`` bits allow."""
-        cap = self.key_length - 1
+        consecutive values, each as long as ``key_length - 1 - SPARE_BITS``
+        bits allow (a value wider than that alone)."""
+        cap = self.key_length - 1 - SPARE_BITS
         starts, used = [0], 0
         for i, w in enumerate(widths):
             if used + w > cap and used:

@@ -36,20 +36,16 @@ from ..messages import bad_message, int_array, node_list, shown
 from ..party_splitter import OwnSplits
 from ...tree.importance import node_shares
 from . import sealed as S
-from ..encrypted_labels import N_SLOTS_BIN, ProtocolIntegrityError, gil_free, hist_layout
-
-#: a ciphertext of a run of sums this many bits shorter than the key's smaller
-#: prime is decrypted modulo that prime alone (half the work): a ciphertext
-#: altered or made under another key then still shows bits above its run's,
-#: and is refused, but for a chance of 2**-64
-HALF_MARGIN = 64
-
+from ..encrypted_labels import N_SLOTS_BIN, SPARE_BITS, ProtocolIntegrityError, gil_free, hist_layout
 
 def half_decrypter(private_key):
     """``(decrypt, bits)``: the decryption modulo the key's smaller prime ``p``
     alone (``L(c^(p-1) mod p^2) h_p mod p``, one of the two halves of the
-    CRT decryption), exact for plaintexts of at most ``bits = bits(p) - 1 -
-    HALF_MARGIN`` bits; ``(None, 0)`` when the key does not show its primes."""
+    CRT decryption), exact for plaintexts below ``p``: ``bits = bits(p) - 1 -
+    SPARE_BITS`` bits of sums leave its highest bits free, as a full
+    plaintext's (a ciphertext altered or made under another key shows bits
+    there but for a chance of 2**-64); ``(None, 0)`` when the key does not
+    show its primes."""
     k = getattr(private_key, "_key", None)
     parts = [getattr(k, a, None) for a in ("p", "psquare", "hp")]
     if any(x is None for x in parts):
@@ -60,7 +56,7 @@ def half_decrypter(private_key):
     def decrypt(c):
         return (gmpy2.powmod(c, pm1, psq) - 1) // p * hp % p
 
-    return decrypt, int(p.bit_length()) - 1 - HALF_MARGIN
+    return decrypt, int(p.bit_length()) - 1 - SPARE_BITS
 
 
 _COUNTS = threading.Lock()   # the label holders' decryption counts and seconds
