@@ -21,8 +21,9 @@ JOB_PARAMS = (
     Param("encrypt_workers", None, (None, Interval(int, 1, 1024)),
           "processes the label holder uses to make the randomness of its encryptions with its own "
           "key, and threads a party uses for its encrypted sums and the label holder for its "
-          "decryptions (None: every core of its host, as n_jobs = -1 gives; the other parties wait "
-          "for these steps)"),
+          "decryptions (None: every core of its host, as n_jobs = -1 gives, and a batch of fewer than "
+          "20,000 encryptions is made in the label holder's own process, without starting workers; "
+          "the other parties wait for these steps)"),
     Param("label_holder_first_trees", 0, (Interval(int, 0, MAX_TREES),),
           "the first k trees (boosting: the trees of the first k rounds) split on the label holder's "
           "columns only, and no other party takes part in them: it stores their shape, learns none of "

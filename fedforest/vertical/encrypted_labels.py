@@ -455,6 +455,46 @@ def encrypt_own(private_key, plaintexts, workers, timed=None):
     return cts
 
 
+class OwnRandomness:
+    """The label holder's fresh encryption factors for a whole training:
+    batches of fewer than :data:`LOCAL_FACTORS` made in its own rank (unless
+    ``always_workers``: its own file set ``encrypt_workers``), larger ones in
+    ``workers`` processes started at the first such batch and kept (their
+    tables are built once).  :meth:`close` ends them."""
+
+    def __init__(self, private_key, workers, always_workers=False):
+        self.key, self.workers = private_key, max(1, int(workers))
+        self.local_below = 0 if always_workers else LOCAL_FACTORS
+        self._local = self._pool = None
+
+    def factors(self, count):
+        if count < self.local_below or self.workers == 1:
+            if self._local is None:
+                self._local = P.RandomnessMaker(self.key, 1)
+            return self._local.take(count)
+        if self._pool is None:
+            self._pool = P.RandomnessMaker(self.key, self.workers)
+        return self._pool.take(count)
+
+    def encrypt(self, plaintexts, timed=None):
+        """Encryptions of ``plaintexts`` with fresh factors (``timed(stage, seconds)``
+        learns the seconds of ``randomness`` and ``encryption``)."""
+        t0 = time.perf_counter()
+        factors = self.factors(len(plaintexts))
+        t1 = time.perf_counter()
+        cts = self.key.public.encrypt_with(plaintexts, factors)
+        if timed is not None:
+            timed("randomness", t1 - t0)
+            timed("encryption", time.perf_counter() - t1)
+        return cts
+
+    def close(self):
+        for maker in (self._local, self._pool):
+            if maker is not None:
+                maker.close()
+        self._local = self._pool = None
+
+
 def node_int_stats(spec, codes, counts, rows, starts, ends):
     """Exact integer statistics of nodes: class counts, or (w, w (q+B), w q^2)."""
     out = np.zeros((starts.shape[0], spec.n_stats), dtype=np.int64)

@@ -2,12 +2,10 @@
 (:class:`GradientRounds`), beside the generic Paillier channel
 (:class:`~fedforest.vertical.paillier.holder.KeyHolder`).
 """
-import time
-
 import numpy as np
 
 from ...tree.labels import RowLabels
-from ...crypto import paillier as P
+from ..encrypted_labels import OwnRandomness
 from ..messages import bad_message, int_value
 from ..paillier import sealed as S
 from . import boosting as B
@@ -116,26 +114,20 @@ class GradientRounds(RowLabels):
         cts = self._encrypt(plain)
         return {"stop": False, "best": best, "blocks": self.key.public.serialize(cts)}
 
-    _maker = None   # its randomness workers, kept from round to round (their tables are built once)
+    _randomness = None   # its randomness for the whole training (workers, if any, started once)
+    always_workers = False   # its own file set encrypt_workers: worker processes for every batch
 
     def _encrypt(self, plain):
         """Encryptions of ``plain`` with fresh randomness of its own key."""
-        t0 = time.perf_counter()
-        if self._maker is None:
-            self._maker = P.RandomnessMaker(self.key, self.workers)
-        factors = self._maker.take(len(plain))
-        t1 = time.perf_counter()
-        cts = self.key.public.encrypt_with(plain, factors)
-        if self.splitter is not None:
-            self.splitter.timed("randomness", t1 - t0)
-            self.splitter.timed("encryption", time.perf_counter() - t1)
-        return cts
+        if self._randomness is None:
+            self._randomness = OwnRandomness(self.key, self.workers, self.always_workers)
+        return self._randomness.encrypt(plain, None if self.splitter is None else self.splitter.timed)
 
     def close(self):
         """End its randomness workers."""
-        if self._maker is not None:
-            self._maker.close()
-            self._maker = None
+        if self._randomness is not None:
+            self._randomness.close()
+            self._randomness = None
 
     # -- the trees -----------------------------------------------------------
     def check_begin(self, msg, n_rows):

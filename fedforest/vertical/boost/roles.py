@@ -533,10 +533,12 @@ def client_train(comm, cfg):
                                     cfg.encrypt_workers or resolve_n_jobs(cfg.n_jobs, alone=True))
             sealer = sealed.Sealer.of(comm)
             holder.encrypt_rows = not hidden
+            holder.always_workers = cfg.encrypt_workers is not None
             splitter = PartySplitter(X[train], settings, holder,
                                      (H.HiddenHolder if hidden else KeyHolder)(B.BoostTrees(settings), spec,
                                                                                info["private"], rank - 1, fc, sealer))
             splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
+            splitter.channel.always_workers = cfg.encrypt_workers is not None
             comm.send(MASTER, {})
         else:
             sealer = sealed.Sealer.of(comm)

@@ -230,6 +230,7 @@ def _paillier_splitter(comm, cfg, rank, X, settings, setup, held, n_classes, n_t
                                  (H.HiddenHolder if hidden else KeyHolder)(ForestTrees(settings), held["spec"],
                                                                            held["private"], rank - 1, fc, sealer))
         splitter.channel.set_bins(sealed.open_bins(sealer, expect(comm.recv(MASTER), protocol.BINS)))
+        splitter.channel.always_workers = cfg.encrypt_workers is not None
         comm.send(MASTER, {})
         return splitter
     public = public_key(setup.get("public_key"), cfg)

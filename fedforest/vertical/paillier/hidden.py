@@ -41,7 +41,7 @@ from ...tree import partitioner
 from ...tree.binning import MISSING_BIN
 from ...tree.growth import PARTY_COLUMNS, Nodes, may_split, pack_bits, unpack_bits
 from ...tree.labels import RowLabels
-from ..encrypted_labels import N_SLOTS_BIN, CipherSums, ProtocolIntegrityError
+from ..encrypted_labels import N_SLOTS_BIN, CipherSums, OwnRandomness, ProtocolIntegrityError
 from ..messages import bad_message, int_array, shown
 from ..tree_grower import ChannelState
 from . import sealed as S
@@ -342,13 +342,14 @@ class HiddenHolder(KeyHolder):
     op_keys = dict(KeyHolder.op_keys, **{SLOTS_OP: (), DECIDE: ("cand", "fmask", "pmask") + S.IN_KEYS,
                                          APPLY_OP: S.IN_KEYS})
     apply_keys = ()
-    _maker = None    # its randomness workers (P.RandomnessMaker), made at the first level
+    _randomness = None    # its randomness for the whole training (OwnRandomness), made at the first level
+    always_workers = False    # its own file set encrypt_workers: worker processes for every level
 
     def close(self):
         """End its randomness workers."""
-        if self._maker is not None:
-            self._maker.close()
-            self._maker = None
+        if self._randomness is not None:
+            self._randomness.close()
+            self._randomness = None
 
     def node_columns(self):
         return dict(super().node_columns(), hidden_record=(np.int32, -1))
@@ -400,14 +401,9 @@ class HiddenHolder(KeyHolder):
             ints = np.hstack((ints, np.ones((sample.size, 1), dtype=np.int64)))
         packed = [slots.pack_value(v) for v in ints.tolist()]
         plain = slots.row_plaintexts(packed, pos[sample], cand.size)
-        t0 = time.perf_counter()
-        if self._maker is None:
-            self._maker = P.RandomnessMaker(self.key, sp.crypto_threads())
-        factors = self._maker.take(len(plain))
-        t1 = time.perf_counter()
-        cts = self.key.public.encrypt_with(plain, factors)
-        sp.timed("randomness", t1 - t0)
-        sp.timed("encryption", time.perf_counter() - t1)
+        if self._randomness is None:
+            self._randomness = OwnRandomness(self.key, sp.crypto_threads(), self.always_workers)
+        cts = self._randomness.encrypt(plain, sp.timed)
         blocks = self.key.public.serialize(cts)
         pay = {"ct": blocks, "n_cand": int(cand.size)}
         return S.outgoing([(q, S.SLOTS, self.sealer.seal(q, S.SLOTS, sp.tree_id, t["level"], pay)) for q in others])
