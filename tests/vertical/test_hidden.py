@@ -1,4 +1,4 @@
-"""The hidden instance space (``instance_space = "hidden"``, encrypted
+"""The hidden instance space (``instance_space = H.HIDDEN``, encrypted
 boosting): the parties without the labels never learn which rows share a
 node (fedforest.vertical.paillier.hidden).
 
@@ -64,9 +64,9 @@ CASES = {
 def test_hidden_grows_the_shared_trees_and_predictions(tmp_path, case):
     task, n_classes, groups, lp = CASES[case]
     frames, _ = _frames(task, n_classes, groups, lp)
-    shared, _, pred_s = _job(tmp_path, frames, task, "shared", lp + 1)
-    hidden, summary, pred_h = _job(tmp_path, frames, task, "hidden", lp + 1)
-    assert summary["instance_space"] == "hidden"
+    shared, _, pred_s = _job(tmp_path, frames, task, H.SHARED, lp + 1)
+    hidden, summary, pred_h = _job(tmp_path, frames, task, H.HIDDEN, lp + 1)
+    assert summary["instance_space"] == H.HIDDEN
     a, b = _trees(shared, lp + 1), _trees(hidden, lp + 1)
     assert len(a) == len(b) >= 3
     for x, y in zip(a, b):
@@ -87,7 +87,7 @@ def test_hidden_grows_the_shared_trees_and_predictions(tmp_path, case):
 
 def test_a_damaged_threshold_file_is_refused_before_prediction(tmp_path):
     frames, _ = _frames("classification", 2, [[0, 1, 2, 3], [4, 5, 6, 7]], 0)
-    model, _, _ = _job(tmp_path, frames, "classification", "hidden")
+    model, _, _ = _job(tmp_path, frames, "classification", H.HIDDEN)
     path = sorted(glob.glob(os.path.join(model, "party-2", "trees", "*.npz")))[0]
     tree = dict(np.load(path))
     tree["hidden_feature"] = tree["hidden_feature"] + 10
@@ -120,7 +120,7 @@ def _recorded(tmp_path, space):
     return rec, y.astype(str), str(tmp_path / space)
 
 
-@pytest.fixture(scope="module", params=["shared", "hidden"])
+@pytest.fixture(scope="module", params=[H.SHARED, H.HIDDEN])
 def passive_view(request, tmp_path_factory):
     rec, y, model = _recorded(tmp_path_factory.mktemp("rec"), request.param)
     return request.param, rec, y, model
@@ -144,7 +144,7 @@ def test_a_curious_passive_party_learns_no_node(passive_view):
     opened = [e for e in rec.events if e[0] == "open" and e[1] == passive]
     names = {k for m in received for k in _named_keys(m)} | {k for e in opened for k in _named_keys(e[-1])}
     leaked = names & NODE_KEYS
-    if space == "shared":
+    if space == H.SHARED:
         assert leaked, names          # the shared space shows it every partition
     else:
         assert not leaked, leaked
@@ -162,7 +162,7 @@ def test_the_attacks_find_no_label_in_the_hidden_space(passive_view):
     majority = _majority(y)
     views = BL.build_view(rec.events, passive, LABEL_RANK, n_bins)
     got = max(BL.declined_leaf_union(views, y, 4)[0], BL.cooccurrence_clustering(views, y))
-    if space == "shared":
+    if space == H.SHARED:
         assert sum(tv.n_read for tv in views) > 0
         assert got >= majority + 0.15, (got, majority)
     else:
@@ -182,7 +182,7 @@ def test_the_attacks_find_no_label_in_the_hidden_space(passive_view):
 def test_what_cannot_run_hidden_is_refused(tmp_path, extra, name):
     frames, _ = _frames("classification", 2, [[0, 1, 2, 3], [4, 5, 6, 7]], 0)
     with pytest.raises(InputError) as err:
-        _job(tmp_path, frames, "classification", "hidden", **extra)
+        _job(tmp_path, frames, "classification", H.HIDDEN, **extra)
     assert name in str(err.value)
 
 
@@ -199,7 +199,7 @@ def test_the_forest_grows_the_shared_trees_in_the_hidden_space(tmp_path, case):
     task, n_classes, groups, lp, extra = FOREST_CASES[case]
     frames, _ = _frames(task, n_classes, groups, lp)
     out = {}
-    for space in ("shared", "hidden"):
+    for space in (H.SHARED, H.HIDDEN):
         model = str(tmp_path / space)
         run_job("train", frames, mode="vertical", task=task, label_column="y", label_privacy="paillier",
                 instance_space=space, model_dir=model, n_estimators=3, max_depth=4, max_bins=16, random_state=2,
@@ -208,12 +208,12 @@ def test_the_forest_grows_the_shared_trees_in_the_hidden_space(tmp_path, case):
         run_job("predict", [f.iloc[:50] for f in frames], mode="vertical", model_dir=model, output=pred,
                 result_party=lp + 1)
         out[space] = (_trees(model, lp + 1), pd.read_csv(pred))
-    for x, y in zip(out["shared"][0], out["hidden"][0]):
+    for x, y in zip(out[H.SHARED][0], out[H.HIDDEN][0]):
         for k in ("children_left", "owner", "split_feature", "split_bin", "n_node_samples"):
             assert np.array_equal(x[k], y[k]), k
         np.testing.assert_array_equal(x["value"], y["value"])
-    assert any((t["owner"][t["children_left"] >= 0] != lp).any() for t in out["hidden"][0])
-    pd.testing.assert_frame_equal(out["shared"][1], out["hidden"][1])
+    assert any((t["owner"][t["children_left"] >= 0] != lp).any() for t in out[H.HIDDEN][0])
+    pd.testing.assert_frame_equal(out[H.SHARED][1], out[H.HIDDEN][1])
 
 
 def test_a_hostile_master_cannot_switch_a_party_to_another_space(tmp_path, monkeypatch):
@@ -224,12 +224,12 @@ def test_a_hostile_master_cannot_switch_a_party_to_another_space(tmp_path, monke
 
     def send(self, dest, msg):
         if self.rank == 0 and isinstance(msg, dict) and msg.get("op") == "setup":
-            msg = dict(msg, instance_space="shared")
+            msg = dict(msg, instance_space=H.SHARED)
         return orig(self, dest, msg)
     monkeypatch.setattr(base.Comm, "send", send)
     frames, _ = _frames("classification", 2, [[0, 1, 2, 3], [4, 5, 6, 7]], 0)
     with pytest.raises(RemoteError) as err:
-        _job(tmp_path, frames, "classification", "hidden")
+        _job(tmp_path, frames, "classification", H.HIDDEN)
     assert "instance_space" in err.value.remote_message
 
 
