@@ -85,12 +85,7 @@ def main(argv=None):
     doc = {"provenance": prov, "key_length": args.key_length, "rows": rows, "random_state": 0,
            "majority_baseline_fraction": results[0]["majority_baseline_fraction"],
            "bench_seconds": round(time.perf_counter() - t_start, 1), "results": results}
-    provenance.write_result(args.out, doc)
-    md = markdown(doc)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"written {args.out}")
+    provenance.write_result_and_table(args.out, doc, markdown(doc))
     return 0
 
 

@@ -109,11 +109,7 @@ def main(argv=None):
            "bench_seconds": round(time.perf_counter() - t0, 1), "results": results,
            "within_3x": [f"depth {r['max_depth']}, {r['trees']} trees" for r in results
                          if r["hidden_over_shared"] <= 3.0]}
-    provenance.write_result(args.out, doc)
-    md = markdown(doc)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as fh:
-        fh.write(md)
-    print(md)
+    provenance.write_result_and_table(args.out, doc, markdown(doc))
     return 0
 
 

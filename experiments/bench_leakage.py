@@ -1191,12 +1191,7 @@ def main(argv=None):
         doc["hostile_master"] = hostile_out
         doc["forged_bits_detected"] = hostile_out["forged_bits"]["detected"]
         doc["forged_leaves_detected"] = hostile_out["forged_leaves"]["detected"]
-    provenance.write_result(args.out, doc)
-    md = markdown(doc)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as fh:
-        fh.write(md)
-    print(md)
-    print(f"written {args.out}")
+    provenance.write_result_and_table(args.out, doc, markdown(doc))
     return 0
 
 

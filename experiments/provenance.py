@@ -68,6 +68,16 @@ def write_result(path, doc):
     return path
 
 
+def write_result_and_table(path, doc, md):
+    """:func:`write_result`, and the markdown ``md`` beside it (``.md``), printed."""
+    write_result(path, doc)
+    with open(os.path.splitext(path)[0] + ".md", "w") as fh:
+        fh.write(md)
+    print(md)
+    print(f"written {path}")
+    return path
+
+
 def versions():
     import numpy
     import pandas
